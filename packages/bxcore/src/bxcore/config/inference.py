@@ -1,0 +1,76 @@
+"""[inferproxy] and [inference]: the path from loopd to the llama-server router."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from ._common import ConfigPath, Seconds, Section
+
+
+class InferproxySection(Section):
+    """inferproxy: one Unix socket in, one fixed upstream out."""
+
+    socket: ConfigPath | None = None  # default: <paths.run>/infer.sock
+    mode: Annotated[int, Field(ge=0, le=0o777)] = 0o660
+    group: str | None = None  # the group allowed to connect (loopd's)
+    # tcp://host:port or unix:/path/to/llama.sock
+    upstream: str = "tcp://127.0.0.1:8080"
+    watchdog: bool = False  # send WATCHDOG=1 when systemd asks for it
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        if value.startswith("unix:") and len(value) > len("unix:"):
+            return value
+        if value.startswith("tcp://"):
+            host, sep, port = value[len("tcp://") :].rpartition(":")
+            if sep and host and port.isdigit() and 0 < int(port) < 65536:
+                return value
+        raise ValueError("expected tcp://HOST:PORT or unix:/PATH")
+
+
+class SlotSection(Section):
+    """Slot assignment is configuration: a session's kind picks its slot, for good."""
+
+    main: Annotated[int, Field(ge=0)] = 0
+    background: Annotated[int, Field(ge=0)] = 1
+
+
+class ServingSection(Section):
+    """Serving settings the owner's host is expected to run with (recorded, not owned).
+
+    The startup self-test compares them with /props and /slots. A key left out is not checked.
+    """
+
+    chat_template_sha256: str | None = None
+    slot_count: Annotated[int, Field(ge=1)] | None = None
+    per_slot_context: Annotated[int, Field(ge=1)] | None = None
+    speculative: bool | None = False
+
+
+class SamplingSection(Section):
+    """Sent with every request: the server's default temperature is 1.0."""
+
+    temperature: Annotated[float, Field(ge=0, le=2)] = 0.6
+    top_p: Annotated[float, Field(gt=0, le=1)] = 0.95
+    top_k: Annotated[int, Field(ge=0)] = 20
+
+
+class InferenceSection(Section):
+    """loopd's inference client."""
+
+    socket: ConfigPath | None = None  # inferproxy's socket; default: <paths.run>/infer.sock
+    model: str = "default"  # the router's model id (preset section name)
+    slots: SlotSection = Field(default_factory=SlotSection)
+    sampling: SamplingSection = Field(default_factory=SamplingSection)
+    serving: ServingSection = Field(default_factory=ServingSection)
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    liveness_timeout: Seconds = 60.0  # no bytes for this long after the first byte: give up
+    first_byte_timeout: Seconds = 900.0  # queued behind another client, or a model loading
+    retries: Annotated[int, Field(ge=0, le=20)] = 4
+    retry_backoff: Seconds = 1.0  # first delay; doubles per attempt, with jitter
+    thinking_cap: Annotated[int, Field(ge=1)] = 4096
+    cache_loss_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5  # cache_n below this share: loss
+    baseline_budget: Annotated[int, Field(ge=1)] = 3000  # tokens, by the server's tokenizer

@@ -1,0 +1,70 @@
+"""Errors of bxcore, and the error codes every socket speaks.
+
+    BoxmakerError
+    ├── FrameError          a frame on a socket is malformed (the peer did it wrong)
+    │   └── FrameTooLarge   its length prefix passes the limit
+    ├── StreamClosed        the peer closed the stream cleanly between frames
+    ├── IncompleteFrame     the peer closed the stream in the middle of a frame
+    ├── ConfigError         a config file is unreadable or invalid; names the file and key
+    └── SecretError         a secret is missing or unsafe; never contains the secret's value
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from ._base import Model, Text
+
+
+class BoxmakerError(Exception):
+    """Base class of every error Boxmaker raises on purpose."""
+
+
+class FrameError(BoxmakerError):
+    """A byte stream that is not a valid sequence of frames. The message says what is wrong."""
+
+
+class FrameTooLarge(FrameError):
+    pass
+
+
+class StreamClosed(BoxmakerError):
+    """The peer closed the stream at a frame boundary."""
+
+
+class IncompleteFrame(BoxmakerError):
+    """The peer closed the stream part-way through a frame."""
+
+
+class ConfigError(BoxmakerError):
+    pass
+
+
+class SecretError(BoxmakerError):
+    pass
+
+
+class ErrorCode(StrEnum):
+    """Every error a Boxmaker socket can answer with."""
+
+    BAD_FRAME = "bad_frame"  # the request frame was malformed
+    BAD_REQUEST = "bad_request"  # well-formed, but not a request this socket takes
+    INTERNAL = "internal"  # a bug or an unexpected failure on our side
+    UNAVAILABLE = "unavailable"  # a peer role or the model server cannot be reached
+    SESSION_FULL = "session_full"  # the model's context is full (HTTP 400 from the server)
+    TURN_LIMIT = "turn_limit"  # a per-turn limit stopped the turn
+    SESSION_BUSY = "session_busy"  # another turn of this session is running
+    NO_SUCH_SESSION = "no_such_session"  # resume of a session that does not exist
+    SESSION_EXISTS = "session_exists"  # a new session with an id that is taken
+    INFERENCE = "inference"  # the model server failed the request
+    DENIED = "denied"  # policy refused the request
+    EXPIRED = "expired"  # an approval or a grant ran out of time
+    UNKNOWN_APPROVAL = "unknown_approval"  # an approval id that is unknown or already used
+    UNTRUSTED_SESSION = "untrusted_session"  # the session's taint forbids the operation
+
+
+class WireError(Model):
+    """The body of an ``error`` frame."""
+
+    code: ErrorCode
+    message: Text

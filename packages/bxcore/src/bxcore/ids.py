@@ -1,0 +1,34 @@
+"""Identifiers that end up in file paths, validated so they can never escape their directory."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def check_session_id(value: str) -> str:
+    """A session id is 1-64 characters of ``A-Za-z0-9_-``, not starting with ``-`` or ``_``.
+
+    It names a directory under sessions/, so ``..``, ``/``, empty and over-long ids are refused.
+    """
+    if not isinstance(value, str) or not _SESSION_ID.fullmatch(value):
+        raise ValueError(
+            "a session id is 1-64 characters of letters, digits, '-' and '_', "
+            f"starting with a letter or digit; got {value!r}"
+        )
+    return value
+
+
+SessionId = Annotated[str, AfterValidator(check_session_id)]
+
+
+def new_session_id(now: datetime | None = None) -> str:
+    """A fresh id from the time and a random suffix, e.g. ``20261130-074512-3f9a1c2b``."""
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    return f"{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"

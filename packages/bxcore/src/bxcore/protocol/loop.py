@@ -1,0 +1,128 @@
+"""``loop.sock``: a channel (bxctl chat, gatewayd, a scheduled job) drives turns in loopd.
+
+One connection per turn: the channel sends one ``turn``, reads frames until one has
+``final: true``, and closes (M2b design, section 6).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .._base import Count, Flag, Model, Text
+from ..errors import WireError
+from ..ids import SessionId
+from ..tools import DataClass
+
+TURN = "turn"
+TURN_EVENT = "turn_event"
+TURN_DONE = "turn_done"
+ERROR = "error"
+
+TO_LOOPD = frozenset({TURN})
+FROM_LOOPD = frozenset({TURN_EVENT, TURN_DONE, ERROR})
+
+SessionKind = Literal["main", "background"]
+
+
+class Turn(Model):
+    """``resume: false`` requires that the session does not exist; ``true`` that it does.
+
+    ``session_kind`` picks the session's slot: ``main`` for conversations, ``background`` for
+    scheduled runs and subagents. It is fixed when the session starts.
+    """
+
+    session: SessionId
+    content: Text
+    resume: Flag
+    session_kind: SessionKind = "main"
+
+
+class Queued(Model):
+    type: Literal["queued"] = "queued"
+    ahead: Count
+
+
+class Waiting(Model):
+    type: Literal["waiting"] = "waiting"
+    slot_busy: Flag
+
+
+class Progress(Model):
+    type: Literal["progress"] = "progress"
+    total: Count
+    cache: Count
+    processed: Count
+
+
+class Reasoning(Model):
+    type: Literal["reasoning"] = "reasoning"
+    text: Text
+
+
+class Content(Model):
+    type: Literal["content"] = "content"
+    text: Text
+
+
+class ToolCallStarted(Model):
+    type: Literal["tool_call_started"] = "tool_call_started"
+    name: Text
+
+
+class ToolResultEvent(Model):
+    type: Literal["tool_result"] = "tool_result"
+    name: Text
+    data_class: DataClass = Field(alias="class")
+    truncated: Flag
+
+
+class ThinkingCapped(Model):
+    type: Literal["thinking_capped"] = "thinking_capped"
+    tokens: Count
+
+
+class Retrying(Model):
+    type: Literal["retrying"] = "retrying"
+    attempt: Count
+    after_ms: Count
+    error: Text
+
+
+class CacheLossEvent(Model):
+    type: Literal["cache_loss"] = "cache_loss"
+    expected: Count
+    got: Count
+
+
+TurnEventBody = Annotated[
+    Queued | Waiting | Progress | Reasoning | Content | ToolCallStarted | ToolResultEvent
+    | ThinkingCapped | Retrying | CacheLossEvent,
+    Field(discriminator="type"),
+]
+
+
+class TurnEvent(Model):
+    event: TurnEventBody
+
+
+class TurnUsage(Model):
+    cache_n: Count
+    prompt_n: Count
+    predicted_n: Count
+    reasoning_tokens: Count
+    thinking_capped: Flag
+
+
+class TurnDone(Model):
+    content: Text
+    usage: TurnUsage
+
+
+__all__ = [
+    "ERROR", "FROM_LOOPD", "TO_LOOPD", "TURN", "TURN_DONE", "TURN_EVENT",
+    "CacheLossEvent", "Content", "Progress", "Queued", "Reasoning", "Retrying", "SessionKind",
+    "ThinkingCapped", "ToolCallStarted", "ToolResultEvent", "Turn", "TurnDone", "TurnEvent",
+    "TurnEventBody", "TurnUsage", "Waiting", "WireError",
+]

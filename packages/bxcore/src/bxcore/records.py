@@ -1,0 +1,100 @@
+"""Session log records: one JSON object per line of ``sessions/<id>/<epoch>.jsonl``.
+
+Fields are exactly those of the M2b design, section 2. ``type`` names the variant. The bytes of
+each variant are pinned by golden fixtures: a change here that changes them fails a test.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, TypeAdapter
+
+from ._base import Count, Flag, Model, Text
+from .chat import ToolCall
+from .ids import SessionId
+from .tools import DataClass
+from .util import is_rfc3339
+
+
+def _check_time(value: str) -> str:
+    if not is_rfc3339(value):
+        raise ValueError(f"not an RFC 3339 time: {value!r}")
+    return value
+
+
+Time = Annotated[Text, AfterValidator(_check_time)]
+
+
+class SessionStart(Model):
+    type: Literal["session_start"] = "session_start"
+    time: Time
+    session: SessionId
+    epoch: Count
+    slot: Count
+    baseline: Text  # sha256 of the epoch's baseline file, algorithm-tagged
+
+
+class User(Model):
+    type: Literal["user"] = "user"
+    time: Time
+    content: Text
+
+
+class Assistant(Model):
+    """The three fields exactly as the server returned them, replayed unchanged."""
+
+    type: Literal["assistant"] = "assistant"
+    time: Time
+    content: Text | None
+    reasoning_content: Text | None
+    tool_calls: list[ToolCall] | None
+
+
+class Usage(Model):
+    type: Literal["usage"] = "usage"
+    time: Time
+    cache_n: Count
+    prompt_n: Count
+    predicted_n: Count
+    reasoning_tokens: Count
+    thinking_capped: Flag
+
+
+class ToolResult(Model):
+    type: Literal["tool_result"] = "tool_result"
+    time: Time
+    call: Count
+    tool_call_id: Text
+    content: Text
+    data_class: DataClass = Field(alias="class")
+    untrusted: Flag
+    truncated: Flag
+
+
+class CacheLoss(Model):
+    type: Literal["cache_loss"] = "cache_loss"
+    time: Time
+    expected: Count
+    got: Count
+
+
+class EpochEnd(Model):
+    """Closes an epoch's log; the session continues in ``next_epoch`` (compaction)."""
+
+    type: Literal["epoch_end"] = "epoch_end"
+    time: Time
+    next_epoch: Count
+
+
+LogRecord = Annotated[
+    SessionStart | User | Assistant | Usage | ToolResult | CacheLoss | EpochEnd,
+    Field(discriminator="type"),
+]
+
+LOG_RECORD = TypeAdapter(LogRecord)
+
+
+def parse_record(line: bytes | str) -> SessionStart | User | Assistant | Usage | ToolResult | CacheLoss | EpochEnd:
+    """Parse one log line. Raises pydantic.ValidationError on anything that is not a record."""
+    return LOG_RECORD.validate_json(line)

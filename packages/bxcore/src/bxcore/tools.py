@@ -1,0 +1,89 @@
+"""Tool calls as they cross from loopd to brokerd, and the plain record of a decision."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from ._base import Count, Flag, Model, Text
+from .ids import SessionId
+
+
+class DataClass(StrEnum):
+    """How sensitive a tool result is. Ordered: a session's taint is the highest it has seen."""
+
+    PUBLIC = "public"
+    PRIVATE = "private"
+    SECRET = "secret"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+    # str's own comparisons would order these alphabetically; compare by rank instead.
+    def __lt__(self, other: object) -> bool:  # type: ignore[override]
+        return self.rank < _rank_of(other)
+
+    def __le__(self, other: object) -> bool:  # type: ignore[override]
+        return self.rank <= _rank_of(other)
+
+    def __gt__(self, other: object) -> bool:  # type: ignore[override]
+        return self.rank > _rank_of(other)
+
+    def __ge__(self, other: object) -> bool:  # type: ignore[override]
+        return self.rank >= _rank_of(other)
+
+    __hash__ = StrEnum.__hash__
+
+
+def _rank_of(other: object) -> int:
+    if not isinstance(other, DataClass):
+        raise TypeError(f"cannot compare a DataClass with {type(other).__name__}")
+    return other.rank
+
+
+_RANK = {DataClass.PUBLIC: 0, DataClass.PRIVATE: 1, DataClass.SECRET: 2}
+
+
+class ToolRequest(Model):
+    """One call the model asked for. ``arguments`` is the JSON text of the inner object."""
+
+    session: SessionId
+    call: Count  # per-session counter, increasing across turns
+    tool: Annotated[Text, Field(min_length=1, max_length=64)]
+    arguments: Text
+
+
+class ToolResponse(Model):
+    """What came back for a ToolRequest.
+
+    ``status`` is ``ok`` when the tool ran; ``denied`` when policy refused it (no grant, a deny
+    grant, an approval refused or expired); ``failed`` when it was allowed but did not complete.
+    In every case ``content`` is the text the model sees.
+    """
+
+    status: Literal["ok", "denied", "failed"]
+    content: Text
+    data_class: DataClass = Field(alias="class")
+    untrusted: Flag
+    truncated: Flag
+
+
+Verdict = Literal["allow", "ask", "deny"]
+
+
+class DecisionRecord(Model):
+    """The plain, serialisable record of a policy decision: for the audit log and the wire.
+
+    It grants nothing. Only brokerd's policy module can make the ``Decision`` that lets a tool run.
+    """
+
+    session: SessionId
+    call: Count
+    tool: Text
+    arguments_sha256: Text
+    verdict: Verdict
+    grant: Text | None  # the grant file that decided, None when no grant matched
+    reason: Text

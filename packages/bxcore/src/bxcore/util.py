@@ -1,0 +1,59 @@
+"""Small shared helpers: hashing and time, so every role spells them the same way."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+SHA256_PREFIX = "sha256:"
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
+
+
+def sha256(data: bytes) -> str:
+    """The algorithm-tagged SHA-256 of some bytes: ``sha256:<64 hex digits>``."""
+    return SHA256_PREFIX + hashlib.sha256(data).hexdigest()
+
+
+def now_rfc3339() -> str:
+    """The current UTC time, RFC 3339 with microseconds and a ``Z``."""
+    return format_rfc3339(datetime.now(UTC))
+
+
+def format_rfc3339(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        raise ValueError("refusing a naive datetime: Boxmaker times are UTC")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_rfc3339(text: str) -> datetime:
+    if not _RFC3339.match(text):
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def is_rfc3339(text: str) -> bool:
+    return bool(_RFC3339.match(text))
+
+
+def write_durably(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` atomically: write a temp file, fsync, rename, fsync the dir."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

