@@ -81,6 +81,9 @@ fetch_models() {
 }
 
 mkdir -p "$CACHE"
+# One build at a time: a second caller waits for the first, then finds the cached binary.
+exec 9>"$CACHE/.lock"
+flock 9
 case "${1:-all}" in
   binary) build_binary ;;
   models) fetch_models ;;

@@ -1,0 +1,1 @@
+"""loopd's inference client: streaming chat completions through inferproxy."""

@@ -1,0 +1,28 @@
+"""Test-wide settings: hypothesis profiles, and a private state directory for every test."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.register_profile(
+    "ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "long", max_examples=100_000, deadline=None, suppress_health_check=list(HealthCheck)
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(autouse=True)
+def _private_state(tmp_path_factory, monkeypatch):
+    """No test touches a real home: BOXMAKER_HOME and BOXMAKER_RUN point into a temp dir."""
+    root = tmp_path_factory.mktemp("boxmaker")
+    (root / "home").mkdir()
+    (root / "run").mkdir()
+    monkeypatch.setenv("BOXMAKER_HOME", str(root / "home"))
+    monkeypatch.setenv("BOXMAKER_RUN", str(root / "run"))
+    return root
