@@ -1,0 +1,59 @@
+"""Approvals: brokerd asks the owner, through a channel, whether an ``ask`` call may run.
+
+``gateway.sock`` (served by gatewayd) and ``approve.sock`` (served by brokerd for local
+``bxctl approve``/``deny``) carry these frames.
+
+On gateway.sock brokerd connects once per approval, sends ``approval_request`` and waits on the
+same connection for one ``approval_answer`` (final). brokerd closes the connection when the
+approval expires; expiry means deny.
+
+On approve.sock bxctl sends ``approval_list`` (answered by ``approval_pending``, final) or
+``approval_answer`` (answered by ``approval_ack`` or ``error``, final).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .._base import Model, Text
+from ..ids import SessionId
+
+APPROVAL_REQUEST = "approval_request"
+APPROVAL_ANSWER = "approval_answer"
+APPROVAL_LIST = "approval_list"
+APPROVAL_PENDING = "approval_pending"
+APPROVAL_ACK = "approval_ack"
+ERROR = "error"
+
+TO_GATEWAYD = frozenset({APPROVAL_REQUEST})
+FROM_GATEWAYD = frozenset({APPROVAL_ANSWER, ERROR})
+TO_APPROVE_SOCKET = frozenset({APPROVAL_LIST, APPROVAL_ANSWER})
+FROM_APPROVE_SOCKET = frozenset({APPROVAL_PENDING, APPROVAL_ACK, ERROR})
+
+
+class ApprovalRequest(Model):
+    """What exactly will run, for the owner to judge. ``id`` is unguessable and bound to this
+    one call (tool and argument hash); it can be answered once."""
+
+    id: Text
+    session: SessionId
+    tool: Text
+    arguments: Text  # the JSON text of the call's arguments, shown to the owner verbatim
+    arguments_sha256: Text
+    grant: Text  # the grant file whose mode is ``ask``
+    expires: Text  # RFC 3339
+
+
+class ApprovalAnswer(Model):
+    id: Text
+    verdict: Literal["approve", "deny"]
+    by: Text  # who answered: a Mattermost user id, or "local:<uid>" for bxctl
+
+
+class ApprovalPending(Model):
+    approvals: list[ApprovalRequest]
+
+
+class ApprovalAck(Model):
+    id: Text
+    verdict: Literal["approve", "deny"]
