@@ -1,0 +1,77 @@
+"""``Decision``: the only value that lets a tool run. Only brokerd's policy package makes one.
+
+The constructor needs ``_MINT``, a capability private to this package. A Decision cannot be
+pickled, copied or deserialised into existence, and each one is recorded when minted, so even an
+instance forged with ``object.__new__`` is refused by ``authorize()``. A Decision authorizes one
+run: ``authorize()`` consumes it.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from bxcore.tools import DecisionRecord
+
+from ..sandbox.spec import SandboxSpec
+
+_MINT = object()
+_ISSUED: weakref.WeakSet[Decision] = weakref.WeakSet()
+
+
+class NotAuthorized(Exception):
+    """A tool was about to run without a genuine, unused, allowing Decision."""
+
+
+class Decision:
+    __slots__ = ("__weakref__", "_record", "_spec", "_used")
+
+    def __init__(self, mint: object, *, record: DecisionRecord, spec: SandboxSpec | None):
+        if mint is not _MINT:
+            raise TypeError("a Decision can only be made by brokerd's policy module")
+        if (record.verdict == "allow") != (spec is not None):
+            raise TypeError("an allowing Decision carries a spec, and only it does")
+        object.__setattr__(self, "_record", record)
+        object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_used", False)
+        _ISSUED.add(self)
+
+    @property
+    def record(self) -> DecisionRecord:
+        """The plain record for the audit log and the wire."""
+        return self._record
+
+    @property
+    def allowed(self) -> bool:
+        return self._record.verdict == "allow"
+
+    def authorize(self) -> SandboxSpec:
+        """The spec to run, once. Raises NotAuthorized for a forged, used or refusing Decision."""
+        if self not in _ISSUED:
+            raise NotAuthorized("this Decision was not made by the policy module")
+        if self._used:
+            raise NotAuthorized("this Decision was already used")
+        if self._spec is None:
+            raise NotAuthorized(f"the decision was {self._record.verdict}: {self._record.reason}")
+        object.__setattr__(self, "_used", True)
+        return self._spec
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a Decision is immutable")
+
+    def __reduce__(self) -> object:
+        raise TypeError("a Decision cannot be pickled")
+
+    def __copy__(self) -> Decision:
+        raise TypeError("a Decision cannot be copied")
+
+    def __deepcopy__(self, memo: object) -> Decision:
+        raise TypeError("a Decision cannot be copied")
+
+    def __repr__(self) -> str:
+        r = self._record
+        return f"<Decision {r.verdict} {r.tool} call={r.call} session={r.session}>"
+
+
+def mint(record: DecisionRecord, spec: SandboxSpec | None) -> Decision:
+    """For the policy package's own modules only."""
+    return Decision(_MINT, record=record, spec=spec)

@@ -1,0 +1,1 @@
+"""Sandbox backends: each runs one authorized call in a fresh, disposable sandbox."""

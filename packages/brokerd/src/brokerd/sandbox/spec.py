@@ -1,0 +1,38 @@
+"""What one approved call may touch: the plain description a sandbox backend runs.
+
+Backends never receive a SandboxSpec on its own: they receive a ``Decision`` and take the spec
+out of it with ``Decision.authorize()``, so nothing runs that policy did not allow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bxcore.secrets import Secret
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mount:
+    source: Path  # on the host, fully resolved
+    target: str  # inside the sandbox
+    writable: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    memory_mb: int = 256
+    pids: int = 64
+    timeout_s: float = 60.0
+    output_cap: int = 16 * 1024  # bytes of tool output kept
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxSpec:
+    program: str  # a toolkit tool name, e.g. "fs.read"
+    arguments: str  # the call's JSON text, passed to the program unchanged
+    mounts: tuple[Mount, ...] = ()
+    hosts: tuple[str, ...] = ()  # egress allowlist; empty means no network at all
+    secrets: tuple[Secret, ...] = ()  # each injected as a file /run/secrets/<name>
+    workdir: str | None = None
+    limits: Limits = field(default_factory=Limits)
