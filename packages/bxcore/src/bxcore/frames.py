@@ -14,7 +14,9 @@ frame), never another exception. After an error the decoder stays in its ERROR s
 from __future__ import annotations
 
 import json
+import re
 import struct
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
@@ -99,6 +101,8 @@ class FrameDecoder:
         if self._error:
             raise self._error
         if self._ended:
+            if not data:
+                return  # a second end of stream says nothing new
             raise FrameError("data fed after the end of the stream")
         if data:
             self._buffer += data
@@ -141,9 +145,13 @@ class FrameDecoder:
         except UnicodeDecodeError as exc:
             raise FrameError(f"frame is not UTF-8 (byte {exc.start})") from None
         try:
-            value = json.loads(text, parse_constant=_refuse_constant)
+            value = json.loads(
+                text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates
+            )
         except (ValueError, RecursionError) as exc:
             raise FrameError(f"frame is not JSON: {exc}") from None
+        if _LONE_SURROGATE_ESCAPE.search(payload):
+            _check_unicode(value)
         if not isinstance(value, dict):
             raise FrameError(f"frame is a JSON {type(value).__name__}, not an object")
         missing = [k for k in ("kind", "final", "body") if k not in value]
@@ -160,3 +168,26 @@ class FrameDecoder:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Two parsers that keep different copies of a repeated key read different messages; the
+    # canonical encoding never repeats a key, so a frame that does is refused.
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        counts = Counter(key for key, _ in pairs)
+        repeated = sorted(key for key, count in counts.items() if count > 1)
+        raise ValueError(f"key(s) {', '.join(map(repr, repeated))} repeated in one object")
+    return value
+
+
+# A \uD800-\uDFFF escape can decode to half a surrogate pair, a string UTF-8 cannot carry; such
+# a body could never be logged or forwarded. Only payloads holding such an escape are checked.
+_LONE_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
+def _check_unicode(value: Any) -> None:
+    try:
+        canonical_json(value)
+    except ValueError:
+        raise FrameError("frame has a string that is not Unicode (a lone surrogate)") from None

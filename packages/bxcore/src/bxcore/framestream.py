@@ -28,7 +28,7 @@ def _map_os_errors(what: str) -> Iterator[None]:
         yield
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         raise PeerUnavailable(f"{what}: not running ({exc.strerror})") from exc
-    except (TimeoutError, socket.timeout) as exc:
+    except TimeoutError as exc:
         raise PeerUnavailable(f"{what}: timed out") from exc
     except OSError as exc:
         raise PeerUnavailable(f"{what}: {exc.strerror or exc}") from exc

@@ -87,14 +87,13 @@ class EpochEnd(Model):
     next_epoch: Count
 
 
-LogRecord = Annotated[
-    SessionStart | User | Assistant | Usage | ToolResult | CacheLoss | EpochEnd,
-    Field(discriminator="type"),
-]
+AnyRecord = SessionStart | User | Assistant | Usage | ToolResult | CacheLoss | EpochEnd
+
+LogRecord = Annotated[AnyRecord, Field(discriminator="type")]
 
 LOG_RECORD = TypeAdapter(LogRecord)
 
 
-def parse_record(line: bytes | str) -> SessionStart | User | Assistant | Usage | ToolResult | CacheLoss | EpochEnd:
+def parse_record(line: bytes | str) -> AnyRecord:
     """Parse one log line. Raises pydantic.ValidationError on anything that is not a record."""
     return LOG_RECORD.validate_json(line)

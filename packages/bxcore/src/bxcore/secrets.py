@@ -11,11 +11,13 @@ contains it.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from .config import SecretSpec
 from .errors import SecretError
@@ -43,7 +45,12 @@ class Secret:
     __str__ = __repr__
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other.name == self.name and other._value == self._value
+        # Constant-time, so comparing secrets does not leak how much of one matched.
+        return (
+            isinstance(other, Secret)
+            and other.name == self.name
+            and hmac.compare_digest(other._value.encode(), self._value.encode())
+        )
 
     def __hash__(self) -> int:
         return hash(self.name)
@@ -88,9 +95,11 @@ class SecretStore:
                 f"secret {key!r}: CREDENTIALS_DIRECTORY is not set (run the role under systemd "
                 f"with LoadCredentialEncrypted={name}:...)"
             )
-        if "/" in name or name in (".", ".."):
+        if not name or "/" in name or "\0" in name or name in (".", ".."):
             raise SecretError(f"secret {key!r}: credential name {name!r} is not a plain name")
-        return Secret(key, _read_small(Path(directory) / name, key))
+        path = Path(directory) / name
+        with _open(path, key) as handle:
+            return Secret(key, _read_small(handle, path, key))
 
     def _from_env(self, key: str, variable: str | None) -> Secret:
         if not variable:
@@ -103,24 +112,36 @@ class SecretStore:
     def _from_file(self, key: str, path: Path | None) -> Secret:
         if path is None:
             raise SecretError(f"secret {key!r}: backend 'file' needs 'path'")
-        try:
-            info = path.stat()
-        except OSError as exc:
-            raise SecretError(f"secret {key!r}: cannot stat {path}: {exc.strerror}") from None
-        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise SecretError(
-                f"secret {key!r}: {path} is readable by group or others "
-                f"(mode {stat.S_IMODE(info.st_mode):04o}); chmod 600 it"
-            )
-        if info.st_uid != os.geteuid():
-            raise SecretError(f"secret {key!r}: {path} is not owned by this user")
-        return Secret(key, _read_small(path, key))
+        # Check the file that was opened, not the path (which could be swapped in between), and
+        # open without blocking so a FIFO planted at the path cannot hang startup.
+        with _open(path, key, os.O_NONBLOCK) as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise SecretError(f"secret {key!r}: {path} is not a regular file")
+            if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise SecretError(
+                    f"secret {key!r}: {path} is readable by group or others "
+                    f"(mode {stat.S_IMODE(info.st_mode):04o}); chmod 600 it"
+                )
+            if info.st_uid != os.geteuid():
+                raise SecretError(
+                    f"secret {key!r}: {path} is owned by uid {info.st_uid}, not by this user "
+                    f"(uid {os.geteuid()})"
+                )
+            return Secret(key, _read_small(handle, path, key))
 
 
-def _read_small(path: Path, key: str) -> str:
+def _open(path: Path, key: str, flags: int = 0) -> BinaryIO:
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_SECRET + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | flags)
+    except OSError as exc:
+        raise SecretError(f"secret {key!r}: cannot open {path}: {exc.strerror}") from None
+    return os.fdopen(fd, "rb")
+
+
+def _read_small(handle: BinaryIO, path: Path, key: str) -> str:
+    try:
+        data = handle.read(MAX_SECRET + 1)
     except OSError as exc:
         raise SecretError(f"secret {key!r}: cannot read {path}: {exc.strerror}") from None
     if len(data) > MAX_SECRET:

@@ -9,8 +9,10 @@ Relative paths are taken relative to the config file's directory.
 
 from __future__ import annotations
 
+import json
 import tomllib
-from pathlib import Path
+from datetime import date, datetime, time
+from pathlib import Path, PurePath
 from typing import Any
 
 from pydantic import Field, ValidationError
@@ -56,10 +58,26 @@ def parse_config(text: str, source: str | Path, base_dir: Path | None = None) ->
 
 
 def config_from_dict(data: dict[str, Any], source: str | Path, base_dir: Path | None) -> Config:
+    """Validate parsed config data strictly: TOML has types, so ``"8"`` is not a number and
+    ``"yes"`` is not a flag. Validation goes through JSON mode, where strict still takes a string
+    for a path, an enum or a timestamp, and a list for a tuple."""
     try:
-        return Config.model_validate(data, context={BASE_DIR: base_dir})
+        as_json = json.dumps(data, default=_toml_value_as_json)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: cannot read the config data: {exc}") from None
+    try:
+        return Config.model_validate_json(as_json, strict=True, context={BASE_DIR: base_dir})
     except ValidationError as exc:
         raise ConfigError(describe(exc, source)) from None
+
+
+def _toml_value_as_json(value: object) -> str:
+    # TOML dates and times arrive as datetime objects; a caller may also hand in Paths.
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, PurePath):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not a config value")
 
 
 def load_config(path: str | Path) -> Config:
@@ -78,7 +96,7 @@ def describe(exc: ValidationError, source: str | Path) -> str:
     lines = []
     for error in exc.errors():
         key = ".".join(str(p) for p in error["loc"]) or "(top level)"
-        message = error["msg"]
+        message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown key"
         elif "input" in error and error["type"] != "missing":
@@ -90,6 +108,6 @@ def describe(exc: ValidationError, source: str | Path) -> str:
 __all__ = [
     "BaselineSection", "BrokerSection", "ChannelSection", "Config", "ConfigPath",
     "GatewaySection", "InferenceSection", "InferproxySection", "LoopSection", "MemorySection",
-    "PathsSection", "SecretSpec", "Seconds", "Section", "config_from_dict", "describe",
+    "PathsSection", "Seconds", "SecretSpec", "Section", "config_from_dict", "describe",
     "load_config", "parse_config",
 ]
