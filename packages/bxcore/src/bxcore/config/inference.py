@@ -69,6 +69,9 @@ class InferenceSection(Section):
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     liveness_timeout: Seconds = 60.0  # no bytes for this long after the first byte: give up
     first_byte_timeout: Seconds = 900.0  # queued behind another client, or a model loading
+    # no first byte after this long: tell the channel it is waiting (server queue, model load)
+    waiting_notice: Seconds = 2.0
+    connect_timeout: Seconds = 10.0  # reaching inferproxy's socket
     retries: Annotated[int, Field(ge=0, le=20)] = 4
     retry_backoff: Seconds = 1.0  # first delay; doubles per attempt, with jitter
     thinking_cap: Annotated[int, Field(ge=1)] = 4096

@@ -10,7 +10,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from bxcore.chat import AssistantMessage, SystemMessage, ToolCall, ToolMessage, ToolSchema, UserMessage
+from bxcore.chat import (
+    AssistantMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    ToolSchema,
+    UserMessage,
+)
 from bxcore.protocol.loop import CacheLossEvent, TurnEventBody
 
 ChatMessage = SystemMessage | UserMessage | AssistantMessage | ToolMessage
@@ -26,6 +33,8 @@ class ChatRequest:
     tools: tuple[ToolSchema, ...]
     slot: int
     session: str  # for errors and logs only; never sent to the server
+    max_tokens: int | None = None  # overrides [inference].max_tokens for this request
+    tool_choice: str | None = None  # "auto" (the server's default), "required" or "none"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +50,7 @@ class Completion:
     predicted_n: int
     reasoning_tokens: int
     thinking_capped: bool
+    finish_reason: str | None = None  # stop | length | tool_calls, as the server said
 
     @property
     def slot_tokens(self) -> int:

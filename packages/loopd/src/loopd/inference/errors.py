@@ -1,8 +1,21 @@
 """Errors of the inference path.
 
-    InferenceError        the model server failed the request (after retries, where allowed)
-    └── SessionFull       the prompt does not fit the slot's context (HTTP 400
-                          exceed_context_size_error); never retried
+    InferenceError            the model server failed the request (after retries, where allowed)
+    ├── SessionFull           the prompt does not fit the slot's context (HTTP 400
+    │                         exceed_context_size_error); never retried
+    ├── Unavailable           the server could not be reached or was loading: connect failure,
+    │   │                     HTTP 503, the connection closed before a response; retried
+    │   └── StreamCut         the stream ended before the completion was whole; retried
+    ├── Stalled               no byte within the first-byte limit, or none for the liveness
+    │                         timeout after it; not retried (a retry would queue again)
+    ├── ServerRejected        any other HTTP error status, with the server's message; not retried
+    ├── ServerStreamError     an error event in the middle of the stream, with the server's
+    │                         message; not retried
+    ├── BadStream             the server sent something that is not its SSE format (the peer did
+    │                         it wrong): malformed lines, JSON or chunk shapes; not retried
+    └── OverBudget            the baseline has more tokens than ``[inference].baseline_budget``
+
+Only Unavailable (and its StreamCut) is retried by ``chat_with_retry``.
 """
 
 from __future__ import annotations
@@ -15,4 +28,34 @@ class InferenceError(BoxmakerError):
 
 
 class SessionFull(InferenceError):
+    pass
+
+
+class Unavailable(InferenceError):
+    pass
+
+
+class StreamCut(Unavailable):
+    pass
+
+
+class Stalled(InferenceError):
+    pass
+
+
+class ServerRejected(InferenceError):
+    def __init__(self, message: str, *, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class ServerStreamError(InferenceError):
+    pass
+
+
+class BadStream(InferenceError):
+    pass
+
+
+class OverBudget(InferenceError):
     pass

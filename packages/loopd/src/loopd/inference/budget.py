@@ -1,0 +1,61 @@
+"""The baseline budget (inference contract 1): the baseline's tokens, counted by the server.
+
+The baseline (system message and core tool schemas) is rendered by the server's own chat
+template (``/apply-template``) and tokenized by its own tokenizer (``/tokenize``), so the count is
+what the model sees. ``check_budget`` fails over ``[inference].baseline_budget``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bxcore.chat import SystemMessage, ToolSchema, message_json
+
+from .client import InferenceClient
+from .errors import BadStream, OverBudget
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetReport:
+    tokens: int
+    budget: int
+
+    @property
+    def ok(self) -> bool:
+        return self.tokens <= self.budget
+
+    def describe(self) -> str:
+        verdict = "within" if self.ok else "OVER"
+        return f"baseline: {self.tokens} tokens, {verdict} the budget of {self.budget}"
+
+
+async def count_baseline_tokens(
+    client: InferenceClient, system: str, tools: tuple[ToolSchema, ...]
+) -> BudgetReport:
+    model = client.section.model
+    rendered = await client.post_json(
+        "/apply-template",
+        {
+            "model": model,
+            "messages": [message_json(SystemMessage(content=system))],
+            "tools": [tool.as_openai_tool() for tool in tools],
+        },
+    )
+    prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+    if not isinstance(prompt, str):
+        raise BadStream(f"/apply-template answered without a prompt: {str(rendered)[:200]}")
+    tokenized = await client.post_json("/tokenize", {"model": model, "content": prompt})
+    tokens = tokenized.get("tokens") if isinstance(tokenized, dict) else None
+    if not isinstance(tokens, list):
+        raise BadStream(f"/tokenize answered without tokens: {str(tokenized)[:200]}")
+    return BudgetReport(tokens=len(tokens), budget=client.section.baseline_budget)
+
+
+async def check_budget(
+    client: InferenceClient, system: str, tools: tuple[ToolSchema, ...]
+) -> BudgetReport:
+    """The report, or OverBudget (whose message is the report) when the baseline is too big."""
+    report = await count_baseline_tokens(client, system, tools)
+    if not report.ok:
+        raise OverBudget(report.describe())
+    return report

@@ -1,0 +1,218 @@
+"""The inference client: httpx over inferproxy's Unix socket, a thin shell around the pure parts.
+
+    client = InferenceClient(config.inference, socket=path)        # or transport=... in tests
+    completion = await client.chat(request, events)                # with retries
+    await client.aclose()
+
+Liveness, not deadlines: the wait for the response (queued behind another client on the slot, or
+the router loading the model) has its own long limit, ``first_byte_timeout``; after that, the
+stream fails only when no byte arrives for ``liveness_timeout`` (keep-alive comments and progress
+chunks count). There is no limit on the whole request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from bxcore.config import InferenceSection
+from bxcore.protocol.loop import ThinkingCapped, Waiting
+
+from .api import ChatRequest, Completion, EventSink
+from .assembler import CompletionAssembler
+from .chunks import parse_chunk, parse_error_body
+from .errors import InferenceError, ServerRejected, SessionFull, Stalled, StreamCut, Unavailable
+from .gate import SlotGate
+from .request import CHAT_PATH, CONTROL_PATH, reasoning_end_body, request_body
+from .retry import chat_with_retry
+from .sse import END, NEED_DATA, Message, SSEParser
+
+T = TypeVar("T")
+BASE_URL = "http://inferproxy"  # the host is never resolved: every byte goes to the socket
+CONTEXT_FULL = "exceed_context_size_error"
+
+
+@contextlib.contextmanager
+def _map_http_errors(what: str, error: type[InferenceError]) -> Iterator[None]:
+    """httpx's exceptions become ours at this one edge; nothing above catches httpx errors."""
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise Unavailable(f"{what}: timed out ({type(exc).__name__})") from exc
+    except httpx.TransportError as exc:
+        raise error(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+class InferenceClient:
+    """Implements ``Inference``. Share one per process: its slot gate is per process."""
+
+    def __init__(
+        self,
+        section: InferenceSection,
+        *,
+        socket: str | Path | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        gate: SlotGate | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+    ):
+        if transport is None:
+            if socket is None:
+                raise ValueError("InferenceClient needs a socket path or a transport")
+            transport = httpx.AsyncHTTPTransport(uds=str(socket))
+        self.section = section
+        self.gate = gate or SlotGate()
+        self._sleep = sleep
+        self._jitter = jitter
+        timeout = httpx.Timeout(None, connect=section.connect_timeout)
+        self._http = httpx.AsyncClient(transport=transport, base_url=BASE_URL, timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> InferenceClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def chat(self, request: ChatRequest, events: EventSink) -> Completion:
+        return await chat_with_retry(
+            self.chat_once,
+            request,
+            events,
+            retries=self.section.retries,
+            backoff=self.section.retry_backoff,
+            sleep=self._sleep,
+            jitter=self._jitter,
+        )
+
+    async def chat_once(self, request: ChatRequest, events: EventSink) -> Completion:
+        """One attempt, holding the slot gate for its whole length."""
+        async with self.gate.hold(request.slot, events):
+            body = request_body(request, self.section)
+            with _map_http_errors("inferproxy", Unavailable):
+                http_request = self._http.build_request("POST", CHAT_PATH, json=body)
+                response = await self._first_byte(
+                    self._http.send(http_request, stream=True), request.slot, events
+                )
+            try:
+                if response.status_code != 200:
+                    await self._raise_for_status(response)
+                return await self._read_stream(response, events)
+            finally:
+                await response.aclose()
+
+    async def _first_byte(
+        self, pending: Awaitable[httpx.Response], slot: int, events: EventSink
+    ) -> httpx.Response:
+        """The response head, within ``first_byte_timeout``. llama-server sends its headers with
+        the first chunk, so until then the request is queued or the model is loading; after
+        ``waiting_notice`` the channel is told which (``waiting {slot_busy}``)."""
+        task = asyncio.ensure_future(pending)
+        limit, notice = self.section.first_byte_timeout, self.section.waiting_notice
+        try:
+            done, _ = await asyncio.wait({task}, timeout=min(notice, limit))
+            if not done:
+                await events(Waiting(slot_busy=await self._slot_busy(slot)))
+                done, _ = await asyncio.wait({task}, timeout=max(limit - notice, 0))
+            if not done:
+                raise Stalled(f"the server sent nothing for {limit:g} s (first_byte_timeout)")
+            return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def _slot_busy(self, slot: int) -> bool:
+        """Whether the server reports the slot busy (another client); False if it cannot say,
+        as while the router loads the model."""
+        try:
+            slots = await self.get_json("/slots", autoload="false")
+        except InferenceError:
+            return False
+        if not isinstance(slots, list):
+            return False
+        return any(s.get("id") == slot and s.get("is_processing") is True for s in slots)
+
+    async def _raise_for_status(self, response: httpx.Response) -> None:
+        with _map_http_errors("inferproxy", StreamCut):
+            raw = await response.aread()
+        error = parse_error_body(raw)
+        message = error.message if error else raw[:300].decode("utf-8", "replace")
+        status = response.status_code
+        if status == 400 and error is not None and error.type == CONTEXT_FULL:
+            raise SessionFull(f"the prompt does not fit the slot: {message}")
+        if status == 503:
+            raise Unavailable(f"the server is not ready (HTTP 503): {message}")
+        raise ServerRejected(
+            f"the server refused the request (HTTP {status}): {message}", status=status
+        )
+
+    async def _read_stream(self, response: httpx.Response, events: EventSink) -> Completion:
+        parser = SSEParser()
+        assembler = CompletionAssembler()
+        capped = cap_sent = False
+        chunks = response.aiter_raw()
+        liveness = self.section.liveness_timeout
+        while True:
+            with _map_http_errors("the stream", StreamCut):
+                try:
+                    data = await asyncio.wait_for(anext(chunks), liveness)
+                except StopAsyncIteration:
+                    data = b""
+                except TimeoutError:
+                    raise Stalled(f"no bytes for {liveness:g} s (liveness_timeout)") from None
+            parser.feed(data)
+            while (event := parser.next_event()) is not NEED_DATA and event is not END:
+                if not isinstance(event, Message):
+                    continue  # a keep-alive comment: its bytes already counted for liveness
+                for channel_event in assembler.add(parse_chunk(event.data)):
+                    await events(channel_event)
+                if not cap_sent and assembler.reasoning_tokens >= self.section.thinking_cap:
+                    cap_sent = True
+                    capped = await self._end_reasoning(assembler.completion_id)
+                    if capped:
+                        await events(ThinkingCapped(tokens=assembler.reasoning_tokens))
+            if event is END or not data:
+                return assembler.finish(thinking_capped=capped)
+
+    async def _end_reasoning(self, completion_id: str | None) -> bool:
+        """Ask the server to close the running reasoning block; True if it did."""
+        if completion_id is None:
+            return False
+        answer = await self.post_json(CONTROL_PATH, reasoning_end_body(completion_id, self.section))
+        return isinstance(answer, dict) and answer.get("success") is True
+
+    async def get_json(self, path: str, **params: str) -> Any:
+        """GET a JSON endpoint (``/props``, ``/slots``) of the configured model."""
+        params.setdefault("model", self.section.model)
+        return await self._json("GET", path, params=params)
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        return await self._json("POST", path, json=body)
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        with _map_http_errors(f"{method} {path}", Unavailable):
+            response = await asyncio.wait_for(
+                self._http.request(method, path, **kwargs), self.section.first_byte_timeout
+            )
+        if response.status_code != 200:
+            error = parse_error_body(response.content)
+            message = error.message if error else response.text[:300]
+            raise ServerRejected(
+                f"{method} {path}: HTTP {response.status_code}: {message}",
+                status=response.status_code,
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ServerRejected(
+                f"{method} {path}: the answer is not JSON: {exc}", status=response.status_code
+            ) from None

@@ -1,0 +1,48 @@
+"""The request body of one streamed chat completion (pure).
+
+Every request streams with ``return_progress`` (prompt processing then produces events, which the
+liveness timer counts), pins its slot with ``id_slot``, asks for ``cache_prompt``, names the router
+model, sends the sampling settings (the server's default temperature is 1.0), asks for the usage
+chunk, and carries ``reasoning_control`` so the thinking cap can end a reasoning block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bxcore.chat import message_json
+from bxcore.config import InferenceSection
+
+from .api import ChatRequest
+
+CHAT_PATH = "/v1/chat/completions"
+CONTROL_PATH = "/v1/chat/completions/control"
+
+
+def request_body(request: ChatRequest, section: InferenceSection) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": section.model,
+        "messages": [message_json(m) for m in request.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_progress": True,
+        "id_slot": request.slot,
+        "cache_prompt": True,
+        "reasoning_control": True,
+        "temperature": section.sampling.temperature,
+        "top_p": section.sampling.top_p,
+        "top_k": section.sampling.top_k,
+    }
+    if request.tools:
+        body["tools"] = [tool.as_openai_tool() for tool in request.tools]
+    if request.tool_choice is not None:
+        body["tool_choice"] = request.tool_choice
+    max_tokens = request.max_tokens or section.max_tokens
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
+
+
+def reasoning_end_body(completion_id: str, section: InferenceSection) -> dict[str, Any]:
+    """Ends the reasoning block of a running completion; the router needs the model to route it."""
+    return {"id": completion_id, "action": "reasoning_end", "model": section.model}

@@ -1,0 +1,209 @@
+"""The startup self-test (inference contract 9 and 10): loopd refuses to start if any check fails.
+
+Checks, each named in the report:
+
+- ``tool_call``: a request that must call a tool comes back with a parsed tool call whose
+  arguments are a JSON object;
+- ``round_trip``: the tool result sent back gives a completion;
+- ``cache_hit``: that second request, which extends the first, reused the first one's cache;
+- ``slots``: the configured slots exist, and the slot count matches ``/props`` and ``/slots``;
+- ``context``: the per-slot context of ``/props`` and ``/slots`` matches the recorded one;
+- ``chat_template``: the sha256 of the served chat template matches the recorded one;
+- ``speculative``: no slot decodes speculatively (or as recorded).
+
+Checks whose recorded value is left out of ``[inference.serving]`` report what the server runs
+with and pass. The test runs on the background slot, so the main sessions' cache is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from bxcore.chat import AssistantMessage, SystemMessage, ToolMessage, ToolSchema, UserMessage
+from bxcore.protocol.loop import TurnEventBody
+from bxcore.util import sha256
+
+from .api import ChatRequest, Completion, cache_outcome
+from .client import InferenceClient
+from .errors import InferenceError
+
+PROBE_TOOL = ToolSchema(
+    name="read_file",
+    description="Read a text file and return its contents.",
+    parameters={
+        "type": "object",
+        "properties": {"path": {"type": "string", "description": "Path of the file"}},
+        "required": ["path"],
+    },
+)
+PROBE_SYSTEM = "You are a file assistant. Answer with a tool call when a file is needed."
+PROBE_USER = "Read the file README.md."
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelfTestReport:
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(check for check in self.checks if not check.ok)
+
+    def describe(self) -> str:
+        return "\n".join(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in self.checks)
+
+
+async def _ignore(_event: TurnEventBody) -> None:
+    return None
+
+
+async def self_test(client: InferenceClient) -> SelfTestReport:
+    checks = [*await _round_trip_checks(client)]
+    try:
+        props = await client.get_json("/props")
+        slots = await client.get_json("/slots")
+    except InferenceError as exc:
+        checks.append(Check(name="serving", ok=False, detail=f"cannot read /props, /slots: {exc}"))
+    else:
+        checks.extend(serving_checks(client, props, slots))
+    return SelfTestReport(checks=tuple(checks))
+
+
+async def _round_trip_checks(client: InferenceClient) -> list[Check]:
+    slot = client.section.slots.background
+    messages: tuple[Any, ...] = (
+        SystemMessage(content=PROBE_SYSTEM),
+        UserMessage(content=PROBE_USER),
+    )
+    first_request = ChatRequest(
+        messages=messages,
+        tools=(PROBE_TOOL,),
+        slot=slot,
+        session="self-test",
+        max_tokens=64,
+        tool_choice="required",
+    )
+    try:
+        first = await client.chat(first_request, _ignore)
+    except InferenceError as exc:
+        return [Check(name="tool_call", ok=False, detail=f"the request failed: {exc}")]
+    problem = _tool_call_problem(first)
+    if problem:
+        return [Check(name="tool_call", ok=False, detail=problem)]
+    assert first.tool_calls is not None
+    call = first.tool_calls[0]
+    checks = [
+        Check(name="tool_call", ok=True, detail=f"{call.function.name}({call.function.arguments})")
+    ]
+    replayed = AssistantMessage(
+        content=first.content,
+        reasoning_content=first.reasoning_content,
+        tool_calls=list(first.tool_calls),
+    )
+    result = ToolMessage(tool_call_id=call.id, content="# Boxmaker\nA personal agent harness.")
+    second_request = ChatRequest(
+        messages=(*messages, replayed, result),
+        tools=(PROBE_TOOL,),
+        slot=slot,
+        session="self-test",
+        max_tokens=16,
+        tool_choice="none",
+    )
+    try:
+        second = await client.chat(second_request, _ignore)
+    except InferenceError as exc:
+        checks.append(Check(name="round_trip", ok=False, detail=f"the tool result failed: {exc}"))
+        return checks
+    checks.append(Check(name="round_trip", ok=True, detail=f"finish_reason {second.finish_reason}"))
+    loss = cache_outcome(first, second, client.section.cache_loss_ratio)
+    detail = f"cache_n {second.cache_n} of {first.slot_tokens} tokens in the slot"
+    checks.append(Check(name="cache_hit", ok=loss is None, detail=detail))
+    return checks
+
+
+def _tool_call_problem(completion: Completion) -> str | None:
+    if not completion.tool_calls:
+        return f"no tool call was parsed (content {completion.content!r:.120})"
+    call = completion.tool_calls[0]
+    if call.function.name != PROBE_TOOL.name:
+        return f"the tool call names {call.function.name!r}, not {PROBE_TOOL.name!r}"
+    try:
+        arguments = json.loads(call.function.arguments)
+    except ValueError:
+        return f"the arguments are not JSON: {call.function.arguments!r}"
+    if not isinstance(arguments, dict):
+        return f"the arguments are not a JSON object: {call.function.arguments!r}"
+    return None
+
+
+def serving_checks(client: InferenceClient, props: Any, slots: Any) -> list[Check]:
+    """Compare the server's /props and /slots with the configuration (pure)."""
+    if not isinstance(props, dict) or not isinstance(slots, list):
+        return [Check(name="serving", ok=False, detail="/props or /slots has an unexpected shape")]
+    section = client.section
+    recorded = section.serving
+    total = props.get("total_slots")
+    wanted = (section.slots.main, section.slots.background)
+    slot_problems = []
+    if recorded.slot_count is not None and total != recorded.slot_count:
+        slot_problems.append(f"the server runs {total} slots, recorded {recorded.slot_count}")
+    if total != len(slots):
+        slot_problems.append(f"/props says {total} slots, /slots lists {len(slots)}")
+    if not isinstance(total, int) or max(wanted) >= total:
+        slot_problems.append(f"configured slots {wanted} do not all exist (server has {total})")
+    checks = [
+        Check(
+            name="slots",
+            ok=not slot_problems,
+            detail="; ".join(slot_problems) or f"{total} slots, using {wanted}",
+        )
+    ]
+
+    ctx = props.get("default_generation_settings", {}).get("n_ctx")
+    slot_ctx = sorted({s.get("n_ctx") for s in slots if isinstance(s, dict)})
+    ctx_problems = []
+    if slot_ctx != [ctx]:
+        ctx_problems.append(f"/props n_ctx {ctx} but /slots n_ctx {slot_ctx}")
+    if recorded.per_slot_context is not None and ctx != recorded.per_slot_context:
+        ctx_problems.append(f"per-slot context {ctx}, recorded {recorded.per_slot_context}")
+    checks.append(
+        Check(
+            name="context",
+            ok=not ctx_problems,
+            detail="; ".join(ctx_problems) or f"{ctx} tokens per slot",
+        )
+    )
+
+    template = props.get("chat_template")
+    served = sha256(template.encode()) if isinstance(template, str) else None
+    want = recorded.chat_template_sha256
+    checks.append(
+        Check(
+            name="chat_template",
+            ok=want is None or served == want,
+            detail=f"served {served}" + ("" if want is None else f", recorded {want}"),
+        )
+    )
+
+    speculative = sorted({bool(s.get("speculative")) for s in slots if isinstance(s, dict)})
+    ok = recorded.speculative is None or speculative == [recorded.speculative]
+    checks.append(
+        Check(
+            name="speculative",
+            ok=ok,
+            detail=f"slots speculative: {speculative}, recorded {recorded.speculative}",
+        )
+    )
+    return checks
