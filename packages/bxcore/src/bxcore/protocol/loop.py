@@ -96,9 +96,17 @@ class CacheLossEvent(Model):
     got: Count
 
 
+class ToolWaitingEvent(Model):
+    """A tool call waits for the owner's approval (brokerd's ``tool_waiting``, passed on)."""
+
+    type: Literal["tool_waiting"] = "tool_waiting"
+    approval: Text  # the approval id shown to the owner
+    expires: Text  # RFC 3339
+
+
 TurnEventBody = Annotated[
     Queued | Waiting | Progress | Reasoning | Content | ToolCallStarted | ToolResultEvent
-    | ThinkingCapped | Retrying | CacheLossEvent,
+    | ThinkingCapped | Retrying | CacheLossEvent | ToolWaitingEvent,
     Field(discriminator="type"),
 ]
 
@@ -123,6 +131,6 @@ class TurnDone(Model):
 __all__ = [
     "ERROR", "FROM_LOOPD", "TO_LOOPD", "TURN", "TURN_DONE", "TURN_EVENT",
     "CacheLossEvent", "Content", "Progress", "Queued", "Reasoning", "Retrying", "SessionKind",
-    "ThinkingCapped", "ToolCallStarted", "ToolResultEvent", "Turn", "TurnDone", "TurnEvent",
-    "TurnEventBody", "TurnUsage", "Waiting", "WireError",
+    "ThinkingCapped", "ToolCallStarted", "ToolResultEvent", "ToolWaitingEvent", "Turn",
+    "TurnDone", "TurnEvent", "TurnEventBody", "TurnUsage", "Waiting", "WireError",
 ]
