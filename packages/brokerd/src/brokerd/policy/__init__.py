@@ -1,5 +1,15 @@
-"""brokerd's policy: grants in, Decisions out. The only place a Decision is made."""
+"""brokerd's policy: grants in, Decisions out. The only place a Decision is made.
 
+``decide`` is pure; ``settle`` turns an answered ``ask`` into its outcome; ``parse_grant`` reads
+one grant file's text (the loading shell is ``brokerd.grantstore``).
+"""
+
+from ._decide import MEMORY_GRANT, MEMORY_TOOLS, decide, parse_arguments, path_arguments
 from ._decision import Decision, NotAuthorized
+from ._settle import settle
+from .grants import Grant, parse_grant
 
-__all__ = ["Decision", "NotAuthorized"]
+__all__ = [
+    "MEMORY_GRANT", "MEMORY_TOOLS", "Decision", "Grant", "NotAuthorized", "decide",
+    "parse_arguments", "parse_grant", "path_arguments", "settle",
+]

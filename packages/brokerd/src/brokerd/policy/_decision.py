@@ -4,6 +4,9 @@ The constructor needs ``_MINT``, a capability private to this package. A Decisio
 pickled, copied or deserialised into existence, and each one is recorded when minted, so even an
 instance forged with ``object.__new__`` is refused by ``authorize()``. A Decision authorizes one
 run: ``authorize()`` consumes it.
+
+An ``ask`` Decision holds the spec the grant would allow but never hands it out: only
+``approved()`` (in this package) turns it, once, into an allowing Decision.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ class Decision:
     def __init__(self, mint: object, *, record: DecisionRecord, spec: SandboxSpec | None):
         if mint is not _MINT:
             raise TypeError("a Decision can only be made by brokerd's policy module")
-        if (record.verdict == "allow") != (spec is not None):
-            raise TypeError("an allowing Decision carries a spec, and only it does")
+        if (record.verdict == "deny") != (spec is None):
+            raise TypeError("an allowing or asking Decision carries a spec, a denial does not")
         object.__setattr__(self, "_record", record)
         object.__setattr__(self, "_spec", spec)
         object.__setattr__(self, "_used", False)
@@ -44,15 +47,23 @@ class Decision:
     def allowed(self) -> bool:
         return self._record.verdict == "allow"
 
+    def verify(self) -> None:
+        """Check, without using it up, that this Decision would authorize a run."""
+        self._check("allow")
+
     def authorize(self) -> SandboxSpec:
         """The spec to run, once. Raises NotAuthorized for a forged, used or refusing Decision."""
+        spec = self._check("allow")
+        object.__setattr__(self, "_used", True)
+        return spec
+
+    def _check(self, verdict: str) -> SandboxSpec:
         if self not in _ISSUED:
             raise NotAuthorized("this Decision was not made by the policy module")
         if self._used:
             raise NotAuthorized("this Decision was already used")
-        if self._spec is None:
+        if self._record.verdict != verdict or self._spec is None:
             raise NotAuthorized(f"the decision was {self._record.verdict}: {self._record.reason}")
-        object.__setattr__(self, "_used", True)
         return self._spec
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -75,3 +86,11 @@ class Decision:
 def mint(record: DecisionRecord, spec: SandboxSpec | None) -> Decision:
     """For the policy package's own modules only."""
     return Decision(_MINT, record=record, spec=spec)
+
+
+def redeem(asked: Decision, record: DecisionRecord) -> Decision:
+    """Use up a genuine, unused ``ask`` Decision and mint what its answer decided: an allowing
+    one with the held spec, or a denial. For the policy package's own modules only."""
+    spec = asked._check("ask")
+    object.__setattr__(asked, "_used", True)
+    return mint(record, spec if record.verdict == "allow" else None)

@@ -1,0 +1,158 @@
+"""The audit log on disk: ``<home>/audit/NNNNNNNN.jsonl``, append-only, one fsync per record.
+
+A file is rotated when the next record would take it past ``rotate_bytes``; the new file's first
+record points at the old file's last, so the chain runs on. On open the log finds its head (the
+last record's seq and hash) by reading the end of the newest file. A newest file whose last line
+is torn (a crash mid-write) is refused, not repaired: ``brokerd audit verify`` names it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bxcore.util import fsync_dir, now_rfc3339
+from pydantic import ValidationError
+
+from ..errors import AuditError
+from .records import GENESIS, DecisionEntry, ResultEntry, line_of, parse_line
+from .verify import BadLink, Head, Line, check, diagnose
+
+_FILE = re.compile(r"\d{8}\.jsonl")
+TAIL_READ = 64 * 1024
+
+
+def log_files(directory: Path) -> list[Path]:
+    try:
+        return sorted(p for p in directory.iterdir() if _FILE.fullmatch(p.name))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise AuditError(f"{directory}: cannot list: {exc.strerror}") from None
+
+
+def read_lines(directory: Path) -> Iterator[Line]:
+    for path in log_files(directory):
+        try:
+            with path.open("rb") as handle:
+                for number, raw in enumerate(handle, start=1):
+                    yield path.name, number, raw.rstrip(b"\n")
+        except OSError as exc:
+            raise AuditError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def verify(directory: Path) -> tuple[list[BadLink], Head]:
+    """Every BadLink in the log (none for a whole chain), and its head."""
+    whole, head = check(read_lines(directory))
+    return ([] if whole else diagnose(read_lines(directory))), head
+
+
+def entries(directory: Path) -> Iterator[DecisionEntry | ResultEntry]:
+    """Every record in log order; AuditError names the first line that is not a record."""
+    for file, number, raw in read_lines(directory):
+        try:
+            entry, _ = parse_line(raw)
+        except ValueError as exc:
+            raise AuditError(f"{directory / file}:{number}: not an audit record: "
+                             f"{_first_problem(exc)}") from None
+        yield entry
+
+
+class AuditLog:
+    """Appends records; the only writer of the audit directory."""
+
+    def __init__(self, directory: Path, *, rotate_bytes: int = 64 * 1024 * 1024,
+                 clock: Callable[[], str] = now_rfc3339):
+        self.directory = directory
+        self._rotate = rotate_bytes
+        self._clock = clock
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        files = log_files(directory)
+        self._path = files[-1] if files else directory / f"{1:08d}.jsonl"
+        self._seq, self._head = self._find_head(files)
+
+    @property
+    def head(self) -> Head:
+        return Head(self._seq, self._head)
+
+    def decision(self, **fields: Any) -> DecisionEntry:
+        entry = self._append(DecisionEntry, fields)
+        assert isinstance(entry, DecisionEntry)
+        return entry
+
+    def result(self, **fields: Any) -> ResultEntry:
+        entry = self._append(ResultEntry, fields)
+        assert isinstance(entry, ResultEntry)
+        return entry
+
+    def _append(self, kind: type[DecisionEntry | ResultEntry], fields: dict[str, Any]) -> Any:
+        entry = kind.model_validate(
+            {**fields, "seq": self._seq + 1, "prev": self._head, "time": self._clock()}
+        )
+        line, digest = line_of(entry)
+        self._write(line)
+        self._seq, self._head = entry.seq, digest
+        return entry
+
+    def _write(self, line: bytes) -> None:
+        try:
+            size = self._path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        created = size == 0
+        if size and size + len(line) > self._rotate:
+            self._path = self._path.with_name(f"{int(self._path.stem) + 1:08d}.jsonl")
+            created = True
+        try:
+            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                fsync_dir(self.directory)
+        except OSError as exc:
+            raise AuditError(f"{self._path}: cannot append: {exc.strerror}") from None
+
+    def _find_head(self, files: list[Path]) -> tuple[int, str]:
+        for path in reversed(files):
+            last = _last_line(path)
+            if last is None:
+                continue
+            try:
+                entry, stored = parse_line(last)
+            except ValueError:
+                raise AuditError(f"{path}: the last line is not an audit record; run "
+                                 "'brokerd audit verify'") from None
+            if line_of(entry)[1] != stored:
+                raise AuditError(f"{path}: the last record (seq {entry.seq}) does not match "
+                                 "its hash; run 'brokerd audit verify'")
+            return entry.seq, stored
+        return 0, GENESIS
+
+
+def _last_line(path: Path) -> bytes | None:
+    """The last line of a file, or None when it is empty. A torn last line is refused."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size == 0:
+                return None
+            handle.seek(max(0, size - TAIL_READ))
+            tail = handle.read()
+    except OSError as exc:
+        raise AuditError(f"{path}: cannot read: {exc.strerror}") from None
+    if not tail.endswith(b"\n"):
+        raise AuditError(f"{path}: the last line is torn (no newline at the end); "
+                         "run 'brokerd audit verify'")
+    return tail[:-1].rsplit(b"\n", 1)[-1]
+
+
+def _first_problem(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        return str(exc.errors()[0]["msg"])
+    return str(exc)

@@ -1,0 +1,82 @@
+"""The audit log's records, and the chain rule that links them. Pure.
+
+Each line of ``audit/NNNNNNNN.jsonl`` is the canonical JSON of one record plus ``hash``::
+
+    hash = sha256(canonical_json(record without "hash"))
+
+where the record holds ``prev``, the previous record's ``hash`` (GENESIS for the first record
+of the log), and ``seq``, its position in the whole log counting from 1. Rotation starts a new
+file; the chain runs on through it. Changing the canonical encoding changes every hash.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from bxcore._base import Count, Flag, Model, Text
+from bxcore.canonical import canonical_json
+from bxcore.ids import SessionId
+from bxcore.records import Time
+from bxcore.tools import DataClass, DecisionRecord
+from bxcore.util import sha256
+from pydantic import Field, TypeAdapter
+
+GENESIS = "sha256:" + "0" * 64
+
+
+class DecisionEntry(Model):
+    """A policy decision, denials included. ``approval`` names the approval it asked for or
+    that settled it; ``by`` who answered it."""
+
+    kind: Literal["decision"] = "decision"
+    seq: Annotated[int, Field(ge=1, strict=True)]
+    time: Time
+    prev: Text
+    decision: DecisionRecord
+    approval: Text | None = None
+    by: Text | None = None
+
+
+class ResultEntry(Model):
+    """What one call that ran gave back. The content itself is not kept (it may be secret);
+    its hash is."""
+
+    kind: Literal["result"] = "result"
+    seq: Annotated[int, Field(ge=1, strict=True)]
+    time: Time
+    prev: Text
+    session: SessionId
+    call: Count
+    tool: Text
+    status: Literal["ok", "failed"]
+    data_class: DataClass = Field(alias="class")
+    untrusted: Flag
+    truncated: Flag
+    content_sha256: Text
+
+
+AuditEntry = Annotated[DecisionEntry | ResultEntry, Field(discriminator="kind")]
+AUDIT_ENTRY: TypeAdapter[DecisionEntry | ResultEntry] = TypeAdapter(AuditEntry)
+
+
+def entry_hash(body: dict[str, Any]) -> str:
+    """The hash of a record's JSON object, ``hash`` itself left out."""
+    return sha256(canonical_json({k: v for k, v in body.items() if k != "hash"}))
+
+
+def parse_line(raw: bytes) -> tuple[DecisionEntry | ResultEntry, str]:
+    """One line to its record and its stored hash. Raises ValueError (pydantic's
+    ValidationError is one) when the line is not a record; the hash is not checked here."""
+    body = json.loads(raw)
+    if not isinstance(body, dict) or not isinstance(body.get("hash"), str):
+        raise ValueError("not a JSON object with a 'hash'")
+    stored = body.pop("hash")
+    return AUDIT_ENTRY.validate_python(body), stored
+
+
+def line_of(entry: DecisionEntry | ResultEntry) -> tuple[bytes, str]:
+    """The line to append (newline included) and the entry's hash."""
+    body = entry.model_dump(mode="json", by_alias=True)
+    digest = entry_hash(body)
+    return canonical_json({**body, "hash": digest}) + b"\n", digest

@@ -1,0 +1,61 @@
+"""Errors of brokerd.
+
+    BrokerError
+    ├── GrantError          a grant file is unreadable or invalid; names the file and the key.
+    │                       The file grants nothing (it is never read as a wider grant).
+    ├── JobError            a job file is unreadable or invalid; names the file and the key
+    ├── AuditError          the audit log cannot be read or appended to (names the file, line)
+    ├── TaintError          a session's taint file is unreadable or invalid (names the file)
+    └── ApprovalError       an approval answer that does not count (the peer did it wrong)
+        ├── UnknownApproval     no pending approval has this id (never issued, or already used)
+        ├── ApprovalMismatch    the id was issued for another call (tool or arguments differ)
+        ├── ApprovalExpired     the approval ran out of time before it was answered
+        └── NotAnApprover       whoever answered is not on the owner's allowlist
+
+Decision-related refusals (a forged, used or refusing Decision) raise
+``brokerd.policy.NotAuthorized``, which lives beside the Decision it guards.
+"""
+
+from __future__ import annotations
+
+from bxcore.errors import BoxmakerError, ErrorCode
+
+
+class BrokerError(BoxmakerError):
+    """Base class of every error brokerd raises on purpose."""
+
+
+class GrantError(BrokerError):
+    pass
+
+
+class JobError(BrokerError):
+    pass
+
+
+class AuditError(BrokerError):
+    pass
+
+
+class TaintError(BrokerError):
+    pass
+
+
+class ApprovalError(BrokerError):
+    code = ErrorCode.UNKNOWN_APPROVAL
+
+
+class UnknownApproval(ApprovalError):
+    pass
+
+
+class ApprovalMismatch(ApprovalError):
+    code = ErrorCode.BAD_REQUEST
+
+
+class ApprovalExpired(ApprovalError):
+    code = ErrorCode.EXPIRED
+
+
+class NotAnApprover(ApprovalError):
+    code = ErrorCode.DENIED

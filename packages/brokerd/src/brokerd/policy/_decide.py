@@ -1,0 +1,174 @@
+"""``decide``: one tool request and the grants in force, to one Decision. Pure.
+
+No files, no clock: the caller passes the time, the session's taint, the request's path
+arguments already resolved (symlinks and ``..`` gone), and the secrets the grants name. The rules
+(docs/grants.md):
+
+1. Memory tools (recall, ask_memory, memory) are allowed by built-in policy; no grant applies.
+2. Arguments that are not one JSON object: deny.
+3. A grant matches when it names the tool (or ``*``), has not expired, and every argument it
+   constrains satisfies the constraint. An auto or ask grant must also allow the session's
+   taint: every class seen within its ``classes``, and ``allow_untrusted`` if the session read
+   untrusted content; and every secret it injects must be available.
+4. No matching grant: deny. Otherwise the most restrictive matching grant decides:
+   deny over ask over auto; among equals, the first by name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from bxcore.secrets import Secret
+from bxcore.tools import DecisionRecord, ToolRequest, Verdict
+from bxcore.util import sha256
+
+from ..sandbox.spec import Mount, SandboxSpec
+from ..taint import Taint
+from ._decision import Decision, mint
+from ._match import host_allowed, host_of
+from .grants import ArgumentConstraint, Grant
+
+MEMORY_TOOLS = frozenset({"recall", "ask_memory", "memory"})
+MEMORY_GRANT = "builtin:memory"
+_STRICTNESS = {"deny": 2, "ask": 1, "auto": 0}
+_VERDICT: dict[str, Verdict] = {"deny": "deny", "ask": "ask", "auto": "allow"}
+
+
+def parse_arguments(text: str) -> dict[str, Any] | None:
+    """The call's arguments as an object, or None when they are not one JSON object."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def path_arguments(tool: str, grants: tuple[Grant, ...]) -> frozenset[str]:
+    """Argument names that some grant for ``tool`` constrains by path: the shell resolves
+    exactly these before calling ``decide``."""
+    names: set[str] = set()
+    for grant in grants:
+        if grant.applies_to(tool):
+            names |= grant.path_arguments
+    return frozenset(names)
+
+
+def decide(
+    request: ToolRequest,
+    grants: tuple[Grant, ...],
+    *,
+    now: datetime,
+    taint: Taint,
+    resolved_paths: Mapping[str, str],
+    secrets: Mapping[str, Secret],
+) -> Decision:
+    def record(verdict: Verdict, grant: str | None, reason: str) -> DecisionRecord:
+        return DecisionRecord(
+            session=request.session, call=request.call, tool=request.tool,
+            arguments_sha256=sha256(request.arguments.encode("utf-8")),
+            verdict=verdict, grant=grant, reason=reason,
+        )
+
+    if request.tool in MEMORY_TOOLS:
+        spec = SandboxSpec(program=request.tool, arguments=request.arguments)
+        why = "memory tools are allowed by built-in policy"
+        return mint(record("allow", MEMORY_GRANT, why), spec)
+    arguments = parse_arguments(request.arguments)
+    if arguments is None:
+        return mint(record("deny", None, "the arguments are not one JSON object"), None)
+
+    matching: list[Grant] = []
+    misses: list[str] = []
+    for grant in sorted(grants, key=lambda g: g.name):
+        if not grant.applies_to(request.tool):
+            continue
+        miss = _miss(grant, arguments, now, taint, resolved_paths, secrets)
+        if miss:
+            misses.append(f"{grant.name}: {miss}")
+        else:
+            matching.append(grant)
+    if not matching:
+        why = "; ".join(misses) if misses else f"no grant names the tool {request.tool!r}"
+        return mint(record("deny", None, f"no grant matches ({why})"), None)
+
+    chosen = max(matching, key=lambda g: _STRICTNESS[g.mode])  # max keeps the first of equals
+    verdict = _VERDICT[chosen.mode]
+    if verdict == "deny":
+        return mint(record("deny", chosen.name, f"grant {chosen.name} denies it"), None)
+    reason = f"grant {chosen.name} allows it" if verdict == "allow" else \
+        f"grant {chosen.name} allows it once the owner approves"
+    return mint(record(verdict, chosen.name, reason), _spec(chosen, request, secrets))
+
+
+def _miss(
+    grant: Grant,
+    arguments: dict[str, Any],
+    now: datetime,
+    taint: Taint,
+    resolved_paths: Mapping[str, str],
+    secrets: Mapping[str, Secret],
+) -> str | None:
+    """Why ``grant`` does not match this call, or None when it does."""
+    if grant.expires is not None and now >= grant.expires:
+        return f"expired at {grant.expires.isoformat()}"
+    for constraint in grant.arguments:
+        why = _argument_miss(constraint, arguments, resolved_paths)
+        if why:
+            return why
+    if grant.mode == "deny":
+        return None  # a denial applies whatever the session has seen
+    outside = taint.classes - grant.classes
+    if outside:
+        return f"the session has seen {', '.join(sorted(c.value for c in outside))} data"
+    if taint.untrusted and not grant.allow_untrusted:
+        return "the session has read untrusted content"
+    missing = [name for name in grant.secrets if name not in secrets]
+    if missing:
+        return f"secret {missing[0]!r} is not available"
+    return None
+
+
+def _argument_miss(
+    constraint: ArgumentConstraint, arguments: dict[str, Any], resolved: Mapping[str, str]
+) -> str | None:
+    name = constraint.name
+    if name not in arguments:
+        return f"argument {name!r} is missing"
+    value = arguments[name]
+    if not isinstance(value, str):
+        return f"argument {name!r} is not a string"
+    if constraint.paths is not None:
+        path = resolved.get(name)
+        if path is None:
+            return f"argument {name!r} is not an absolute path"
+        if not any(glob.fullmatch(path) for glob in constraint.paths):
+            return f"argument {name!r} resolves to {path}, outside the granted paths"
+    if constraint.hosts is not None:
+        host = host_of(value)
+        if host is None:
+            return f"argument {name!r} names no clear http(s) host"
+        if not host_allowed(host, constraint.hosts):
+            return f"argument {name!r} names host {host}, not a granted one"
+    if constraint.pattern is not None and not constraint.pattern.fullmatch(value):
+        return f"argument {name!r} does not match the granted pattern"
+    return None
+
+
+def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret]) -> SandboxSpec:
+    return SandboxSpec(
+        program=request.tool,
+        arguments=request.arguments,
+        mounts=tuple(Mount(source=m.source, target=m.target, writable=m.writable)
+                     for m in grant.mounts),
+        hosts=grant.hosts,
+        secrets=tuple(secrets[name] for name in grant.secrets),
+        workdir=grant.workdir,
+        limits=grant.limits,
+    )
+
+
+__all__ = ["MEMORY_GRANT", "MEMORY_TOOLS", "Decision", "decide", "parse_arguments",
+           "path_arguments"]
