@@ -1,0 +1,7 @@
+"""``python -m toolkit`` is ``bx-tool``."""
+
+import sys
+
+from toolkit.main import main
+
+sys.exit(main())

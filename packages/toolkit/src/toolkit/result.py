@@ -1,0 +1,60 @@
+"""What a tool returns, how its content is capped, and the errors a tool raises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DATA_CLASSES = ("public", "private", "secret")
+
+
+class ToolError(Exception):
+    """The tool could not do what was asked; the message is shown to the model."""
+
+    kind = "tool"
+    exit_status = 1
+
+
+class UsageError(ToolError):
+    """The command line or the JSON arguments are wrong."""
+
+    kind = "usage"
+    exit_status = 2
+
+
+@dataclass(frozen=True)
+class Context:
+    """What brokerd tells the program about its call, on the command line, never in env."""
+
+    data_class: str  # the label the grant gives this call's results
+    roots: tuple[str, ...]  # the granted paths as they appear inside the sandbox
+    cap: int  # content is cut to this many UTF-8 bytes
+    egress: bool  # an egress proxy is bridged in (the grant named hosts)
+
+
+@dataclass(frozen=True)
+class Result:
+    content: str
+    data_class: str
+    untrusted: bool
+    truncated: bool
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "class": self.data_class,
+            "content": self.content,
+            "truncated": self.truncated,
+            "untrusted": self.untrusted,
+        }
+
+
+def cap_text(text: str, cap: int) -> tuple[str, bool]:
+    """``text`` cut to at most ``cap`` UTF-8 bytes (never mid-character), and whether it was."""
+    data = text.encode("utf-8", errors="surrogatepass")
+    if len(data) <= cap:
+        return text, False
+    return data[:cap].decode("utf-8", errors="ignore"), True
+
+
+def make_result(context: Context, text: str, *, untrusted: bool, cut: bool = False) -> Result:
+    content, truncated = cap_text(text, context.cap)
+    return Result(content, context.data_class, untrusted, truncated or cut)

@@ -1,0 +1,49 @@
+"""shell.run: one command (an argv list, no shell parsing) in a granted working directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from typing import Any
+
+from .fs import resolve_inside
+from .result import Context, Result, ToolError, make_result
+
+_CHUNK = 64 * 1024
+
+
+def run(context: Context, args: dict[str, Any]) -> Result:
+    argv = args["argv"]
+    cwd = resolve_inside(context, args["cwd"])
+    try:
+        # A new session, so a command that floods its output can be stopped with its children.
+        process = subprocess.Popen(
+            argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise ToolError(f"{argv[0]!r}: command not found") from None
+    except OSError as exc:
+        raise ToolError(f"{argv[0]!r}: cannot run: {exc.strerror}") from None
+    assert process.stdout is not None
+    output = bytearray()
+    flooded = False
+    while chunk := process.stdout.read1(_CHUNK):
+        output += chunk
+        if len(output) > context.cap:
+            flooded = True
+            os.killpg(process.pid, signal.SIGKILL)
+            break
+    process.stdout.close()
+    status = process.wait()
+    head = "stopped: output over the cap" if flooded else _status_text(status)
+    text = f"[{head}]\n" + output.decode("utf-8", errors="replace")
+    # With egress granted, the command may have read from the network.
+    return make_result(context, text, untrusted=context.egress, cut=flooded)
+
+
+def _status_text(status: int) -> str:
+    if status < 0:
+        return f"killed by signal {-status}"
+    return f"exit status {status}"

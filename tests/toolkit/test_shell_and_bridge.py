@@ -1,0 +1,78 @@
+"""shell.run run directly, and the egress bridge against a local Unix socket server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+from toolkit.bridge import start_bridge
+
+
+def test_a_command_runs_in_the_granted_directory(bx_tool, tmp_path):
+    call = bx_tool("shell.run", {"argv": ["pwd"], "cwd": str(tmp_path)}, "--root", str(tmp_path))
+    assert call.status == 0
+    assert call.content == f"[exit status 0]\n{tmp_path}\n"
+    assert call.document["untrusted"] is False
+
+
+def test_exit_status_and_stderr_are_reported(bx_tool, tmp_path):
+    argv = ["sh", "-c", "echo oops >&2; exit 3"]
+    call = bx_tool("shell.run", {"argv": argv, "cwd": str(tmp_path)}, "--root", str(tmp_path))
+    assert call.content == "[exit status 3]\noops\n"
+
+
+def test_a_working_directory_outside_the_grant_is_refused(bx_tool, tmp_path):
+    (tmp_path / "in").mkdir()
+    call = bx_tool("shell.run", {"argv": ["pwd"], "cwd": "/"}, "--root", str(tmp_path / "in"))
+    assert call.status == 1 and "outside the granted paths" in call.error
+
+
+def test_a_missing_command_is_a_tool_error(bx_tool, tmp_path):
+    call = bx_tool(
+        "shell.run", {"argv": ["no-such-cmd-x"], "cwd": str(tmp_path)}, "--root", str(tmp_path)
+    )
+    assert call.error == "'no-such-cmd-x': command not found"
+
+
+def test_a_flood_of_output_is_stopped_at_the_cap(bx_tool, tmp_path):
+    call = bx_tool(
+        "shell.run", {"argv": ["yes"], "cwd": str(tmp_path)}, "--root", str(tmp_path),
+        "--cap", "100",
+    )
+    assert call.content.startswith("[stopped: output over the cap]\ny\ny")
+    assert call.document["truncated"] is True
+
+
+@pytest.fixture
+def restore_proxy_env(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "unset-by-test")
+
+
+def test_the_bridge_forwards_loopback_connections_to_the_proxy_socket(tmp_path, restore_proxy_env):
+    path = str(tmp_path / "proxy.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+
+    def answer_once() -> None:
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while chunk := conn.recv(1024):
+                data += chunk
+            conn.sendall(b"got:" + data)
+
+    threading.Thread(target=answer_once, daemon=True).start()
+    port = start_bridge(path)
+    assert os.environ["HTTP_PROXY"] == f"http://127.0.0.1:{port}"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+        client.sendall(b"hello")
+        client.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := client.recv(1024):
+            reply += chunk
+    server.close()
+    assert reply == b"got:hello"
