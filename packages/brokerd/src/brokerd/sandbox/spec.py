@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bxcore.secrets import Secret
+from bxcore.tools import DataClass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,3 +37,6 @@ class SandboxSpec:
     secrets: tuple[Secret, ...] = ()  # each injected as a file /run/secrets/<name>
     workdir: str | None = None
     limits: Limits = field(default_factory=Limits)
+    # The label the grant gives this call's results. Secret unless the grant says otherwise, so
+    # a result is never labelled lower than intended by accident.
+    data_class: DataClass = DataClass.SECRET
