@@ -1,0 +1,120 @@
+"""The baseline, the fixed prefix of every request in an epoch, and the replay of a log.
+
+The baseline is the system text (system.md, then the identity files, each after a blank line) and
+the core tool schemas. It is written once per epoch to ``<epoch>.baseline.json`` and read back from
+there on resume, never from system.md, so an edit to system.md changes nothing for a running
+session (inference contract 2: every request extends the one before, byte for byte).
+
+``messages(baseline, records)`` is pure: the system message, then the log replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import assert_never
+
+from bxcore._base import Model, Text
+from bxcore.canonical import canonical_json
+from bxcore.chat import AssistantMessage, SystemMessage, ToolMessage, ToolSchema, UserMessage
+from bxcore.frames import describe_validation
+from bxcore.records import Assistant, CacheLoss, EpochEnd, SessionStart, ToolResult, Usage, User
+from bxcore.util import sha256
+from pydantic import ValidationError
+
+from .errors import BaselineError
+from .log import Record
+
+ChatMessage = SystemMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+class Baseline(Model):
+    system: Text
+    tools: list[ToolSchema]
+
+    @classmethod
+    def assemble(
+        cls, *, system: Path, identity: Sequence[Path], tools: Sequence[ToolSchema]
+    ) -> Baseline:
+        """system.md with trailing whitespace trimmed; then each identity file (today only
+        ``memory/core.md``) whose trimmed text is not empty, after a blank line."""
+        parts = [_read_text(system).rstrip()]
+        for path in identity:
+            if path.is_file():
+                text = _read_text(path).strip()
+                if text:
+                    parts.append(text)
+        return cls(system="\n\n".join(parts), tools=list(tools))
+
+    def to_json(self) -> bytes:
+        """The bytes of the baseline file: canonical JSON, so its hash is stable."""
+        return canonical_json(self)
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Baseline:
+        """Raises pydantic.ValidationError; ``load`` turns that into a BaselineError."""
+        return cls.model_validate_json(data)
+
+    @classmethod
+    def load(cls, path: Path) -> Baseline:
+        return cls.parse(_read_bytes(path), path)
+
+    @classmethod
+    def parse(cls, data: bytes, source: Path) -> Baseline:
+        """``from_json`` with errors that name the file and the field."""
+        try:
+            return cls.from_json(data)
+        except ValidationError as exc:
+            raise BaselineError(f"{source}: not a baseline: {describe_validation(exc)}") from None
+
+    def hash(self) -> str:
+        """``sha256:<hex>`` of ``to_json()``: the bytes the baseline file holds."""
+        return sha256(self.to_json())
+
+    def system_message(self) -> SystemMessage:
+        return SystemMessage(content=self.system)
+
+
+def replay(record: Record) -> ChatMessage | None:
+    """The message one log record contributes to a request, if any.
+
+    Every variant is named, so a new record type is a type error here, not a silent skip."""
+    match record:
+        case User():
+            return UserMessage(content=record.content)
+        case Assistant():
+            return AssistantMessage(
+                content=record.content,
+                reasoning_content=record.reasoning_content,
+                tool_calls=record.tool_calls,
+            )
+        case ToolResult():
+            return ToolMessage(tool_call_id=record.tool_call_id, content=record.content)
+        case SessionStart() | Usage() | CacheLoss() | EpochEnd():
+            return None
+        case _:
+            assert_never(record)
+
+
+def messages(baseline: Baseline, records: Iterable[Record]) -> list[ChatMessage]:
+    """The message array of a request: the baseline's system message, then the log replayed."""
+    result: list[ChatMessage] = [baseline.system_message()]
+    for record in records:
+        message = replay(record)
+        if message is not None:
+            result.append(message)
+    return result
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return _read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BaselineError(f"{path}: not UTF-8 (byte {exc.start})") from None

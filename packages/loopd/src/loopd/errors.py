@@ -1,0 +1,71 @@
+"""Errors of loopd outside the inference client (whose errors are in ``inference/errors.py``).
+
+    LoopError
+    ├── SessionError            a session cannot be opened or created
+    │   ├── NoSuchSession       resume of a session that does not exist
+    │   ├── SessionExists       a new session with an id that is taken
+    │   ├── SessionBusy         another turn of this session is running
+    │   └── CorruptSession      a file of the session is unreadable or invalid; names file and line
+    │       └── TornLog         the log's last line is incomplete (a write was cut short)
+    ├── BaselineError           system.md, an identity file or a baseline file cannot be read;
+    │                           names the file
+    ├── RegistryError           the tool registry file is unreadable or invalid; names the file
+    ├── TurnEnded               a turn stopped before its answer: carries the wire ErrorCode
+    │                           (turn_limit, session_full, inference); the session stays usable
+    └── IllegalTransition       a bug: the turn loop asked its state machine for a move the table
+                                does not allow (we did it wrong)
+
+Every one of them crosses loop.sock as a WireError whose code is the error's ``code``.
+"""
+
+from __future__ import annotations
+
+from bxcore.errors import BoxmakerError, ErrorCode
+
+
+class LoopError(BoxmakerError):
+    code = ErrorCode.INTERNAL
+
+
+class SessionError(LoopError):
+    pass
+
+
+class NoSuchSession(SessionError):
+    code = ErrorCode.NO_SUCH_SESSION
+
+
+class SessionExists(SessionError):
+    code = ErrorCode.SESSION_EXISTS
+
+
+class SessionBusy(SessionError):
+    code = ErrorCode.SESSION_BUSY
+
+
+class CorruptSession(SessionError):
+    """The files of a session are not what loopd wrote. Nothing is repaired: the owner looks."""
+
+
+class TornLog(CorruptSession):
+    pass
+
+
+class BaselineError(LoopError):
+    pass
+
+
+class RegistryError(LoopError):
+    pass
+
+
+class TurnEnded(LoopError):
+    """A limit or the model server ended the turn. What was appended before stays."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class IllegalTransition(LoopError):
+    pass

@@ -1,0 +1,151 @@
+"""loop.sock: channels drive turns, one connection per turn (M2b design, section 6).
+
+The channel sends one ``turn``; loopd answers with ``turn_event`` frames in order and one final
+frame, ``turn_done`` or ``error``. Each connection is its own asyncio task. A registry of
+per-session locks answers a second turn on a busy session with ``session_busy`` at once; the
+lock is released before the final frame is sent, whichever frame that is, so a channel that sends
+its next turn on reading it is never refused.
+
+Open sessions are kept (their records mirror the log) so a turn does not re-read its log. Before
+a kept session is used its log's size is checked; a log that changed under it is read again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+
+from bxcore.config.inference import SlotSection
+from bxcore.errors import BoxmakerError, ErrorCode, StreamClosed, WireError
+from bxcore.frames import Frame, FrameError
+from bxcore.framestream import FrameStream
+from bxcore.protocol import loop as wire
+from bxcore.protocol.loop import Turn, TurnEvent, TurnEventBody
+
+from .baseline import Baseline
+from .errors import LoopError, SessionBusy, SessionExists
+from .inference.api import EventSink
+from .store import Session, SessionStore
+from .turn import Loop, run_turn
+
+log = logging.getLogger("loopd")
+
+TURN_READ_TIMEOUT = 30.0  # seconds for a channel to send its turn after connecting
+EVENT_WRITE_TIMEOUT = 30.0  # seconds for a channel to take one event frame
+KEPT_SESSIONS = 64  # open sessions kept in memory; the least recently used is dropped
+
+
+class LoopServer:
+    def __init__(
+        self, *, store: SessionStore, loop: Loop, new_baseline: Callable[[], Baseline],
+        slots: SlotSection, kept_sessions: int = KEPT_SESSIONS,
+    ):
+        self.store = store
+        self.loop = loop
+        self._new_baseline = new_baseline
+        self._slots = slots
+        self._busy: set[str] = set()
+        self._kept: OrderedDict[str, Session] = OrderedDict()
+        self._kept_max = kept_sessions
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One channel connection: read its turn, run it, answer."""
+        stream = FrameStream(reader, writer, wire.TO_LOOPD)
+        try:
+            final = await self._answer(stream)
+            await stream.write(final)
+        except (StreamClosed, TimeoutError, OSError) as exc:
+            log.info("channel went away: %s", exc)
+        finally:
+            await stream.close()
+
+    async def _answer(self, stream: FrameStream) -> Frame:
+        try:
+            frame = await stream.read(timeout=TURN_READ_TIMEOUT)
+            turn = frame.parse(Turn)
+        except FrameError as exc:
+            return error_frame(ErrorCode.BAD_FRAME, str(exc))
+        channel = _Channel(stream)
+        return await self.run(turn, channel.send)
+
+    async def run(self, turn: Turn, events: EventSink) -> Frame:
+        """The final frame for one turn. The session's lock is held only inside."""
+        if turn.session in self._busy:
+            busy = SessionBusy(f"session {turn.session} is running a turn")
+            return error_frame(busy.code, str(busy))
+        self._busy.add(turn.session)
+        try:
+            return await self._run_locked(turn, events)
+        finally:
+            self._busy.discard(turn.session)
+
+    async def _run_locked(self, turn: Turn, events: EventSink) -> Frame:
+        try:
+            session = self._session_for(turn)
+            done = await run_turn(self.loop, session, turn.content, events)
+        except LoopError as exc:
+            if not isinstance(exc, SessionBusy | SessionExists):
+                self._kept.pop(turn.session, None)
+            if exc.code is ErrorCode.INTERNAL:
+                log.error("session %s: %s", turn.session, exc)
+            return error_frame(exc.code, str(exc))
+        except BoxmakerError as exc:
+            self._kept.pop(turn.session, None)
+            log.error("session %s: %s", turn.session, exc)
+            return error_frame(ErrorCode.INTERNAL, str(exc))
+        except OSError as exc:
+            self._kept.pop(turn.session, None)
+            log.error("session %s: %s", turn.session, exc)
+            return error_frame(ErrorCode.INTERNAL, f"session {turn.session}: {exc}")
+        return Frame.of(wire.TURN_DONE, done, final=True)
+
+    def _session_for(self, turn: Turn) -> Session:
+        if not turn.resume:
+            if self.store.exists(turn.session):
+                raise SessionExists(f"session {turn.session} exists already")
+            session = self.store.create(
+                turn.session, self._new_baseline(), slot=self.slot_for(turn.session_kind),
+                time=self.loop.now(),
+            )
+        else:
+            kept = self._kept.get(turn.session)
+            session = kept if kept is not None and kept.is_current() else None
+            if session is None:
+                session = self.store.open(turn.session)
+        self._keep(session)
+        return session
+
+    def slot_for(self, kind: wire.SessionKind) -> int:
+        """A session's kind picks its slot; the slot is then fixed in its session_start."""
+        return self._slots.main if kind == "main" else self._slots.background
+
+    def _keep(self, session: Session) -> None:
+        self._kept[session.id] = session
+        self._kept.move_to_end(session.id)
+        while len(self._kept) > self._kept_max:
+            self._kept.popitem(last=False)
+
+
+class _Channel:
+    """Events to one channel. A channel that went away gets no more events; its turn runs on,
+    so what it appended is whole."""
+
+    def __init__(self, stream: FrameStream):
+        self._stream = stream
+        self._gone = False
+
+    async def send(self, event: TurnEventBody) -> None:
+        if self._gone:
+            return
+        frame = Frame.of(wire.TURN_EVENT, TurnEvent(event=event), final=False)
+        try:
+            await self._stream.write(frame, timeout=EVENT_WRITE_TIMEOUT)
+        except (StreamClosed, TimeoutError, OSError) as exc:
+            log.info("channel stopped taking events: %s", exc)
+            self._gone = True
+
+
+def error_frame(code: ErrorCode, message: str) -> Frame:
+    return Frame.of(wire.ERROR, WireError(code=code, message=message), final=True)

@@ -1,0 +1,215 @@
+"""Sessions on disk: ``<home>/sessions/<id>/<epoch>.baseline.json`` and ``<epoch>.jsonl``.
+
+There is no state file: the log is the state. An open ``Session`` keeps the parsed records in
+memory, mirroring the file exactly, so building a request never re-reads the log; the file stays
+the truth, and every append reaches the disk (write, fsync) before the record joins the mirror
+and before anything that depends on it is sent.
+
+Only epoch 0 is written today. The layout already numbers epochs, and ``open`` continues in the
+highest-numbered log, so compaction can add ``<n>.baseline.json``/``<n>.jsonl`` beside them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+
+from bxcore.ids import check_session_id
+from bxcore.records import SessionStart, ToolResult, Usage
+from bxcore.util import fsync_dir, sha256
+
+from .baseline import Baseline, ChatMessage, messages, replay
+from .errors import CorruptSession, NoSuchSession, SessionExists
+from .log import Record, encode_record, parse_log
+
+_LOG_NAME = re.compile(r"(0|[1-9][0-9]{0,8})\.jsonl")
+FIRST_CALL = 1  # ToolRequest.call of a session's first tool call
+
+
+def baseline_path(directory: Path, epoch: int) -> Path:
+    return directory / f"{epoch}.baseline.json"
+
+
+def log_path(directory: Path, epoch: int) -> Path:
+    return directory / f"{epoch}.jsonl"
+
+
+class Session:
+    """One open session in its current epoch. Only ``append`` changes it."""
+
+    def __init__(
+        self, *, session_id: str, epoch: int, directory: Path, baseline: Baseline,
+        records: list[Record], size: int,
+    ):
+        start = records[0]
+        assert isinstance(start, SessionStart)  # parse_log checked it
+        self.id = session_id
+        self.epoch = epoch
+        self.slot = start.slot
+        self.baseline = baseline
+        self.log_path = log_path(directory, epoch)
+        self._records = records
+        self._messages = messages(baseline, records)
+        self._size = size
+        self._broken = False
+        self._next_call = 1 + max(
+            (r.call for r in records if isinstance(r, ToolResult)), default=FIRST_CALL - 1
+        )
+        self._last_usage = next((r for r in reversed(records) if isinstance(r, Usage)), None)
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id} epoch={self.epoch} records={len(self._records)}>"
+
+    @property
+    def records(self) -> tuple[Record, ...]:
+        return tuple(self._records)
+
+    @property
+    def messages(self) -> tuple[ChatMessage, ...]:
+        """``messages(baseline, records)``, kept up to date as records are appended."""
+        return tuple(self._messages)
+
+    @property
+    def last_usage(self) -> Usage | None:
+        return self._last_usage
+
+    def take_call(self) -> int:
+        """The next ``ToolRequest.call``: one more than any call this session has made."""
+        number = self._next_call
+        self._next_call += 1
+        return number
+
+    def append(self, record: Record) -> None:
+        """Write one record durably, then mirror it. A failed write breaks this object: the
+        caller must drop it and open the session again, which reads what reached the disk."""
+        if self._broken:
+            raise CorruptSession(f"{self.log_path}: an earlier append failed; reopen the session")
+        line = encode_record(record)
+        self._broken = True
+        _append_durably(self.log_path, line)
+        self._broken = False
+        self._size += len(line)
+        self._records.append(record)
+        message = replay(record)
+        if message is not None:
+            self._messages.append(message)
+        if isinstance(record, Usage):
+            self._last_usage = record
+
+    def is_current(self) -> bool:
+        """True if the file is still exactly what this object mirrors (nobody else wrote it)."""
+        if self._broken:
+            return False
+        try:
+            return self.log_path.stat().st_size == self._size
+        except OSError:
+            return False
+
+
+class SessionStore:
+    """The sessions directory under the home. Session ids are ``SessionId``s, so none escapes it."""
+
+    def __init__(self, home: Path):
+        self.root = home / "sessions"
+
+    def directory(self, session_id: str) -> Path:
+        return self.root / check_session_id(session_id)
+
+    def exists(self, session_id: str) -> bool:
+        return self.directory(session_id).is_dir()
+
+    def create(self, session_id: str, baseline: Baseline, *, slot: int, time: str) -> Session:
+        """A new session in epoch 0. It appears whole or not at all: both files are written in
+        a hidden directory, made durable, then renamed into place."""
+        final = self.directory(session_id)
+        if final.exists():
+            raise SessionExists(f"session {session_id} exists already")
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        staging = self.root / f".new-{session_id}-{secrets.token_hex(4)}"
+        staging.mkdir(mode=0o700)
+        try:
+            data = baseline.to_json()
+            start = SessionStart(
+                time=time, session=session_id, epoch=0, slot=slot, baseline=sha256(data)
+            )
+            line = encode_record(start)
+            _write_new(baseline_path(staging, 0), data)
+            _write_new(log_path(staging, 0), line)
+            fsync_dir(staging)
+            if final.exists():  # created by another process meanwhile
+                raise SessionExists(f"session {session_id} exists already")
+            os.rename(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        fsync_dir(self.root)
+        return Session(
+            session_id=session_id, epoch=0, directory=final, baseline=baseline,
+            records=[start], size=len(line),
+        )
+
+    def open(self, session_id: str) -> Session:
+        """Read a session's current epoch: its baseline from the baseline file (checked against
+        the hash in ``session_start``) and every record of its log."""
+        directory = self.directory(session_id)
+        if not directory.is_dir():
+            raise NoSuchSession(f"no session {session_id}")
+        epoch = _current_epoch(directory)
+        path = log_path(directory, epoch)
+        data = _read(path)
+        records = parse_log(data, str(path), session=session_id, epoch=epoch)
+        start = records[0]
+        assert isinstance(start, SessionStart)
+        base_path = baseline_path(directory, epoch)
+        base_data = _read(base_path)
+        if sha256(base_data) != start.baseline:
+            raise CorruptSession(
+                f"{base_path}: its sha256 is not the {start.baseline} that {path} line 1 records"
+            )
+        return Session(
+            session_id=session_id, epoch=epoch, directory=directory,
+            baseline=Baseline.parse(base_data, base_path), records=records, size=len(data),
+        )
+
+
+def _current_epoch(directory: Path) -> int:
+    epochs = [int(m.group(1)) for p in directory.iterdir() if (m := _LOG_NAME.fullmatch(p.name))]
+    if not epochs:
+        raise CorruptSession(f"{directory}: no log file (<epoch>.jsonl)")
+    return max(epochs)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise CorruptSession(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _append_durably(path: Path, line: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        _write_all(fd, line)
+        os.fsync(fd)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -1,0 +1,12 @@
+"""Tools as loopd sees them: the port every call goes through, the registry, and the dispatcher
+that answers ``find_tool`` and ``call_tool`` itself (M2b design, sections 4 and 5)."""
+
+from .dispatch import ToolRunner, cap_text
+from .fake import FakeTools
+from .port import ToolPort
+from .registry import CALL_TOOL, FIND_TOOL, Registry, load_registry
+
+__all__ = [
+    "CALL_TOOL", "FIND_TOOL", "FakeTools", "Registry", "ToolPort", "ToolRunner", "cap_text",
+    "load_registry",
+]

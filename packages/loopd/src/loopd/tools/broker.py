@@ -1,0 +1,65 @@
+"""``BrokerPort``: the tool port over brokerd's ``broker.sock``, one connection per call.
+
+loopd sends ``tool_call`` (the ToolRequest) and reads until a final frame: ``tool_waiting``
+frames (an approval is pending) go to the channel as ``tool_waiting`` events; ``tool_response``
+is the answer; an ``error`` frame, a broker that cannot be reached, or a connection that breaks
+becomes a ``failed`` answer whose text says why. So the turn goes on and the log stays whole:
+every tool call has its ToolResult, and the model learns that the tool did not run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bxcore.errors import BoxmakerError, WireError
+from bxcore.frames import Frame, FrameError
+from bxcore.framestream import FrameStream
+from bxcore.protocol import broker
+from bxcore.protocol.loop import ToolWaitingEvent
+from bxcore.tools import ToolRequest, ToolResponse
+
+from ..inference.api import EventSink
+from .port import plain_answer
+
+CONNECT_TIMEOUT = 10.0  # seconds; brokerd is local
+# No read timeout: a call may wait for the owner's approval, which brokerd expires itself.
+
+
+class BrokerPort:
+    def __init__(self, socket: Path, *, connect_timeout: float = CONNECT_TIMEOUT):
+        self._socket = socket
+        self._connect_timeout = connect_timeout
+
+    async def call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
+        try:
+            return await self._call(request, events)
+        except (BoxmakerError, TimeoutError) as exc:
+            return plain_answer("failed", f"The tool did not run: brokerd failed: {exc}")
+
+    async def _call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
+        stream = await FrameStream.connect(
+            self._socket, broker.FROM_BROKERD, timeout=self._connect_timeout
+        )
+        try:
+            await stream.write(Frame.of(broker.TOOL_CALL, request, final=False))
+            while True:
+                frame = await stream.read()
+                answer = await _handle(frame, events)
+                if answer is not None:
+                    return answer
+        finally:
+            await stream.close()
+
+
+async def _handle(frame: Frame, events: EventSink) -> ToolResponse | None:
+    if frame.kind == broker.TOOL_WAITING and not frame.final:
+        waiting = frame.parse(broker.ToolWaiting)
+        await events(ToolWaitingEvent(approval=waiting.approval, expires=waiting.expires))
+        return None
+    if frame.kind == broker.TOOL_RESPONSE and frame.final:
+        return frame.parse(ToolResponse)
+    if frame.kind == broker.ERROR and frame.final:
+        error = frame.parse(WireError)
+        reason = f"{error.code}: {error.message}"
+        return plain_answer("failed", f"The tool did not run: brokerd: {reason}")
+    raise FrameError(f"frame {frame.kind!r} with final={frame.final} is out of place")

@@ -1,0 +1,111 @@
+"""One tool call of the model, answered: by loopd itself (``find_tool``, an unknown tool) or by
+the port (a core tool called directly, a registry tool through ``call_tool``).
+
+``call_tool`` never hands the port a name the registry does not list as a non-core tool, and
+the arguments the port sees are the JSON text of the inner object (M2b design, section 5).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from bxcore.canonical import canonical_text
+from bxcore.chat import ToolCall
+from bxcore.tools import ToolRequest, ToolResponse
+
+from ..inference.api import EventSink
+from .port import ToolPort, plain_answer
+from .registry import CALL_TOOL, FIND_TOOL, Registry
+
+TRUNCATED_MARK = "\n[truncated]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolOutcome:
+    name: str  # the tool that was meant: call_tool's target, when it names one
+    response: ToolResponse
+
+
+class ToolRunner:
+    def __init__(self, registry: Registry, port: ToolPort):
+        self.registry = registry
+        self.port = port
+
+    def shown_name(self, call: ToolCall) -> str:
+        """The name a channel shows for a call: call_tool's target when there is one."""
+        if call.function.name == CALL_TOOL.name:
+            arguments = _object_or_none(call.function.arguments)
+            if arguments is not None and isinstance(arguments.get("name"), str):
+                return str(arguments["name"])
+        return call.function.name
+
+    async def run(self, call: ToolCall, *, session: str, number: int, events: EventSink) -> (
+        ToolOutcome
+    ):
+        name = call.function.name
+        arguments = _object_or_none(call.function.arguments)
+        if arguments is None:
+            return _ours(name, f"Not run: the arguments of {name} are not a JSON object.")
+        if name == FIND_TOOL.name:
+            query = arguments.get("query")
+            if not isinstance(query, str):
+                return _ours(name, 'find_tool needs {"query": "<words>"}.')
+            return _ours(name, self.registry.find_tool_text(query), "ok")
+        if name == CALL_TOOL.name:
+            return await self._call_tool(arguments, session=session, number=number, events=events)
+        if self.registry.is_port_core(name):
+            request = ToolRequest(
+                session=session, call=number, tool=name, arguments=call.function.arguments
+            )
+            return ToolOutcome(name=name, response=await self.port.call(request, events))
+        return _ours(name, f"Unknown tool {name!r}: use find_tool to look for tools.")
+
+    async def _call_tool(
+        self, arguments: dict[str, Any], *, session: str, number: int, events: EventSink
+    ) -> ToolOutcome:
+        target = arguments.get("name")
+        if not isinstance(target, str) or not self.registry.is_discoverable(target):
+            return _ours(
+                str(target) if isinstance(target, str) else CALL_TOOL.name,
+                f"Unknown tool {target!r} for call_tool: use find_tool to look for tools.",
+            )
+        inner = arguments.get("arguments", {})
+        if isinstance(inner, str):  # small models often send the object as JSON text
+            inner = _object_or_none(inner)
+        if not isinstance(inner, dict):
+            return _ours(target, "Not run: call_tool's arguments must be a JSON object.")
+        request = ToolRequest(
+            session=session, call=number, tool=target, arguments=canonical_text(inner)
+        )
+        return ToolOutcome(name=target, response=await self.port.call(request, events))
+
+
+def not_run(name: str, reason: str) -> ToolOutcome:
+    """The answer for a call the loop decided not to run (a repeat, a stopped turn)."""
+    return _ours(name, reason)
+
+
+def cap_text(text: str, cap: int) -> tuple[str, bool]:
+    """``text`` if its UTF-8 fits in ``cap`` bytes; otherwise as much as fits, cut at a
+    character boundary, with the truncation mark appended (the whole stays within ``cap``)."""
+    data = text.encode("utf-8")
+    if len(data) <= cap:
+        return text, False
+    room = cap - len(TRUNCATED_MARK.encode("utf-8"))
+    # A cut inside a multi-byte character leaves an incomplete tail; "ignore" drops only it.
+    kept = data[: max(room, 0)].decode("utf-8", errors="ignore")
+    return kept + TRUNCATED_MARK, True
+
+
+def _ours(name: str, content: str, status: Literal["ok", "failed"] = "failed") -> ToolOutcome:
+    return ToolOutcome(name=name, response=plain_answer(status, content))
+
+
+def _object_or_none(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None

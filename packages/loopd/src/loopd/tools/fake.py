@@ -1,0 +1,55 @@
+"""``FakeTools``: M2b's in-process port with two tools, ``clock`` (core) and ``echo`` (not core).
+
+It reads nothing and reaches nothing (threat model note: the port is where brokerd takes over).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from bxcore.chat import ToolSchema
+from bxcore.tools import ToolRequest, ToolResponse
+from bxcore.util import now_rfc3339
+
+from ..inference.api import EventSink
+from .port import plain_answer
+
+CLOCK = ToolSchema(
+    name="clock",
+    description="The current date and time in UTC, as RFC 3339.",
+    parameters={"type": "object", "properties": {}},
+    core=True,
+)
+ECHO = ToolSchema(
+    name="echo",
+    description="Echo: returns its text argument unchanged.",
+    parameters={
+        "type": "object",
+        "properties": {"text": {"type": "string", "description": "The text to return."}},
+        "required": ["text"],
+    },
+)
+
+
+class FakeTools:
+    schemas = (CLOCK, ECHO)
+
+    def __init__(self, now: Callable[[], str] = now_rfc3339):
+        self._now = now
+        self.requests: list[ToolRequest] = []  # every request the port saw, for tests
+
+    async def call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
+        self.requests.append(request)
+        if request.tool == CLOCK.name:
+            return plain_answer("ok", self._now())
+        if request.tool == ECHO.name:
+            try:
+                arguments = json.loads(request.arguments)
+            except ValueError:
+                arguments = None
+            if isinstance(arguments, dict) and isinstance(arguments.get("text"), str):
+                return plain_answer("ok", arguments["text"])
+            return plain_answer("failed", 'echo needs {"text": "<string>"}')
+        return plain_answer("failed", f"no tool {request.tool!r} here")
+

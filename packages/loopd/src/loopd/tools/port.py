@@ -1,0 +1,30 @@
+"""The tool port: the one way the turn loop reaches a tool.
+
+loopd holds no authority. Every call it does not answer itself (``find_tool``, ``call_tool``'s
+lookup) goes through a port: ``FakeTools`` in process until brokerd runs, ``BrokerPort`` over
+broker.sock after, chosen by config. The loop knows only this protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from bxcore.tools import DataClass, ToolRequest, ToolResponse
+
+from ..inference.api import EventSink
+
+
+class ToolPort(Protocol):
+    async def call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
+        """Run one call and answer it. Never raises for the tool's own failure: a tool that
+        fails, is denied or cannot be reached still answers, with a status and a text the model
+        reads. ``events`` carries channel statuses (e.g. an approval being waited for)."""
+        ...
+
+
+def plain_answer(status: Literal["ok", "denied", "failed"], content: str) -> ToolResponse:
+    """A public, trusted, uncut answer: what loopd and FakeTools say themselves."""
+    return ToolResponse.model_validate(
+        {"status": status, "content": content, "class": DataClass.PUBLIC, "untrusted": False,
+         "truncated": False}
+    )

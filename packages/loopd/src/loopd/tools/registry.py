@@ -1,0 +1,121 @@
+"""The registry: every tool loopd can offer, each a ``ToolSchema`` with a ``core`` flag.
+
+Core tools have their schema in the epoch's fixed ``tools`` array, together with loopd's own
+``find_tool`` and ``call_tool``; every other tool is found with ``find_tool`` and reached through
+``call_tool`` (inference contract 6: the tools array never changes within an epoch).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from bxcore.canonical import canonical_text
+from bxcore.chat import ToolSchema
+from bxcore.frames import describe_validation
+from pydantic import TypeAdapter, ValidationError
+
+from ..errors import RegistryError
+
+FIND_TOOL = ToolSchema(
+    name="find_tool",
+    description=(
+        "Search the tools that are not in this list, by words of their name or description. "
+        "Returns the schemas of the tools that match."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "A word to look for."}},
+        "required": ["query"],
+    },
+    core=True,
+)
+CALL_TOOL = ToolSchema(
+    name="call_tool",
+    description="Call a tool that find_tool found, by its name, with its arguments.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "The tool's name."},
+            "arguments": {"type": "object", "description": "The tool's arguments."},
+        },
+        "required": ["name", "arguments"],
+    },
+    core=True,
+)
+LOOP_TOOLS = (FIND_TOOL, CALL_TOOL)
+FOUND_SUFFIX = "Call it with call_tool."
+NOTHING_FOUND = "No tool matches."
+
+_SCHEMAS = TypeAdapter(list[ToolSchema])
+
+
+class Registry:
+    """The tools a port answers. ``find_tool`` and ``call_tool`` are loopd's and never listed."""
+
+    def __init__(self, schemas: Sequence[ToolSchema]):
+        names = [schema.name for schema in schemas]
+        taken = sorted({n for n in names if names.count(n) > 1} | ({*names} & _loop_names()))
+        if taken:
+            raise RegistryError(f"tool names listed twice or reserved by loopd: {taken}")
+        self._schemas = {schema.name: schema for schema in schemas}
+
+    def core_schemas(self) -> list[ToolSchema]:
+        """The epoch's tools array: the core tools of the port, then find_tool and call_tool."""
+        return [s for s in self._schemas.values() if s.core] + list(LOOP_TOOLS)
+
+    def is_port_core(self, name: str) -> bool:
+        schema = self._schemas.get(name)
+        return schema is not None and schema.core
+
+    def is_discoverable(self, name: str) -> bool:
+        """In the registry and not core: what call_tool may reach."""
+        schema = self._schemas.get(name)
+        return schema is not None and not schema.core
+
+    def search(self, query: str) -> list[ToolSchema]:
+        """Tools outside the tools array whose name or description contains ``query``,
+        ignoring case. Core tools are left out: the model has them already, and call_tool
+        refuses them."""
+        needle = query.casefold()
+        return [
+            s for s in self._schemas.values()
+            if not s.core and (needle in s.name.casefold() or needle in s.description.casefold())
+        ]
+
+    def find_tool_text(self, query: str) -> str:
+        """What ``find_tool`` answers: the schemas as JSON text and how to call them."""
+        found = self.search(query)
+        if not found:
+            return NOTHING_FOUND
+        listing = canonical_text(
+            [{"name": s.name, "description": s.description, "parameters": s.parameters}
+             for s in found]
+        )
+        return f"{listing}\n{FOUND_SUFFIX}"
+
+
+def load_registry(path: Path) -> Registry:
+    """A JSON array of ToolSchema objects (the toolkit publishes it); errors name the file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RegistryError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        schemas = _SCHEMAS.validate_json(data)
+    except ValidationError as exc:
+        raise RegistryError(f"{path}: {describe_validation(exc)}") from None
+    try:
+        return Registry(schemas)
+    except RegistryError as exc:
+        raise RegistryError(f"{path}: {exc}") from None
+
+
+def _loop_names() -> set[str]:
+    return {schema.name for schema in LOOP_TOOLS}
+
+
+def registry_json(schemas: Sequence[ToolSchema]) -> str:
+    """The registry file's text for ``schemas`` (what ``load_registry`` reads)."""
+    return json.dumps([s.model_dump(mode="json") for s in schemas], indent=2) + "\n"
