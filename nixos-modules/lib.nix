@@ -1,0 +1,162 @@
+# The role manifest as systemd units and podman arguments, in builtins only.
+#
+# nixpkgs cannot be evaluated on the machine the project is tested on, so everything the units
+# are made of is computed here with builtins alone: tests/appliance evaluates it with
+# `nix-instantiate --eval --strict --json` and checks it against bxctl.stack (the Python
+# launcher) and against `systemd-analyze`. default.nix only wires these values into NixOS.
+{ manifestFile ? ../packages/bxctl/src/bxctl/stack/roles.json }:
+let
+  manifest = builtins.fromJSON (builtins.readFile manifestFile);
+  paths = manifest.paths;
+  roleNames = builtins.attrNames manifest.roles;
+  socketNames = builtins.attrNames manifest.sockets;
+
+  bind = path: access: "${path}:${path}:${access}";
+  socketDir = name: "${paths.run}/${name}";
+  socketPath = name: "${socketDir name}/${name}.sock";
+  configPath = "${paths.config_dir}/${paths.config_file}";
+  stateDir = dir: "${paths.home}/${dir}";
+
+  servedBy = role: builtins.filter (name: manifest.sockets.${name}.server == role) socketNames;
+  usedBy = role: builtins.filter (name: builtins.elem role manifest.sockets.${name}.clients) socketNames;
+  isServerOrClient = role: name: builtins.elem name (servedBy role) || builtins.elem name (usedBy role);
+
+  # The same list as bxctl.stack.podman.volumes, in the same order.
+  volumes = role: credentials:
+    let r = manifest.roles.${role}; in
+    map (name: bind (socketDir name) (if manifest.sockets.${name}.server == role then "rw" else "ro"))
+      (builtins.filter (isServerOrClient role) socketNames)
+    ++ map (s: bind (stateDir s.dir) (if s.writable then "rw" else "ro")) r.state
+    ++ [ (bind paths.config_dir "ro") ]
+    ++ (if r.grants then [ (bind paths.grants "ro") ] else [ ])
+    ++ (if credentials == null then [ ] else [ "${credentials}:${paths.credentials}:ro" ]);
+
+  environment = credentials:
+    if credentials == null then [ ] else [ "CREDENTIALS_DIRECTORY=${paths.credentials}" ];
+
+  containerName = role: "boxmaker-${role}";
+  userName = role: "boxmaker-${role}";
+  unitName = role: "boxmaker-${role}";
+
+  # The same list as bxctl.stack.podman.podman_args.
+  podmanArgs = { role, image, credentials ? null }:
+    let r = manifest.roles.${role}; in
+    [
+      "run" "--rm" "--replace" "--name=${containerName role}" "--pull=never"
+      "--sdnotify=container" "--network=${r.network}" "--read-only" "--cap-drop=ALL"
+      "--security-opt=no-new-privileges" "--user=0:0"
+    ]
+    ++ map (v: "--volume=${v}") (volumes role credentials)
+    ++ map (e: "--env=${e}") (environment credentials)
+    ++ [ image ] ++ r.command ++ [ "--config" configPath ];
+
+  # The config keys the manifest fixes (socket paths, base paths, grants); the module merges
+  # them over the owner's settings so the config always agrees with the mounts.
+  fixedSettings =
+    let
+      pairs = builtins.concatMap
+        (name: map (key: { inherit key; value = socketPath name; }) manifest.sockets.${name}.config_keys)
+        socketNames;
+      section = s: builtins.listToAttrs (map
+        (p: { name = builtins.elemAt (split p.key) 1; value = p.value; })
+        (builtins.filter (p: builtins.elemAt (split p.key) 0 == s) pairs));
+      split = key: builtins.filter builtins.isString (builtins.split "\\." key);
+      sections = builtins.foldl' (acc: p: acc // { ${builtins.elemAt (split p.key) 0} = true; }) { } pairs;
+    in
+    builtins.mapAttrs (s: _: section s) sections
+    // {
+      paths = { home = paths.home; run = paths.run; };
+      broker = section "broker" // { grants = paths.grants; };
+    };
+
+  credentialsDirOf = role: "/run/credentials/${unitName role}.service";
+  podmanHome = role: "/var/lib/boxmaker-podman/${role}";
+  podmanRun = role: "/run/boxmaker-podman/${role}";
+
+  # [Service] of one role's unit. Lists become one line per element, as NixOS renders them.
+  # `podman`: the podman binary; `imageName`, `imageArchive`, `digestEnv`: the role's image
+  # (an OCI archive and a file BOXMAKER_IMAGE_DIGEST=sha256:...); `allow`: IPAddressAllow=
+  # entries for roles whose egress is restricted; `credentialFiles`: id -> encrypted file.
+  serviceConfig = { role, podman, imageName, imageArchive, digestEnv, containersConf
+                  , allow ? [ ], credentialFiles ? { } }:
+    let
+      r = manifest.roles.${role};
+      credentialIds = builtins.attrNames credentialFiles;
+      credentials = if credentialIds == [ ] then null else credentialsDirOf role;
+      args = podmanArgs {
+        inherit role credentials;
+        # systemd puts the digest in at start: the unit is written before the image is built.
+        image = "${imageName}@\${BOXMAKER_IMAGE_DIGEST}";
+      };
+      writable = map socketDir (servedBy role)
+        ++ map (s: stateDir s.dir) (builtins.filter (s: s.writable) r.state);
+      egress = if r.egress == "none" then { } else { IPAddressAllow = allow; };
+    in
+    manifest.hardening.common
+    // manifest.hardening.network.${r.network}
+    // { IPAddressDeny = "any"; }
+    // egress
+    // {
+      Type = "notify";
+      NotifyAccess = "all"; # the READY=1 comes from the container, through conmon
+      Restart = "on-failure";
+      RestartSec = "5s";
+      User = userName role;
+      Group = "boxmaker";
+      StateDirectory = "boxmaker-podman/${role}";
+      StateDirectoryMode = "0700";
+      RuntimeDirectory = "boxmaker-podman/${role}";
+      RuntimeDirectoryMode = "0700";
+      Environment = [
+        "HOME=${podmanHome role}"
+        "XDG_RUNTIME_DIR=${podmanRun role}"
+        "CONTAINERS_CONF=${containersConf}"
+      ];
+      EnvironmentFile = digestEnv;
+      ReadWritePaths = writable;
+      ExecStartPre = "${podman} load --quiet --input=${imageArchive}";
+      ExecStart = builtins.concatStringsSep " " ([ podman ] ++ args);
+    }
+    // (if credentialIds == [ ] then { } else {
+      LoadCredentialEncrypted = map (id: "${id}:${credentialFiles.${id}}") credentialIds;
+    });
+
+  # A role wants the roles whose sockets it uses, unordered: the sockets form a cycle
+  # (loopd -> brokerd -> gatewayd -> loopd) and every connection is made per call, so a peer
+  # that is still starting is an ordinary "unavailable" answer, not a failed start.
+  dependencies = role: map (name: "${unitName manifest.sockets.${name}.server}.service") (usedBy role);
+
+  unit = args@{ role, ... }: {
+    description = "Boxmaker ${role}";
+    after = [ "network-online.target" ];
+    wants = dependencies role;
+    wantedBy = [ "multi-user.target" ];
+    serviceConfig = serviceConfig args;
+  };
+
+  writers = dir: builtins.filter
+    (role: builtins.any (s: s.dir == dir && s.writable) manifest.roles.${role}.state) roleNames;
+  stateDirs = builtins.attrNames (builtins.listToAttrs (builtins.concatMap
+    (role: map (s: { name = s.dir; value = true; }) manifest.roles.${role}.state) roleNames));
+
+  # systemd-tmpfiles lines: each socket directory belongs to its server, each state directory
+  # to the one role that writes it; the shared group lets clients and readers in.
+  tmpfiles =
+    [ "d ${paths.run} 0755 root root -" "d ${paths.home} 0755 root root -" "d ${paths.grants} 0750 root boxmaker -" ]
+    ++ map (name: "d ${socketDir name} 0750 ${userName manifest.sockets.${name}.server} boxmaker -") socketNames
+    ++ map (dir: "d ${stateDir dir} 0750 ${userName (builtins.head (writers dir))} boxmaker -") stateDirs;
+
+  assertions =
+    map (dir: {
+      assertion = builtins.length (writers dir) == 1;
+      message = "state directory ${dir} must have exactly one writing role, has: ${builtins.toJSON (writers dir)}";
+    }) stateDirs
+    ++ map (role: {
+      assertion = (manifest.roles.${role}.network == "none") == (manifest.roles.${role}.egress == "none");
+      message = "role ${role}: egress must be none exactly when the network is none";
+    }) roleNames;
+in
+{
+  inherit manifest roleNames socketPath podmanArgs fixedSettings serviceConfig unit tmpfiles
+    assertions userName unitName containerName credentialsDirOf;
+}

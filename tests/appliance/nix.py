@@ -1,0 +1,49 @@
+"""Evaluating the builtins-only Nix code with Debian's Nix 2.8, offline.
+
+Every call sets an empty ``substituters`` (without it Nix spends seconds retrying
+cache.nixos.org) and enables flakes, as ../shared/reference/containers-nix-systemd.md measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LIB = REPO / "nixos-modules" / "lib.nix"
+NIX_CONFIG = "experimental-features = nix-command flakes\nsubstituters =\nwarn-dirty = false"
+
+needs_nix = pytest.mark.skipif(
+    shutil.which("nix-instantiate") is None, reason="nix-instantiate (Debian nix-bin) is missing"
+)
+
+
+def nix_env() -> dict[str, str]:
+    return {**os.environ, "NIX_CONFIG": NIX_CONFIG}
+
+
+def nix_string(value: str | Path) -> str:
+    """A Nix string literal (JSON's escapes are Nix's, except that ${ must be escaped)."""
+    return json.dumps(str(value)).replace("${", "\\${")
+
+
+def nix_eval(expression: str) -> Any:
+    """The strict JSON value of a Nix expression; a failure shows Nix's own message."""
+    done = subprocess.run(
+        ["nix-instantiate", "--eval", "--strict", "--json", "-E", expression],
+        capture_output=True, text=True, env=nix_env(), cwd=REPO, check=False, timeout=120,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise AssertionError(f"nix-instantiate failed:\n{done.stderr}")
+    return json.loads(done.stdout)
+
+
+def lib_expression(manifest: Path | None = None) -> str:
+    argument = "{ }" if manifest is None else f"{{ manifestFile = {manifest}; }}"
+    return f"(import {LIB} {argument})"
