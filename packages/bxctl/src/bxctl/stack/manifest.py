@@ -16,11 +16,10 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, model_validator
-
 from bxcore._base import Flag, Model, Text
 from bxcore.config import describe
 from bxcore.errors import ConfigError
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 DEFAULT_MANIFEST = Path(__file__).with_name("roles.json")
 
