@@ -1,0 +1,239 @@
+"""The turn loop: record sequences for a plain, a tool and a call_tool turn, one test per limit
+row of the design's table, cache loss, and errors that leave no trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from bxcore.errors import ErrorCode
+from bxcore.protocol.loop import ThinkingCapped
+from bxcore.records import ToolResult
+from loopd.errors import TurnEnded
+from loopd.inference.errors import ServerRejected, SessionFull, Unavailable
+from loopd.store import SessionStore
+from loopd.tools import FakeTools
+from loopd.turn import REPEATED, STOPPED, run_turn
+
+from .support import (
+    FIXED_TIME,
+    Events,
+    ScriptedInference,
+    call,
+    make_loop,
+    new_session,
+    record_types,
+    say,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def results(session) -> list[ToolResult]:
+    return [r for r in session.records if isinstance(r, ToolResult)]
+
+
+async def test_a_plain_turn(tmp_path):
+    session = new_session(tmp_path)
+    inference = ScriptedInference([say("Hello.")])
+    events = Events()
+    done = await run_turn(make_loop(inference), session, "hi", events)
+    assert done.content == "Hello."
+    assert record_types(session) == ["session_start", "user", "assistant", "usage"]
+    (request,) = inference.requests
+    assert [m.role for m in request.messages] == ["system", "user"]
+    assert [t.name for t in request.tools] == ["clock", "find_tool", "call_tool"]
+    assert request.slot == 0 and request.session == "s1"
+    assert done.usage.prompt_n == 10 and done.usage.predicted_n == 5
+    assert events.seen == []
+
+
+async def test_a_tool_turn(tmp_path):
+    session = new_session(tmp_path)
+    inference = ScriptedInference([call(("clock", "{}")), say("It is noon.")])
+    events = Events()
+    done = await run_turn(make_loop(inference), session, "time?", events)
+    assert done.content == "It is noon."
+    assert record_types(session) == [
+        "session_start", "user", "assistant", "usage", "tool_result", "assistant", "usage",
+    ]
+    (result,) = results(session)
+    assert (result.call, result.tool_call_id, result.content) == (1, "call-1", FIXED_TIME)
+    assert events.types() == ["tool_call_started", "tool_result"]
+    second = inference.requests[1]
+    assert [m.role for m in second.messages] == ["system", "user", "assistant", "tool"]
+
+
+async def test_a_call_tool_turn_reaches_echo_through_the_port(tmp_path):
+    session = new_session(tmp_path)
+    tools = FakeTools(now=lambda: FIXED_TIME)
+    inference = ScriptedInference([
+        call(("find_tool", '{"query": "ECHO"}')),
+        call(("call_tool", '{"name": "echo", "arguments": {"text": "ping"}}')),
+        say("Echoed."),
+    ])
+    events = Events()
+    await run_turn(make_loop(inference, tools=tools), session, "echo ping", events)
+    assert record_types(session) == [
+        "session_start", "user",
+        "assistant", "usage", "tool_result",
+        "assistant", "usage", "tool_result",
+        "assistant", "usage",
+    ]
+    found, echoed = results(session)
+    assert json.loads(found.content.splitlines()[0])[0]["name"] == "echo"
+    assert found.content.endswith("Call it with call_tool.")
+    assert echoed.content == "ping"
+    (request,) = tools.requests
+    assert (request.tool, request.arguments, request.call) == ("echo", '{"text":"ping"}', 2)
+    assert [e.name for e in events.seen if e.type == "tool_call_started"] == ["find_tool", "echo"]
+
+
+async def test_the_call_counter_runs_across_turns_and_resumes(tmp_path):
+    session = new_session(tmp_path)
+    clock = ("clock", "{}")
+    inference = ScriptedInference([call(clock), say("a"), call(clock), say("b")])
+    loop = make_loop(inference)
+    await run_turn(loop, session, "one", Events())
+    await run_turn(loop, session, "two", Events())
+    assert [r.call for r in results(session)] == [1, 2]
+    inference.script += [call(("clock", "{}")), say("c")]
+    reopened = SessionStore(tmp_path).open("s1")
+    await run_turn(loop, reopened, "three", Events())
+    assert [r.call for r in results(reopened)] == [1, 2, 3]
+
+
+# --- the limits table, one row each ---------------------------------------------------------
+
+async def test_limit_tool_iterations_ends_the_turn_keeping_what_was_appended(tmp_path):
+    session = new_session(tmp_path)
+    script = [call(("clock", json.dumps({"n": i}))) for i in range(3)]
+    inference = ScriptedInference(script)
+    with pytest.raises(TurnEnded) as ended:
+        await run_turn(make_loop(inference, tool_iterations=3), session, "loop", Events())
+    assert ended.value.code is ErrorCode.TURN_LIMIT
+    assert len(inference.requests) == 3
+    assert len(results(session)) == 3  # every call has its result: the log stays whole
+    assert record_types(session)[-1] == "tool_result"
+    # The session stays usable.
+    inference.script.append(say("ok"))
+    assert (await run_turn(make_loop(inference), session, "again", Events())).content == "ok"
+
+
+async def test_limit_a_repeated_call_is_not_run_and_the_model_gets_one_more_completion(tmp_path):
+    session = new_session(tmp_path)
+    tools = FakeTools(now=lambda: FIXED_TIME)
+    inference = ScriptedInference([
+        call(("call_tool", '{"name":"echo","arguments":{"text":"x"}}')),
+        call(("call_tool", '{"name":"echo","arguments":{"text":"x"}}')),
+        say("done"),
+    ])
+    done = await run_turn(make_loop(inference, tools=tools), session, "go", Events())
+    assert done.content == "done"
+    first, second = results(session)
+    assert first.content == "x" and second.content == REPEATED
+    assert len(tools.requests) == 1  # the repeat never reached the port
+
+
+async def test_limit_a_second_repeat_ends_the_turn(tmp_path):
+    session = new_session(tmp_path)
+    same = ("clock", "{}")
+    inference = ScriptedInference([call(same), call(same), call(same, ("clock", '{"x":1}'))])
+    with pytest.raises(TurnEnded) as ended:
+        await run_turn(make_loop(inference), session, "go", Events())
+    assert ended.value.code is ErrorCode.TURN_LIMIT
+    assert [r.content for r in results(session)] == [FIXED_TIME, REPEATED, REPEATED, STOPPED]
+
+
+async def test_limit_repeat_detection_off_runs_every_call(tmp_path):
+    session = new_session(tmp_path)
+    same = ("clock", "{}")
+    inference = ScriptedInference([call(same), call(same), call(same), say("ok")])
+    await run_turn(make_loop(inference, repeat_detection=False), session, "go", Events())
+    assert [r.content for r in results(session)] == [FIXED_TIME] * 3
+
+
+async def test_limit_thinking_cap_is_recorded_in_usage(tmp_path):
+    session = new_session(tmp_path)
+    capped = ThinkingCapped(tokens=4096)
+    inference = ScriptedInference([say("Short.", reasoning="a b c", thinking_capped=True,
+                                       events=(capped,))])
+    events = Events()
+    done = await run_turn(make_loop(inference), session, "think", events)
+    usage = session.records[-1]
+    assert usage.type == "usage" and usage.thinking_capped and usage.reasoning_tokens == 3
+    assert done.usage.thinking_capped
+    assert events.seen == [capped]
+
+
+async def test_limit_context_full_appends_nothing_for_that_request(tmp_path):
+    session = new_session(tmp_path)
+    inference = ScriptedInference([call(("clock", "{}")), SessionFull("exceeds the context")])
+    with pytest.raises(TurnEnded) as ended:
+        await run_turn(make_loop(inference), session, "go", Events())
+    assert ended.value.code is ErrorCode.SESSION_FULL
+    assert record_types(session) == ["session_start", "user", "assistant", "usage", "tool_result"]
+    assert SessionStore(tmp_path).open("s1").records == session.records
+
+
+async def test_limit_tool_result_size_cut_at_a_character_boundary(tmp_path):
+    session = new_session(tmp_path)
+    text = "é" * 100  # two bytes each: a cut at an odd byte would split one
+    inference = ScriptedInference([
+        call(("call_tool", json.dumps({"name": "echo", "arguments": {"text": text}}))),
+        say("ok"),
+    ])
+    events = Events()
+    await run_turn(make_loop(inference, tool_result_cap=101), session, "go", events)
+    (result,) = results(session)
+    assert result.truncated
+    assert result.content == "é" * 44 + "\n[truncated]"
+    assert len(result.content.encode()) <= 101
+    assert events.seen[-1].truncated
+    # Never trimmed later: the next request carries the same text.
+    assert inference.requests[1].messages[-1].content == result.content
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [(ServerRejected("bad", status=500), ErrorCode.INFERENCE),
+     (Unavailable("no server"), ErrorCode.UNAVAILABLE)],
+)
+async def test_a_failed_request_leaves_no_trace(tmp_path, error, code):
+    session = new_session(tmp_path)
+    with pytest.raises(TurnEnded) as ended:
+        await run_turn(make_loop(ScriptedInference([error])), session, "go", Events())
+    assert ended.value.code is code
+    assert record_types(session) == ["session_start", "user"]
+
+
+async def test_a_cache_loss_is_recorded_and_reported(tmp_path):
+    session = new_session(tmp_path)
+    inference = ScriptedInference([say("a", prompt_n=100, predicted_n=20), say("b", cache_n=3)])
+    loop = make_loop(inference)
+    await run_turn(loop, session, "one", Events())
+    events = Events()
+    await run_turn(loop, session, "two", events)
+    assert record_types(session)[-3:] == ["assistant", "usage", "cache_loss"]
+    loss = session.records[-1]
+    assert (loss.expected, loss.got) == (120, 3)
+    assert events.types() == ["cache_loss"]
+
+
+async def test_no_cache_loss_when_the_cache_holds(tmp_path):
+    session = new_session(tmp_path)
+    inference = ScriptedInference([say("a"), call(("clock", "{}")), say("b")])
+    loop = make_loop(inference)
+    await run_turn(loop, session, "one", Events())
+    await run_turn(loop, session, "two", Events())
+    assert "cache_loss" not in record_types(session)
+
+
+async def test_a_cache_loss_is_found_across_a_restart(tmp_path):
+    session = new_session(tmp_path)
+    inference = ScriptedInference([say("a", prompt_n=100)])
+    await run_turn(make_loop(inference), session, "one", Events())
+    reopened = SessionStore(tmp_path).open("s1")
+    inference.script.append(say("b", cache_n=0))
+    await run_turn(make_loop(inference), reopened, "two", Events())
+    assert record_types(reopened)[-1] == "cache_loss"
