@@ -98,3 +98,12 @@ def replay(results: Iterable[tuple[str, DataClass, bool]]) -> dict[str, Taint]:
     for session, data_class, untrusted in results:
         taints[session] = taints.get(session, CLEAN).seen(data_class, untrusted)
     return taints
+
+
+def rebuild(results: Iterable[tuple[str, DataClass, bool]], store: TaintStore) -> list[Path]:
+    """Write every session's taint file from the audit log's results; the paths written."""
+    written = []
+    for session, taint in sorted(replay(results).items()):
+        store.write(session, taint)
+        written.append(store.path(session))
+    return written

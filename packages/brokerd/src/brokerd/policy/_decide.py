@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from bxcore.protocol.memory import MEMORY_TOOLS
 from bxcore.secrets import Secret
 from bxcore.tools import DecisionRecord, ToolRequest, Verdict
 from bxcore.util import sha256
@@ -31,7 +32,6 @@ from ._decision import Decision, mint
 from ._match import host_allowed, host_of
 from .grants import ArgumentConstraint, Grant
 
-MEMORY_TOOLS = frozenset({"recall", "ask_memory", "memory"})
 MEMORY_GRANT = "builtin:memory"
 _STRICTNESS = {"deny": 2, "ask": 1, "auto": 0}
 _VERDICT: dict[str, Verdict] = {"deny": "deny", "ask": "ask", "auto": "allow"}
@@ -167,6 +167,7 @@ def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret]) -> 
         secrets=tuple(secrets[name] for name in grant.secrets),
         workdir=grant.workdir,
         limits=grant.limits,
+        data_class=grant.result_class,
     )
 
 

@@ -112,7 +112,7 @@ class GrantFile(_File):
     tools: Annotated[list[str], Field(min_length=1)]
     mode: Mode
     classes: list[DataClass] | None = None
-    result_class: DataClass = DataClass.PRIVATE
+    result_class: DataClass = DataClass.SECRET  # never lower than meant by accident
     allow_untrusted: bool = True
     expires: datetime | None = None
     arguments: dict[str, ArgumentRule] = Field(default_factory=dict)
@@ -173,6 +173,7 @@ def _data_class(value: object) -> object:
 class ArgumentConstraint:
     name: str
     paths: tuple[re.Pattern[str], ...] | None = None
+    globs: tuple[str, ...] = ()  # the path globs as matched (resolved), for explanations
     hosts: tuple[str, ...] | None = None
     pattern: re.Pattern[str] | None = None
 
@@ -234,25 +235,29 @@ def _compile(name: str, entry: GrantFile, home: Path, resolve: Resolve) -> Grant
             raise ValueError(f"{key}: a path must be absolute or start with ~/ (got {text!r})")
         return expanded
 
-    def resolved_glob(text: str, key: str) -> re.Pattern[str]:
+    def resolved_glob(text: str, key: str) -> str:
         prefix, rest = literal_prefix(path(text, key))
-        real = resolve(prefix)
+        return (resolve(prefix).rstrip("/") + ("/" + rest if rest else "")) or "/"
+
+    def compiled(glob: str, key: str) -> re.Pattern[str]:
         try:
-            return glob_regex(real.rstrip("/") + ("/" + rest if rest else "") or "/")
+            return glob_regex(glob)
         except ValueError as exc:
             raise ValueError(f"{key}: {exc}") from None
 
-    arguments = tuple(
-        ArgumentConstraint(
+    arguments = []
+    for arg, rule in sorted(entry.arguments.items()):
+        key = f"arguments.{arg}.paths"
+        globs = tuple(resolved_glob(p, f"{key}.{i}") for i, p in enumerate(rule.paths or ()))
+        arguments.append(ArgumentConstraint(
             name=arg,
             paths=None if rule.paths is None else tuple(
-                resolved_glob(p, f"arguments.{arg}.paths.{i}") for i, p in enumerate(rule.paths)
+                compiled(g, f"{key}.{i}") for i, g in enumerate(globs)
             ),
+            globs=globs,
             hosts=None if rule.hosts is None else tuple(rule.hosts),
             pattern=None if rule.pattern is None else re.compile(rule.pattern),
-        )
-        for arg, rule in sorted(entry.arguments.items())
-    )
+        ))
     sandbox = entry.sandbox or SandboxEntry()
     mounts = []
     for i, mount in enumerate(sandbox.mounts):
@@ -274,7 +279,7 @@ def _compile(name: str, entry: GrantFile, home: Path, resolve: Resolve) -> Grant
         result_class=entry.result_class,
         allow_untrusted=entry.allow_untrusted,
         expires=entry.expires,
-        arguments=arguments,
+        arguments=tuple(arguments),
         mounts=tuple(mounts),
         hosts=tuple(sandbox.hosts),
         secrets=tuple(sandbox.secrets),

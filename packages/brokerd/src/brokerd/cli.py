@@ -1,0 +1,195 @@
+"""``brokerd``: the daemon and its offline maintenance (bxctl runs these as subprocesses)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import click
+from bxcore.config import Config, load_config
+from bxcore.errors import BoxmakerError
+
+from . import daemon
+from .audit import entries, verify
+from .errors import BrokerError, JobError
+from .explain import explain_grant
+from .grantstore import load_grants
+from .jobs import check_schedule, job_path, job_paths, read_job
+from .taint import TaintStore, rebuild
+
+CONFIG = click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+                      default="/etc/boxmaker/config.toml", show_default=True,
+                      help="Boxmaker's config file.")
+JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def _config(path: Path) -> Config:
+    try:
+        return load_config(path)
+    except BoxmakerError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group()
+def main() -> None:
+    """Decides each tool call against the owner's grants, runs it, and audits it."""
+
+
+@main.command()
+@CONFIG
+def serve(config_path: Path) -> None:
+    """Serve broker.sock and approve.sock until SIGTERM.
+
+    Example: brokerd serve --config /etc/boxmaker/config.toml
+    """
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    config = _config(config_path)
+    from .sandbox import backend_for  # the sandbox backends (bubblewrap, podman)
+
+    try:
+        asyncio.run(daemon.serve(config, backend_for(config)))
+    except BoxmakerError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.group()
+def audit() -> None:
+    """The hash-chained audit log."""
+
+
+@audit.command("verify")
+@CONFIG
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="The audit directory (default: <home>/audit from the config).")
+@JSON
+def audit_verify(config_path: Path, directory: Path | None, as_json: bool) -> None:
+    """Re-derive every hash; name each edited, deleted, inserted or reordered record.
+
+    Exit status 1 when any record is bad. Example: brokerd audit verify --json
+    """
+    directory = directory or daemon.audit_dir(_config(config_path))
+    try:
+        bad, head = verify(directory)
+    except BrokerError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"ok": not bad, "records": head.count, "head": head.hash,
+                               "bad": [vars(b) for b in bad]}, sort_keys=True))
+    else:
+        for link in bad:
+            click.echo(str(link))
+        if not bad:
+            click.echo(f"ok: {head.count} records, head {head.hash}")
+    if bad:
+        raise SystemExit(1)
+
+
+@main.group()
+def grants() -> None:
+    """The owner's grant files."""
+
+
+@grants.command("check")
+@CONFIG
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="The grants directory (default: [broker] grants from the config).")
+@JSON
+def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> None:
+    """Parse every grant and say in words what it allows; exit 1 if any file is refused.
+
+    Example: brokerd grants check --dir ./grants-examples
+    """
+    directory = directory or _config(config_path).broker.grants_dir()
+    try:
+        found = load_grants(directory)
+    except BrokerError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({
+            "grants": {g.name: explain_grant(g) for g in found.grants},
+            "errors": [str(e) for e in found.errors],
+        }, sort_keys=True))
+    else:
+        for grant in found.grants:
+            click.echo(f"{grant.name}: {explain_grant(grant)}")
+        for error in found.errors:
+            click.echo(f"REFUSED (grants nothing): {error}", err=True)
+        if not found.grants:
+            click.echo(f"no valid grant in {directory}: every call would be denied", err=True)
+    if found.errors:
+        raise SystemExit(1)
+
+
+@main.group()
+def taint() -> None:
+    """Sessions' taint files."""
+
+
+@taint.command("rebuild")
+@CONFIG
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write (default: <home>/broker/sessions).")
+def taint_rebuild(config_path: Path, out: Path | None) -> None:
+    """Rewrite every session's taint file from the audit log's result records.
+
+    Example: brokerd taint rebuild --out /tmp/taint-check
+    """
+    config = _config(config_path)
+    store = TaintStore(out or daemon.taint_dir(config))
+    try:
+        results = ((e.session, e.data_class, e.untrusted)
+                   for e in entries(daemon.audit_dir(config)) if e.kind == "result")
+        written = rebuild(results, store)
+    except BrokerError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{len(written)} taint file(s) written to {store.directory}")
+
+
+@main.group()
+def jobs() -> None:
+    """Scheduled jobs."""
+
+
+@jobs.command("check")
+@CONFIG
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="The jobs directory (default: [broker] jobs from the config).")
+def jobs_check(config_path: Path, directory: Path | None) -> None:
+    """Validate every job file (and its schedule, with systemd-analyze where installed).
+
+    Example: brokerd jobs check --dir /etc/boxmaker/jobs
+    """
+    directory = directory or _config(config_path).broker.jobs_dir()
+    failed = False
+    for path in job_paths(directory):
+        try:
+            job = read_job(path)
+        except JobError as exc:
+            click.echo(f"REFUSED: {exc}", err=True)
+            failed = True
+            continue
+        problem = check_schedule(job)
+        if problem:
+            click.echo(f"REFUSED: {path}: schedule: {problem}", err=True)
+            failed = True
+        else:
+            click.echo(f"{job.name}: {job.schedule!r}: {job.ask[:60]!r}")
+    if failed:
+        raise SystemExit(1)
+
+
+@jobs.command("show")
+@CONFIG
+@click.argument("name")
+def jobs_show(config_path: Path, name: str) -> None:
+    """Print one job as JSON (what bxctl job run reads).
+
+    Example: brokerd jobs show morning-notes
+    """
+    try:
+        job = read_job(job_path(_config(config_path).broker.jobs_dir(), name))
+    except JobError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(vars(job), sort_keys=True))

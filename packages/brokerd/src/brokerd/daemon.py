@@ -1,0 +1,86 @@
+"""``brokerd serve``: build the broker from the config, bind its sockets, tell systemd it is
+ready, and run until SIGTERM or SIGINT.
+
+State under ``[paths] home``: ``audit/`` (the hash-chained log) and ``broker/sessions/`` (taint).
+Grants are read from ``[broker] grants``; an empty or missing directory is not fatal: brokerd
+starts, denies every call, and says so loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import sdnotify
+from bxcore.config import Config
+from bxcore.secrets import SecretStore
+
+from .approvals import ApprovalBook, ApprovalDesk
+from .audit import AuditLog
+from .grantstore import GrantStore
+from .memory import MemoryClient
+from .runner import Runner, SandboxBackend
+from .server import start
+from .service import Broker
+from .taint import TaintStore
+
+log = logging.getLogger("brokerd")
+
+
+def audit_dir(config: Config) -> Path:
+    return config.paths.home / "audit"
+
+
+def taint_dir(config: Config) -> Path:
+    return config.paths.home / "broker" / "sessions"
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def build(config: Config, backend: SandboxBackend) -> Broker:
+    section = config.broker
+    if not section.approvers:
+        log.warning("[broker] approvers is empty: every 'ask' call will expire and be denied")
+    secrets = SecretStore(config.secrets)
+    secrets.warn_plaintext()
+    audit = AuditLog(audit_dir(config), rotate_bytes=section.audit_rotate_bytes)
+    taints = TaintStore(taint_dir(config))
+    book = ApprovalBook(frozenset(section.approvers), timedelta(seconds=section.approval_timeout))
+    desk = ApprovalDesk(book, clock=now,
+                        gateway_socket=section.gateway_socket or config.socket("gateway"),
+                        waiting_interval=section.waiting_interval)
+    runner = Runner(backend=backend,
+                    memory=MemoryClient(config.memory.socket or config.socket("memory")),
+                    audit=audit, taints=taints, result_cap=section.result_cap)
+    grants = GrantStore(section.grants_dir())
+    grants.current()  # load now, so a broken or empty grants directory is reported at start
+    return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
+                  secrets=secrets, clock=now)
+
+
+async def serve(config: Config, backend: SandboxBackend) -> None:
+    broker = build(config, backend)
+    broker_socket = config.broker.socket or config.socket("broker")
+    approve_socket = config.broker.approve_socket or config.socket("approve")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    servers = await start(broker, broker_socket, approve_socket)
+    try:
+        sdnotify.SystemdNotifier().notify(f"READY=1\nSTATUS=serving {broker_socket}")
+        log.info("serving %s and %s", broker_socket, approve_socket)
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        for server in servers:
+            server.close()
+        for path in (broker_socket, approve_socket):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()

@@ -1,0 +1,50 @@
+"""Memory tool calls go to memoryd over ``memory.sock``, with the session's taint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bxcore.errors import BoxmakerError, WireError
+from bxcore.frames import Frame
+from bxcore.framestream import FrameStream
+from bxcore.protocol import memory as wire
+from bxcore.tools import DataClass, ToolRequest, ToolResponse
+
+from .policy import Decision
+from .taint import Taint
+
+
+def unavailable(why: str) -> ToolResponse:
+    return ToolResponse.model_validate({
+        "status": "failed", "content": f"Memory is unavailable: {why}",
+        "class": DataClass.PUBLIC, "untrusted": False, "truncated": False,
+    })
+
+
+class MemoryClient:
+    def __init__(self, socket: Path, timeout: float = 120.0):
+        self._socket = socket
+        self._timeout = timeout
+
+    async def call(self, decision: Decision, request: ToolRequest, taint: Taint) -> ToolResponse:
+        decision.authorize()
+        body = wire.MemoryCall.model_validate({
+            "request": request, "class": taint.highest or DataClass.PUBLIC,
+            "untrusted": taint.untrusted,
+        })
+        try:
+            stream = await FrameStream.connect(self._socket, wire.FROM_MEMORYD)
+        except BoxmakerError as exc:
+            return unavailable(str(exc))
+        try:
+            await stream.write(Frame.of(wire.MEMORY_CALL, body, final=True))
+            frame = await stream.read(self._timeout)
+            if frame.kind == wire.TOOL_RESPONSE:
+                return frame.parse(ToolResponse)
+            if frame.kind == wire.ERROR:
+                return unavailable(frame.parse(WireError).message)
+            return unavailable(f"memoryd answered {frame.kind!r}")
+        except (BoxmakerError, TimeoutError) as exc:
+            return unavailable(str(exc) or "timed out")
+        finally:
+            await stream.close()

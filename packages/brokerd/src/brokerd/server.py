@@ -1,0 +1,138 @@
+"""The socket shells: ``broker.sock`` (loopd's tool calls) and ``approve.sock`` (local
+``bxctl approve``/``deny``). One connection per request; each frame read takes its own timeout.
+
+On approve.sock the approver is whoever the kernel says is connected (SO_PEERCRED), written as
+``local:<uid>``: the ``by`` a client claims is replaced, never trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from bxcore.errors import BoxmakerError, ErrorCode, FrameError, WireError
+from bxcore.frames import Frame
+from bxcore.framestream import FrameStream
+from bxcore.protocol import approval as approval_wire
+from bxcore.protocol import broker as broker_wire
+from bxcore.tools import ToolRequest
+
+from .errors import ApprovalError
+from .service import Broker
+
+log = logging.getLogger("brokerd.server")
+
+REQUEST_TIMEOUT = 30.0  # seconds for a client to send its one request frame
+
+Handler = Callable[[FrameStream, asyncio.StreamWriter], Awaitable[None]]
+
+
+def error_frame(code: ErrorCode, message: str) -> Frame:
+    return Frame.of(broker_wire.ERROR, WireError(code=code, message=message), final=True)
+
+
+def peer_uid(writer: asyncio.StreamWriter) -> int:
+    sock: socket.socket = writer.get_extra_info("socket")
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+async def _read_request(stream: FrameStream) -> Frame | None:
+    """The one request frame, or None after answering a malformed one."""
+    try:
+        return await stream.read(REQUEST_TIMEOUT)
+    except FrameError as exc:
+        with contextlib.suppress(BoxmakerError, TimeoutError):
+            await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
+        return None
+    except (BoxmakerError, TimeoutError):
+        return None
+
+
+async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
+    frame = await _read_request(stream)
+    if frame is None:
+        return
+    try:
+        request = frame.parse(ToolRequest)
+    except FrameError as exc:
+        await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
+        return
+
+    async def waiting(approval: approval_wire.ApprovalRequest) -> None:
+        body = broker_wire.ToolWaiting(approval=approval.id, expires=approval.expires)
+        await stream.write(Frame.of(broker_wire.TOOL_WAITING, body, final=False))
+
+    try:
+        response = await broker.call(request, waiting)
+    except BoxmakerError as exc:
+        log.exception("call %s/%s (%s) failed", request.session, request.call, request.tool)
+        await stream.write(error_frame(ErrorCode.INTERNAL, f"brokerd failed the call: {exc}"))
+        return
+    await stream.write(Frame.of(broker_wire.TOOL_RESPONSE, response, final=True))
+
+
+async def handle_approval(broker: Broker, stream: FrameStream, uid: int) -> None:
+    frame = await _read_request(stream)
+    if frame is None:
+        return
+    if frame.kind == approval_wire.APPROVAL_LIST:
+        body = approval_wire.ApprovalPending(approvals=broker.desk.pending())
+        await stream.write(Frame.of(approval_wire.APPROVAL_PENDING, body, final=True))
+        return
+    try:
+        claimed = frame.parse(approval_wire.ApprovalAnswer)
+        answer = claimed.model_copy(update={"by": f"local:{uid}"})
+        ack = broker.desk.answer(answer)
+    except FrameError as exc:
+        await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
+        return
+    except ApprovalError as exc:
+        log.warning("approval answer from local:%d refused: %s", uid, exc)
+        await stream.write(error_frame(exc.code, str(exc)))
+        return
+    await stream.write(Frame.of(approval_wire.APPROVAL_ACK, ack, final=True))
+
+
+async def bind(path: Path, kinds: frozenset[str], handle: Handler) -> asyncio.AbstractServer:
+    """Listen on ``path`` with mode 0600 from the first moment (a stale file is removed)."""
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = FrameStream(reader, writer, kinds)
+        try:
+            await handle(stream, writer)
+        except (BoxmakerError, TimeoutError) as exc:
+            log.info("connection on %s ended: %s", path.name, exc)
+        finally:
+            await stream.close()
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    old = os.umask(0o177)
+    try:
+        server = await asyncio.start_unix_server(connection, str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    return server
+
+
+async def start(broker: Broker, broker_socket: Path, approve_socket: Path
+                ) -> list[asyncio.AbstractServer]:
+    async def tool_call(stream: FrameStream, _writer: asyncio.StreamWriter) -> None:
+        await handle_tool_call(broker, stream)
+
+    async def approval(stream: FrameStream, writer: asyncio.StreamWriter) -> None:
+        await handle_approval(broker, stream, peer_uid(writer))
+
+    return [
+        await bind(broker_socket, broker_wire.TO_BROKERD, tool_call),
+        await bind(approve_socket, approval_wire.TO_APPROVE_SOCKET, approval),
+    ]
