@@ -1,0 +1,5 @@
+"""``python -m inferproxy`` is the ``inferproxy`` command."""
+
+from .cli import main
+
+main()
