@@ -1,0 +1,150 @@
+"""A small Honcho v3 client over httpx: only the calls memoryd makes.
+
+Paths and bodies follow the official v3 OpenAPI spec (../shared/reference/honcho/). Every
+library failure is translated once, here, into the HonchoError tree. The transport is injected
+(httpx style), so tests hand in the fake server's transport instead of a network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+from bxcore.secrets import Secret
+
+from ..errors import HonchoBadResponse, HonchoRejected, HonchoUnavailable
+from .sse import ChatStreamDecoder
+
+MAX_CONTENT = 25_000  # characters per message, the spec's MessageCreate limit
+PAGE_SIZE = 100
+
+
+@contextlib.contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise HonchoUnavailable(f"Honcho {what}: timed out") from exc
+    except TimeoutError as exc:
+        raise HonchoUnavailable(f"Honcho {what}: no bytes for too long") from exc
+    except httpx.TransportError as exc:
+        raise HonchoUnavailable(f"Honcho {what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _check(response: httpx.Response, what: str) -> None:
+    if response.status_code >= 500:
+        raise HonchoUnavailable(f"Honcho {what}: HTTP {response.status_code}")
+    if response.status_code >= 400:
+        raise HonchoRejected(response.status_code, _detail(response))
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        return response.text[:200]
+    if isinstance(detail, list):  # FastAPI's 422: [{loc, msg, ...}]
+        return "; ".join(
+            f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}"
+            for d in detail if isinstance(d, dict)
+        )
+    return str(detail)[:200]
+
+
+class HonchoClient:
+    def __init__(self, base_url: str, key: Secret | None = None, *,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 request_timeout: float = 30.0, chat_liveness: float = 60.0):
+        headers = {"Authorization": f"Bearer {key.reveal()}"} if key else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=headers, transport=transport,
+            timeout=httpx.Timeout(request_timeout), follow_redirects=False, trust_env=False,
+        )
+        self._liveness = chat_liveness
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _json(self, method: str, path: str, what: str, *, body: Any = None,
+                    params: dict[str, Any] | None = None) -> Any:
+        with _mapped(what):
+            response = await self._http.request(method, path, json=body, params=params)
+        _check(response, what)
+        try:
+            return response.json()
+        except ValueError:
+            raise HonchoBadResponse(f"Honcho {what}: the body is not JSON") from None
+
+    async def ensure_workspace(self, workspace: str) -> None:
+        await self._json("POST", "/v3/workspaces", "workspace", body={"id": workspace})
+
+    async def ensure_peer(self, workspace: str, peer: str) -> None:
+        await self._json("POST", f"/v3/workspaces/{workspace}/peers", "peer", body={"id": peer})
+
+    async def ensure_session(self, workspace: str, session: str,
+                             peers: dict[str, dict[str, bool]]) -> None:
+        await self._json("POST", f"/v3/workspaces/{workspace}/sessions", "session",
+                         body={"id": session, "peers": peers})
+
+    async def add_messages(self, workspace: str, session: str,
+                           messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Write 1-100 messages; returns Honcho's Message objects in the same order."""
+        body = {"messages": [
+            {**m, "content": m["content"][:MAX_CONTENT]} for m in messages
+        ]}
+        created = await self._json(
+            "POST", f"/v3/workspaces/{workspace}/sessions/{session}/messages", "add messages",
+            body=body,
+        )
+        if not isinstance(created, list) or len(created) != len(messages):
+            raise HonchoBadResponse("Honcho add messages: not one Message per message sent")
+        return created
+
+    async def list_messages(self, workspace: str, session: str) -> AsyncIterator[dict[str, Any]]:
+        """Every message of a session, page by page (an unknown session lists nothing)."""
+        page = 1
+        while True:
+            result = await self._json(
+                "POST", f"/v3/workspaces/{workspace}/sessions/{session}/messages/list",
+                "list messages", body={}, params={"page": page, "size": PAGE_SIZE},
+            )
+            if not isinstance(result, dict) or not isinstance(result.get("items"), list):
+                raise HonchoBadResponse("Honcho list messages: not a page of messages")
+            for item in result["items"]:
+                yield item
+            if page >= int(result.get("pages") or 0):
+                return
+            page += 1
+
+    async def chat(self, workspace: str, peer: str, query: str, target: str | None = None) -> str:
+        """Ask the dialectic, streaming: gives up when no byte arrives for ``chat_liveness``."""
+        body: dict[str, Any] = {"query": query, "stream": True}
+        if target is not None:
+            body["target"] = target
+        request = self._http.build_request(
+            "POST", f"/v3/workspaces/{workspace}/peers/{peer}/chat", json=body
+        )
+        decoder = ChatStreamDecoder()
+        with _mapped("chat"):
+            response = await asyncio.wait_for(
+                self._http.send(request, stream=True), self._liveness
+            )
+            try:
+                if response.status_code >= 400:
+                    await response.aread()
+                    _check(response, "chat")
+                chunks = response.aiter_bytes()
+                while not decoder.done:
+                    try:
+                        chunk = await asyncio.wait_for(anext(chunks), self._liveness)
+                    except StopAsyncIteration:
+                        chunk = b""
+                    decoder.feed(chunk)
+                    if not chunk:
+                        break
+            finally:
+                await response.aclose()
+        return decoder.text

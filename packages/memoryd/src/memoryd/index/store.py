@@ -1,0 +1,233 @@
+"""The recall index: SQLite FTS5 over the session logs and notes.md, kept by memoryd.
+
+Disposable. ``reindex`` builds a fresh database beside the old one from the files alone and
+renames it into place, so a crash mid-build leaves the old index, and a running memoryd notices
+the new file and reopens it. Sessions whose taint is above the ceiling are not indexed: their
+rows are deleted the moment the log or brokerd's taint file shows it, and later turns are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bxcore.records import LogRecord, parse_record
+from bxcore.tools import DataClass
+from pydantic import ValidationError
+
+from ..errors import IndexCorrupt, StoreError
+from ..notes import Note
+from ..taint import SessionTaint
+from .documents import Document, document_from_note, documents_from_records, taint_of_records
+from .migrations import connect, transaction
+from .schema import RECALL_MIGRATIONS
+
+TaintLookup = Callable[[str], SessionTaint]
+_EPOCH_FILE = re.compile(r"(\d+)\.jsonl")
+NOTES_SOURCE = "notes.md"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    origin: str
+    kind: str
+    session: str | None
+    data_class: DataClass
+    untrusted: bool
+    time: str
+    snippet: str
+    score: float
+
+
+class RecallIndex:
+    def __init__(self, path: Path, sessions_dir: Path, ceiling: DataClass):
+        self.path = path
+        self._sessions = sessions_dir
+        self._ceiling = ceiling
+        self._conn = connect(path, RECALL_MIGRATIONS, wal=False)
+        self._inode = _inode(path)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def reopen_if_replaced(self) -> bool:
+        """Reopen when ``memoryd reindex`` renamed a new database into place."""
+        if _inode(self.path) == self._inode:
+            return False
+        self._conn.close()
+        self._conn = connect(self.path, RECALL_MIGRATIONS, wal=False)
+        self._inode = _inode(self.path)
+        return True
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def upto(self, source: str) -> int:
+        row = self._conn.execute("SELECT upto FROM ingested WHERE source = ?", (source,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def add_records(self, session: str, epoch: int, first_line: int,
+                    records: Sequence[LogRecord], broker_taint: SessionTaint) -> int:
+        """Index the records of lines ``first_line``...; returns how many documents were added."""
+        source = f"{session}/{epoch}.jsonl"
+        last_line = first_line + len(records) - 1
+        with transaction(self._conn):
+            taint = self._session_taint(session) | broker_taint | taint_of_records(records)
+            excluded = taint.data_class > self._ceiling
+            self._conn.execute(
+                "INSERT INTO sessions (id, data_class, untrusted, excluded) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET data_class = excluded.data_class, "
+                "untrusted = excluded.untrusted, excluded = excluded.excluded",
+                (session, taint.data_class.value, int(taint.untrusted), int(excluded)),
+            )
+            added = 0
+            if excluded:
+                self._conn.execute(
+                    "DELETE FROM documents WHERE session = ? AND note IS NULL", (session,)
+                )
+            else:
+                added = self._insert(documents_from_records(session, epoch, first_line, records))
+            self._conn.execute(
+                "INSERT INTO ingested (source, upto) VALUES (?, ?) ON CONFLICT (source) "
+                "DO UPDATE SET upto = max(upto, excluded.upto)",
+                (source, last_line),
+            )
+        return added
+
+    def add_notes(self, notes: Iterable[Note]) -> int:
+        done = self.upto(NOTES_SOURCE)
+        fresh = [n for n in notes if n.id > done]
+        if not fresh:
+            return 0
+        with transaction(self._conn):
+            added = self._insert(
+                [document_from_note(n) for n in fresh if n.data_class <= self._ceiling]
+            )
+            self._conn.execute(
+                "INSERT INTO ingested (source, upto) VALUES (?, ?) ON CONFLICT (source) "
+                "DO UPDATE SET upto = excluded.upto",
+                (NOTES_SOURCE, fresh[-1].id),
+            )
+        return added
+
+    def _session_taint(self, session: str) -> SessionTaint:
+        row = self._conn.execute(
+            "SELECT data_class, untrusted FROM sessions WHERE id = ?", (session,)
+        ).fetchone()
+        return SessionTaint(DataClass(row[0]), bool(row[1])) if row else SessionTaint()
+
+    def _insert(self, documents: list[Document]) -> int:
+        before = self._conn.total_changes
+        self._conn.executemany(
+            "INSERT OR IGNORE INTO documents (origin, kind, session, note, data_class, "
+            "untrusted, time, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(d.origin, d.kind, d.session, d.note, d.data_class.value, int(d.untrusted), d.time,
+              d.text) for d in documents],
+        )
+        return self._conn.total_changes - before
+
+    def catch_up(self, taint_of: TaintLookup, notes: Sequence[Note]) -> int:
+        """Index whatever the files hold beyond what is indexed: new lines of every session log,
+        new notes. Only complete lines are read; a line that is not a record is a StoreError."""
+        added = 0
+        for session, epoch, path in session_logs(self._sessions):
+            done = self.upto(f"{session}/{epoch}.jsonl")
+            records = read_log(path, skip=done)
+            if records:
+                added += self.add_records(session, epoch, done + 1, records, taint_of(session))
+        return added + self.add_notes(notes)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def search(self, query: str, k: int, snippet_tokens: int = 48) -> list[Row]:
+        match = fts_query(query)
+        if match is None:
+            return []
+        try:
+            rows = self._conn.execute(
+                """SELECT d.origin, d.kind, d.session, d.note, d.data_class, d.untrusted, d.time,
+                          snippet(documents_fts, 0, '', '', '…', ?),
+                          round(bm25(documents_fts), 6) AS score,
+                          s.data_class, s.untrusted
+                   FROM documents_fts
+                   JOIN documents d ON d.id = documents_fts.rowid
+                   LEFT JOIN sessions s ON s.id = d.session AND d.note IS NULL
+                   WHERE documents_fts MATCH ? AND d.kind != 'dropped'
+                   ORDER BY score, d.origin LIMIT ?""",
+                (snippet_tokens, match, k),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise IndexCorrupt(f"{self.path}: search failed: {exc}") from exc
+        return [_row(*row) for row in rows]
+
+    def counts(self) -> dict[str, int]:
+        return {
+            table: int(self._conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+            for table in ("documents", "sessions", "ingested")
+        }
+
+
+def _row(origin: str, kind: str, session: str | None, note: int | None, data_class: str,
+         untrusted: int, time: str, snippet: str, score: float, session_class: str | None,
+         session_untrusted: int | None) -> Row:
+    if note is None and session_class is not None:
+        # A log record is as sensitive, and as untrusted, as its whole session.
+        data_class = max(DataClass(data_class), DataClass(session_class)).value
+        untrusted = int(bool(untrusted) or bool(session_untrusted))
+    return Row(origin=origin, kind=kind, session=session, data_class=DataClass(data_class),
+               untrusted=bool(untrusted), time=time, snippet=snippet, score=score)
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def fts_query(query: str) -> str | None:
+    """The model's free text as an FTS5 query: each word quoted (so no FTS5 syntax gets through),
+    any of them may match, bm25 ranks. None when the query has no words."""
+    words = _WORD.findall(query)[:32]
+    if not words:
+        return None
+    return " OR ".join(f'"{word}"' for word in words)
+
+
+def session_logs(sessions_dir: Path) -> list[tuple[str, int, Path]]:
+    """Every ``sessions/<id>/<epoch>.jsonl``, sessions by name, epochs in order."""
+    logs = []
+    try:
+        session_dirs = sorted(p for p in sessions_dir.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return []
+    for directory in session_dirs:
+        for path in directory.iterdir():
+            match = _EPOCH_FILE.fullmatch(path.name)
+            if match:
+                logs.append((directory.name, int(match[1]), path))
+    return sorted(logs, key=lambda item: (item[0], item[1]))
+
+
+def read_log(path: Path, skip: int = 0) -> list[LogRecord]:
+    """The complete lines of a session log after the first ``skip``; a torn last line (loopd is
+    writing it) is left for later."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read: {exc.strerror}") from None
+    lines = data.split(b"\n")[:-1]  # the part after the last newline is not complete yet
+    records: list[LogRecord] = []
+    for number, line in enumerate(lines[skip:], start=skip + 1):
+        try:
+            records.append(parse_record(line))
+        except ValidationError as exc:
+            problem = exc.errors()[0]["msg"]
+            raise StoreError(f"{path}: line {number}: not a log record: {problem}") from None
+    return records
+
+
+def _inode(path: Path) -> int:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return -1

@@ -1,0 +1,96 @@
+"""Where memoryd's files live under the state directory (``[paths] home``).
+
+    memory/soul.md memory.md user.md   identity, read once per epoch into the baseline
+    memory/notes.md                    experience, append-only
+    memory/edits/<seq>.json            the journal: one file per write, never rewritten
+    index/recall.sqlite                the FTS5 index; disposable, rebuilt by ``memoryd reindex``
+    index/state.sqlite                 hit counts and the Honcho sync ledger; kept by reindex
+    sessions/<id>/<epoch>.jsonl        loopd's session logs, read-only here
+    broker/sessions/<id>.json          brokerd's taint files, read-only here
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bxcore.protocol.memory import IDENTITY_LIMITS
+
+ENTRY_SEPARATOR = "§"  # a line holding only this separates the entries of an identity file
+
+
+@dataclass(frozen=True)
+class Layout:
+    home: Path
+
+    @property
+    def memory(self) -> Path:
+        return self.home / "memory"
+
+    @property
+    def notes(self) -> Path:
+        return self.memory / "notes.md"
+
+    @property
+    def edits(self) -> Path:
+        return self.memory / "edits"
+
+    @property
+    def index(self) -> Path:
+        return self.home / "index"
+
+    @property
+    def recall_db(self) -> Path:
+        return self.index / "recall.sqlite"
+
+    @property
+    def state_db(self) -> Path:
+        return self.index / "state.sqlite"
+
+    @property
+    def sessions(self) -> Path:
+        return self.home / "sessions"
+
+    @property
+    def taint_files(self) -> Path:
+        return self.home / "broker" / "sessions"
+
+    def identity(self, name: str) -> Path:
+        if name not in IDENTITY_LIMITS:
+            raise ValueError(f"not an identity file: {name!r}")
+        return self.memory / name
+
+    def ensure(self) -> None:
+        """Create memoryd's own directories, owner-only."""
+        for directory in (self.memory, self.edits, self.index):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(directory, 0o700)
+
+
+def split_entries(text: str) -> list[str]:
+    """The entries of an identity file: blocks separated by a line holding only ``§``."""
+    entries: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines():
+        if line.strip() == ENTRY_SEPARATOR:
+            entries.append("\n".join(current).strip())
+            current = []
+        else:
+            current.append(line)
+    entries.append("\n".join(current).strip())
+    return [entry for entry in entries if entry]
+
+
+def join_entries(entries: list[str]) -> str:
+    if not entries:
+        return ""
+    return f"\n{ENTRY_SEPARATOR}\n".join(entries) + "\n"
+
+
+def read_text(path: Path) -> str:
+    """A memory file's text; a missing file is empty."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""

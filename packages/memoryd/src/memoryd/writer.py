@@ -1,0 +1,177 @@
+"""The ``memory`` tool and the owner's commands on memory files: the rules, then the I/O.
+
+The taint rule (brief, Memory item 1): ``note`` in any session; ``add``, ``replace``, ``remove``
+and ``consolidate`` only in a session that has not read untrusted content. In one that has, an
+identity ``add`` becomes a ``note`` and the other edits are refused. Files change on disk at once;
+the prompt sees them at the next epoch, because memoryd freezes each epoch's identity snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bxcore.protocol.memory import IDENTITY_LIMITS, AddArgs, MemoryArgs, NoteArgs
+from bxcore.tools import DataClass
+from bxcore.util import now_rfc3339, write_durably
+
+from .edits import IdentityChange, plan_identity_edit, sanitized
+from .errors import CommandRefused, TaintRefused
+from .journal import Edit, Journal, PendingNote, text_hash
+from .layout import Layout, read_text
+from .notes import Note, append_notes, read_notes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Caller:
+    """Who is writing: the session, and its taint as brokerd reported it (and memoryd checked)."""
+
+    session: str
+    data_class: DataClass
+    untrusted: bool
+
+
+class MemoryWriter:
+    def __init__(self, layout: Layout, *, stage_identity_writes: bool,
+                 clock: Callable[[], str] = now_rfc3339):
+        self.layout = layout
+        self.journal = Journal(layout.edits)
+        self._stage = stage_identity_writes
+        self._clock = clock
+
+    # -- the memory tool ------------------------------------------------------------------
+
+    def write(self, args: MemoryArgs, caller: Caller) -> str:
+        """Do one memory tool call; returns the text for the model. Raises WriteRefused."""
+        if isinstance(args, NoteArgs):
+            note = self._note(sanitized(args.text), caller)
+            return f"Noted as note {note.id} in notes.md."
+        if caller.untrusted:
+            if isinstance(args, AddArgs):
+                note = self._note(sanitized(args.text), caller)
+                return (
+                    f"This session has read untrusted content, so it cannot edit {args.file}; "
+                    f"the entry was recorded as note {note.id} in notes.md instead."
+                )
+            raise TaintRefused(
+                f"{args.action} of {args.file} refused: this session has read untrusted content, "
+                "so it may only write notes"
+            )
+        change = plan_identity_edit(args, read_text(self.layout.identity(args.file)))
+        if self._stage:
+            edit = self._record(change, args.action, caller, staged=True)
+            return (
+                f"Staged as edit {edit.seq} for the owner's review; if accepted it takes effect "
+                "at the next epoch."
+            )
+        edit = self._apply(change, args.action, caller.session, caller.data_class)
+        size = len(change.after.strip())
+        return (
+            f"{args.file} updated (edit {edit.seq}; {size:,} of "
+            f"{IDENTITY_LIMITS[args.file]:,} characters). It takes effect at the next epoch."
+        )
+
+    def _note(self, text: str, caller: Caller) -> Note:
+        note = Note(
+            id=self._next_note_id(), kind="note", time=self._clock(), session=caller.session,
+            data_class=caller.data_class, untrusted=caller.untrusted, text=text,
+        )
+        append_notes(self.layout.notes, [note])
+        self.journal.append(Edit(
+            seq=self.journal.next_seq(), time=note.time, session=caller.session,
+            data_class=caller.data_class, file="notes.md", action="note",
+            summary=text[:60], notes=[note.id],
+        ))
+        return note
+
+    def _next_note_id(self) -> int:
+        notes = read_notes(self.layout.notes)
+        return notes[-1].id + 1 if notes else 1
+
+    def _record(self, change: IdentityChange, action: str, caller: Caller, *,
+                staged: bool) -> Edit:
+        return self.journal.append(Edit(
+            seq=self.journal.next_seq(), time=self._clock(), session=caller.session,
+            data_class=caller.data_class, file=change.file,  # type: ignore[arg-type]
+            action=action,  # type: ignore[arg-type]
+            summary=change.summary, staged=staged, before=change.before, after=change.after,
+            pending_notes=list(change.pending),
+        ))
+
+    def _apply(self, change: IdentityChange, action: str, session: str | None,
+               data_class: DataClass | None, target: int | None = None) -> Edit:
+        """Write the file, append what left it to notes.md, journal the edit."""
+        time = self._clock()
+        write_durably(self.layout.identity(change.file), change.after.encode("utf-8"))
+        notes = self._pending_to_notes(change.pending, change.file, session, data_class, time)
+        append_notes(self.layout.notes, notes)
+        return self.journal.append(Edit(
+            seq=self.journal.next_seq(), time=time, session=session, data_class=data_class,
+            file=change.file,  # type: ignore[arg-type]
+            action=action,  # type: ignore[arg-type]
+            summary=change.summary, before=change.before, after=change.after,
+            notes=[n.id for n in notes], target=target,
+        ))
+
+    def _pending_to_notes(self, pending: tuple[PendingNote, ...], file: str,
+                          session: str | None, data_class: DataClass | None,
+                          time: str) -> list[Note]:
+        first = self._next_note_id()
+        return [
+            Note(id=first + i, kind=p.kind, time=time, session=session or "-",
+                 data_class=data_class or DataClass.PRIVATE, untrusted=False, text=p.text,
+                 source=file)
+            for i, p in enumerate(pending)
+        ]
+
+    # -- the owner's commands ---------------------------------------------------------------
+
+    def undo(self, file: str) -> Edit:
+        """Revert the latest edit of ``file`` that is not undone; journalled as an ``undo``."""
+        if file == "notes.md":
+            raise CommandRefused("notes.md is append-only: its entries cannot be undone")
+        if file not in ("memory.md", "user.md"):
+            raise CommandRefused(f"{file}: only memory.md and user.md are edited by memoryd")
+        target = self.journal.undo_target(file)
+        if target is None:
+            raise CommandRefused(f"{file}: no edit to undo")
+        assert target.before is not None and target.after is not None
+        current = read_text(self.layout.identity(file))
+        if text_hash(current) != text_hash(target.after):
+            raise CommandRefused(
+                f"{self.layout.identity(file)} changed after edit {target.seq}; undo will not "
+                "overwrite it (edit the file by hand, or undo the later change first)"
+            )
+        change = IdentityChange(
+            file=file, before=current, after=target.before,
+            summary=f"undo edit {target.seq} ({target.action})",
+        )
+        return self._apply(change, "undo", None, None, target=target.seq)
+
+    def accept(self, seq: int) -> Edit:
+        staged = self._staged(seq)
+        assert staged.before is not None and staged.after is not None
+        current = read_text(self.layout.identity(staged.file))
+        if text_hash(current) != text_hash(staged.before):
+            raise CommandRefused(
+                f"{staged.file} changed since edit {seq} was staged; reject it and let the "
+                "agent write it again"
+            )
+        change = IdentityChange(
+            file=staged.file, before=current, after=staged.after,
+            summary=f"accept edit {seq}: {staged.summary}", pending=tuple(staged.pending_notes),
+        )
+        return self._apply(change, "accept", staged.session, staged.data_class, target=seq)
+
+    def reject(self, seq: int) -> Edit:
+        staged = self._staged(seq)
+        return self.journal.append(Edit(
+            seq=self.journal.next_seq(), time=self._clock(), session=None, file=staged.file,
+            action="reject", summary=f"reject edit {seq}: {staged.summary}", target=seq,
+        ))
+
+    def _staged(self, seq: int) -> Edit:
+        for edit in self.journal.staged():
+            if edit.seq == seq:
+                return edit
+        raise CommandRefused(f"edit {seq} is not a staged edit waiting for review")
