@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from bxcore.config.inference import SlotSection
-from bxcore.errors import BoxmakerError, ErrorCode, StreamClosed, WireError
+from bxcore.errors import ErrorCode, StreamClosed, WireError
 from bxcore.frames import Frame, FrameError
 from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
@@ -91,13 +91,9 @@ class LoopServer:
             if exc.code is ErrorCode.INTERNAL:
                 log.error("session %s: %s", turn.session, exc)
             return error_frame(exc.code, str(exc))
-        except BoxmakerError as exc:
+        except Exception as exc:  # a bug or a disk failure: the channel still gets its answer
             self._kept.pop(turn.session, None)
-            log.error("session %s: %s", turn.session, exc)
-            return error_frame(ErrorCode.INTERNAL, str(exc))
-        except OSError as exc:
-            self._kept.pop(turn.session, None)
-            log.error("session %s: %s", turn.session, exc)
+            log.exception("session %s: the turn failed", turn.session)
             return error_frame(ErrorCode.INTERNAL, f"session {turn.session}: {exc}")
         return Frame.of(wire.TURN_DONE, done, final=True)
 

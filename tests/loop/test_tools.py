@@ -1,0 +1,218 @@
+"""Tools: the registry and find_tool, call_tool's lookup (an unknown tool never reaches the
+port), the result cap, FakeTools, and BrokerPort over a broker.sock speaking
+bxcore.protocol.broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from bxcore.chat import FunctionCall, ToolCall, ToolSchema
+from bxcore.errors import ErrorCode, WireError
+from bxcore.frames import Frame
+from bxcore.framestream import FrameStream
+from bxcore.protocol import broker
+from bxcore.tools import ToolRequest, ToolResponse
+from hypothesis import given
+from hypothesis import strategies as st
+from loopd.errors import RegistryError
+from loopd.tools import FakeTools, Registry, ToolRunner, cap_text, load_registry
+from loopd.tools.broker import BrokerPort
+from loopd.tools.fake import ECHO
+from loopd.tools.registry import registry_json
+
+from .support import FIXED_TIME, Events
+
+pytestmark = pytest.mark.anyio
+
+WEATHER = ToolSchema(name="weather", description="Forecast for a city.", parameters={})
+
+
+def runner() -> tuple[ToolRunner, FakeTools]:
+    tools = FakeTools(now=lambda: FIXED_TIME)
+    return ToolRunner(Registry([*FakeTools.schemas, WEATHER]), tools), tools
+
+
+async def run(name: str, arguments: str) -> tuple[str, FakeTools]:
+    tool_runner, tools = runner()
+    call = ToolCall(id="c", function=FunctionCall(name=name, arguments=arguments))
+    outcome = await tool_runner.run(call, session="s1", number=5, events=Events())
+    return outcome.response.content, tools
+
+
+def test_the_tools_array_is_the_core_tools_then_find_tool_and_call_tool():
+    names = [s.name for s in Registry([*FakeTools.schemas, WEATHER]).core_schemas()]
+    assert names == ["clock", "find_tool", "call_tool"]
+
+
+@pytest.mark.parametrize(
+    ("query", "found"),
+    [("echo", ["echo"]), ("ECHO", ["echo"]), ("city", ["weather"]), ("", ["echo", "weather"]),
+     ("clock", []), ("nothing", [])],
+)
+async def test_find_tool_searches_name_and_description_ignoring_case(query, found):
+    content, tools = await run("find_tool", json.dumps({"query": query}))
+    if found:
+        listing, suffix = content.split("\n")
+        assert [s["name"] for s in json.loads(listing)] == found
+        assert suffix == "Call it with call_tool."
+    else:
+        assert content == "No tool matches."
+    assert tools.requests == []
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"name": "nope", "arguments": {}}', '{"name": "clock", "arguments": {}}',
+     '{"name": "find_tool", "arguments": {}}', '{"arguments": {}}', '{"name": 3}',
+     '{"name": "../x", "arguments": {}}'],
+)
+async def test_an_unknown_call_tool_never_reaches_the_port(arguments):
+    content, tools = await run("call_tool", arguments)
+    assert content.startswith("Unknown tool")
+    assert tools.requests == []
+
+
+async def test_call_tool_sends_the_inner_object_as_json_text():
+    content, tools = await run("call_tool", '{"name": "echo", "arguments": {"text": "hi"}}')
+    assert content == "hi"
+    assert tools.requests == [ToolRequest(session="s1", call=5, tool="echo",
+                                          arguments='{"text":"hi"}')]
+
+
+async def test_call_tool_takes_arguments_sent_as_json_text():
+    content, _ = await run("call_tool", '{"name": "echo", "arguments": "{\\"text\\": \\"hi\\"}"}')
+    assert content == "hi"
+
+
+async def test_a_core_tool_gets_the_arguments_exactly_as_the_model_wrote_them():
+    content, tools = await run("clock", '{ }')
+    assert content == FIXED_TIME
+    assert tools.requests[0].arguments == "{ }"
+
+
+@pytest.mark.parametrize("arguments", ["not json", "[1]", '"x"'])
+async def test_arguments_that_are_not_an_object_are_answered_without_the_port(arguments):
+    content, tools = await run("clock", arguments)
+    assert content.startswith("Not run: the arguments of clock are not a JSON object")
+    assert tools.requests == []
+
+
+async def test_a_tool_outside_the_tools_array_called_directly_is_unknown():
+    content, tools = await run("echo", '{"text": "x"}')
+    assert content.startswith("Unknown tool 'echo'")
+    assert tools.requests == []
+
+
+async def test_fake_echo_refuses_bad_arguments():
+    tools = FakeTools()
+    request = ToolRequest(session="s1", call=1, tool="echo", arguments='{"txt": 1}')
+    response = await tools.call(request, Events())
+    assert response.status == "failed"
+
+
+@given(st.text(), st.integers(min_value=16, max_value=300))
+def test_the_cap_cuts_at_a_character_boundary_and_stays_within_it(text, cap):
+    capped, truncated = cap_text(text, cap)
+    size = len(text.encode())
+    assert truncated == (size > cap)
+    if truncated:
+        assert capped.endswith("\n[truncated]")
+        assert len(capped.encode()) <= cap
+        assert text.startswith(capped.removesuffix("\n[truncated]"))
+    else:
+        assert capped == text
+
+
+def test_registry_file_round_trip_and_errors(tmp_path):
+    path = tmp_path / "tools.json"
+    path.write_text(registry_json([*FakeTools.schemas, WEATHER]))
+    assert load_registry(path).search("forecast") == [WEATHER]
+    path.write_text('[{"name": "x", "description": "d"}]')
+    with pytest.raises(RegistryError, match=r"tools\.json: 0\.parameters: Field required"):
+        load_registry(path)
+    path.write_text(registry_json([ECHO, ECHO]))
+    with pytest.raises(RegistryError, match=r"tools\.json: .*\['echo'\]"):
+        load_registry(path)
+    path.write_text(registry_json([ECHO.model_copy(update={"name": "call_tool"})]))
+    with pytest.raises(RegistryError, match="reserved"):
+        load_registry(path)
+    with pytest.raises(RegistryError, match="cannot read"):
+        load_registry(tmp_path / "missing.json")
+
+
+# --- BrokerPort against a broker.sock served here -----------------------------------------
+
+class FakeBroker:
+    """Serves broker.sock as bxcore.protocol.broker says: reads one tool_call, answers with
+    the scripted frames."""
+
+    def __init__(self, frames: list[Frame]):
+        self.frames = frames
+        self.requests: list[ToolRequest] = []
+
+    async def handle(self, reader, writer) -> None:
+        stream = FrameStream(reader, writer, broker.TO_BROKERD)
+        frame = await stream.read(timeout=5)
+        self.requests.append(frame.parse(ToolRequest))
+        for answer in self.frames:
+            await stream.write(answer)
+        await stream.close()
+
+
+async def broker_call(tmp_path, frames: list[Frame]) -> tuple[ToolResponse, Events, FakeBroker]:
+    fake = FakeBroker(frames)
+    path = tmp_path / "broker.sock"
+    server = await asyncio.start_unix_server(fake.handle, path=str(path))
+    events = Events()
+    try:
+        request = ToolRequest(session="s1", call=3, tool="echo", arguments='{"text":"x"}')
+        response = await BrokerPort(path).call(request, events)
+    finally:
+        server.close()
+        await server.wait_closed()
+    return response, events, fake
+
+
+OK = ToolResponse.model_validate({"status": "ok", "content": "x", "class": "private",
+                                  "untrusted": True, "truncated": False})
+
+
+async def test_broker_port_sends_the_request_and_returns_the_response(tmp_path):
+    response, events, fake = await broker_call(
+        tmp_path, [Frame.of(broker.TOOL_RESPONSE, OK, final=True)]
+    )
+    assert response == OK
+    assert fake.requests[0].call == 3
+    assert events.seen == []
+
+
+async def test_broker_port_forwards_tool_waiting_as_an_event(tmp_path):
+    waiting = broker.ToolWaiting(approval="ap-1", expires="2026-09-18T13:00:00Z")
+    response, events, _ = await broker_call(tmp_path, [
+        Frame.of(broker.TOOL_WAITING, waiting, final=False),
+        Frame.of(broker.TOOL_RESPONSE, OK, final=True),
+    ])
+    assert response == OK
+    assert [(e.type, e.approval) for e in events.seen] == [("tool_waiting", "ap-1")]
+
+
+async def test_broker_port_turns_an_error_frame_into_a_failed_answer(tmp_path):
+    error = WireError(code=ErrorCode.INTERNAL, message="sandbox broke")
+    response, _, _ = await broker_call(tmp_path, [Frame.of(broker.ERROR, error, final=True)])
+    assert response.status == "failed"
+    assert "internal: sandbox broke" in response.content
+
+
+async def test_broker_port_answers_failed_when_the_broker_hangs_up(tmp_path):
+    response, _, _ = await broker_call(tmp_path, [])
+    assert response.status == "failed"
+    assert "brokerd failed" in response.content
+
+
+async def test_broker_port_answers_failed_when_brokerd_is_not_running(tmp_path):
+    request = ToolRequest(session="s1", call=1, tool="echo", arguments="{}")
+    response = await BrokerPort(tmp_path / "absent.sock").call(request, Events())
+    assert response.status == "failed"
+    assert "not running" in response.content
