@@ -37,6 +37,8 @@ class GatewaySection(Section):
     reconnect_min: Seconds = 3.0  # first WebSocket reconnect delay (the official client's)
     reconnect_max: Seconds = 300.0  # cap on the reconnect delay
     ping_interval: Seconds = 30.0  # the app-level `ping` action, like the official client
+    redeliver_min: Seconds = 1.0  # first wait before offering a DM to a busy or absent loopd again
+    redeliver_max: Seconds = 30.0  # cap on that wait
 
     @field_validator("server")
     @classmethod

@@ -1,0 +1,138 @@
+"""``gateway.sock``: brokerd asks the owner to approve a call (bxcore.protocol.approval).
+
+brokerd connects once per approval, sends ``approval_request`` and waits on the same connection
+for one ``approval_answer``. gatewayd posts the request in the session's thread, with exactly what
+will run, and answers when an allowlisted user replies ``!approve <id>`` or ``!deny <id>`` there.
+When brokerd closes the connection first, the approval has expired; the thread is told so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from bxcore.errors import (
+    ErrorCode,
+    FrameError,
+    IncompleteFrame,
+    StreamClosed,
+    WireError,
+)
+from bxcore.frames import Frame
+from bxcore.framestream import FrameStream
+from bxcore.protocol.approval import (
+    APPROVAL_ANSWER,
+    APPROVAL_REQUEST,
+    ERROR,
+    TO_GATEWAYD,
+    ApprovalRequest,
+)
+
+from .approvals import ApprovalBook
+from .errors import MattermostError
+from .render import approval_text, split_message
+from .rest import MattermostClient
+from .routing import root_of_session
+
+log = logging.getLogger("gatewayd.approvals")
+
+Say = Callable[[str, str, str], Awaitable[None]]  # (channel id, thread root, text)
+
+
+class ApprovalServer:
+    def __init__(
+        self, path: Path, book: ApprovalBook, rest: MattermostClient, say: Say,
+        *, mode: int = 0o660, request_timeout: float = 30.0,
+    ):
+        self.path = path
+        self._book = book
+        self._rest = rest
+        self._say = say
+        self._mode = mode
+        self._timeout = request_timeout
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        """Bind the socket (a stale file from a crash is removed first)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._server = await asyncio.start_unix_server(self._handle, str(self.path))
+        os.chmod(self.path, self._mode)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = FrameStream(reader, writer, kinds=TO_GATEWAYD)
+        try:
+            await self._serve(stream)
+        except (StreamClosed, IncompleteFrame, ConnectionError) as exc:
+            log.info("gateway.sock: peer went away: %s", exc)
+        finally:
+            await stream.close()
+
+    async def _serve(self, stream: FrameStream) -> None:
+        try:
+            frame = await stream.read(timeout=self._timeout)
+            if frame.kind != APPROVAL_REQUEST:
+                raise FrameError(f"expected {APPROVAL_REQUEST!r}, got {frame.kind!r}")
+            request = frame.parse(ApprovalRequest)
+        except (FrameError, TimeoutError) as exc:
+            await _error(stream, ErrorCode.BAD_FRAME, str(exc) or "no request in time")
+            return
+        root = root_of_session(request.session)
+        if root is None:
+            await _error(stream, ErrorCode.BAD_REQUEST,
+                         f"session {request.session} has no Mattermost thread")
+            return
+        try:
+            channel_id = (await self._rest.get_post(root)).channel_id
+            pending = self._book.add(request, root, channel_id)
+        except ValueError as exc:
+            await _error(stream, ErrorCode.BAD_REQUEST, str(exc))
+            return
+        except MattermostError as exc:
+            await _error(stream, ErrorCode.UNAVAILABLE, f"cannot reach Mattermost: {exc}")
+            return
+        try:
+            text = approval_text(request.id, request.tool, request.arguments, request.grant,
+                                 request.expires)
+            for number, part in enumerate(split_message(text)):
+                await self._rest.create_post(channel_id, part, root_id=root,
+                                             pending_post_id=f"approval:{request.id}:{number}")
+        except MattermostError as exc:
+            self._book.close(request.id)
+            await _error(stream, ErrorCode.UNAVAILABLE, f"cannot post the approval: {exc}")
+            return
+        log.info("approval %s posted in thread %s", request.id, root)
+        gone = asyncio.ensure_future(stream.read())  # brokerd closes on expiry
+        try:
+            await asyncio.wait({pending.answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            with contextlib.suppress(BaseException):
+                await gone
+        if pending.answer.done():
+            answer = pending.answer.result()
+            await stream.write(Frame.of(APPROVAL_ANSWER, answer, final=True))
+            log.info("approval %s: %s by %s", request.id, answer.verdict, answer.by)
+            return
+        self._book.close(request.id)
+        log.info("approval %s expired (brokerd closed the connection)", request.id)
+        await self._say(channel_id, root, f"_Approval `{request.id}` expired; the call was "
+                        "not run._")
+
+
+async def _error(stream: FrameStream, code: ErrorCode, message: str) -> None:
+    log.warning("gateway.sock: %s: %s", code.value, message)
+    with contextlib.suppress(StreamClosed, ConnectionError):
+        await stream.write(Frame.of(ERROR, WireError(code=code, message=message), final=True))

@@ -1,0 +1,60 @@
+"""``gatewayd serve --config <path>``: the daemon, under systemd (Type=notify) or by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import click
+import sdnotify
+from bxcore.config import load_config
+from bxcore.errors import BoxmakerError
+
+from .service import Gateway, Settings
+
+log = logging.getLogger("gatewayd")
+
+
+@click.group()
+def main() -> None:
+    """gatewayd: the owner's Mattermost direct messages as a Boxmaker channel."""
+
+
+@main.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="The Boxmaker config file (TOML).")
+@click.option("--verbose", is_flag=True, help="Log at DEBUG level (never message text).")
+def serve(config_path: str, verbose: bool) -> None:
+    """Connect to Mattermost, serve gateway.sock, and carry DMs to loopd until SIGTERM.
+
+    Example: gatewayd serve --config /etc/boxmaker/config.toml
+    """
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = Settings.from_config(load_config(config_path))
+        gateway = Gateway(settings)
+    except BoxmakerError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        asyncio.run(_serve(gateway))
+    except BoxmakerError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+async def _serve(gateway: Gateway) -> None:
+    notifier = sdnotify.SystemdNotifier()
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        await gateway.run(ready=lambda: notifier.notify("READY=1"))
+    except asyncio.CancelledError:
+        notifier.notify("STOPPING=1")
+        log.info("gatewayd stopped")

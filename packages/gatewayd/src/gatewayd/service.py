@@ -1,0 +1,209 @@
+"""gatewayd assembled: the WebSocket, the queue's dispatcher and gateway.sock in one task group.
+
+    Mattermost ──ws──> route ──> queue (SQLite) ──> dispatcher ──loop.sock──> loopd
+        ^                 └──> !approve/!deny ──> approvals <──gateway.sock── brokerd
+        └──────── REST: placeholder, edits, answers, approval posts ────────┘
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bxcore.config import Config
+from bxcore.secrets import Secret, SecretStore
+
+from .approval_server import ApprovalServer
+from .approvals import ApprovalBook, Forward
+from .errors import MattermostError, SetupError
+from .events import Event, Posted
+from .models import Post
+from .queue import Item, Queue
+from .rest import MattermostClient
+from .routing import Command, Ignore, Refuse, Turn, load_allowlist, route
+from .stream import backoff_delay
+from .turns import Outcome, TurnRunner
+from .websocket import MattermostSocket
+
+log = logging.getLogger("gatewayd")
+
+CATCH_UP_SLACK_MS = 60_000  # read this far behind the newest post seen: clocks and races
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What gatewayd needs from the config file, resolved and checked once at start."""
+
+    server: str
+    token: Secret
+    allowlist: frozenset[str]
+    channels: frozenset[str]
+    state: Path
+    gateway_socket: Path
+    loop_socket: Path
+    edit_interval: float
+    retries: int
+    request_timeout: float
+    reconnect: tuple[float, float]
+    ping_interval: float
+    redeliver: tuple[float, float]
+
+    @classmethod
+    def from_config(cls, config: Config, secrets: SecretStore | None = None) -> Settings:
+        section = config.gateway
+        if section.server is None:
+            raise SetupError("gateway.server: not set (the Mattermost server's URL)")
+        if section.allowlist is None:
+            raise SetupError("gateway.allowlist: not set (a file of allowed user ids)")
+        store = secrets or SecretStore(config.secrets)
+        store.warn_plaintext()
+        return cls(
+            server=section.server,
+            token=store.get(section.token_secret),
+            allowlist=load_allowlist(section.allowlist),
+            channels=frozenset(section.channels),
+            state=section.state or config.paths.home / "gateway",
+            gateway_socket=section.socket or config.socket("gateway"),
+            loop_socket=config.loop_socket,
+            edit_interval=section.edit_interval,
+            retries=section.retries,
+            request_timeout=section.request_timeout,
+            reconnect=(section.reconnect_min, section.reconnect_max),
+            ping_interval=section.ping_interval,
+            redeliver=(section.redeliver_min, section.redeliver_max),
+        )
+
+
+class Gateway:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.rest = MattermostClient(
+            settings.server, settings.token, retries=settings.retries,
+            timeout=settings.request_timeout,
+        )
+        self.queue = Queue(settings.state / "queue.sqlite3")
+        self.book = ApprovalBook()
+        self.runner = TurnRunner(self.rest, self.queue, settings.loop_socket,
+                                 edit_interval=settings.edit_interval)
+        self.approvals = ApprovalServer(settings.gateway_socket, self.book, self.rest, self.say)
+        self.socket = MattermostSocket(
+            settings.server, settings.token, on_event=self.on_event, on_catch_up=self.catch_up,
+            reconnect_min=settings.reconnect[0], reconnect_max=settings.reconnect[1],
+            ping_interval=settings.ping_interval,
+        )
+        self.me = ""
+        self._dm_channels: dict[str, str] = {}  # channel id -> the allowlisted user
+        self._wake = asyncio.Event()
+        self._running: dict[str, asyncio.Task[None]] = {}
+
+    async def run(self, ready: Callable[[], None] = lambda: None) -> None:
+        """Serve until cancelled; ``ready`` is called once gateway.sock is bound."""
+        try:
+            self.me = (await self.rest.me()).id
+            for user in sorted(self.settings.allowlist):
+                channel = await self.rest.direct_channel(self.me, user)
+                self._dm_channels[channel.id] = user
+            if self.queue.watermark() is None:  # first start: nothing before now is ours
+                self.queue.set_watermark(int(time.time() * 1000))
+            await self.approvals.start()
+            ready()
+            log.info("gatewayd ready as %s; %d allowlisted user(s)", self.me,
+                     len(self.settings.allowlist))
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.socket.run())
+                group.create_task(self._dispatch())
+        finally:
+            for task in self._running.values():
+                task.cancel()
+            await asyncio.gather(*self._running.values(), return_exceptions=True)
+            await self.approvals.close()
+            await self.rest.aclose()
+            self.queue.close()
+
+    # -- from Mattermost --------------------------------------------------------------------
+    async def on_event(self, event: Event) -> None:
+        if isinstance(event, Posted):  # edits and deletions are not acted on
+            await self.take(event.post, event.channel_type)
+
+    async def catch_up(self) -> None:
+        """Events may have been lost: read every served channel's posts since the watermark."""
+        since = (self.queue.watermark() or 0) - CATCH_UP_SLACK_MS
+        served = [(c, "D") for c in self._dm_channels]
+        served += [(c, "O") for c in sorted(self.settings.channels)]
+        for channel_id, channel_type in served:
+            posts = await self.rest.posts_since(channel_id, since)
+            for post in posts.in_order():
+                if post.create_at >= since:
+                    await self.take(post, channel_type)
+
+    async def take(self, post: Post, channel_type: str) -> None:
+        decision = route(post, channel_type, me=self.me, allowlist=self.settings.allowlist,
+                         channels=self.settings.channels)
+        if isinstance(decision, Ignore):
+            log.debug("post %s ignored: %s", post.id, decision.reason)
+        elif isinstance(decision, Refuse):
+            log.info("post %s from user %s in channel %s refused: %s", post.id, post.user_id,
+                     post.channel_id, decision.reason)
+        elif isinstance(decision, Turn):
+            if self.queue.offer(_item(post, decision.session, decision.resume)):
+                log.info("post %s queued for session %s", post.id, decision.session)
+                self._wake.set()
+        elif isinstance(decision, Command) and self.queue.offer(
+            _item(post, "", False), handled=True
+        ):
+            await self._command(decision)
+
+    async def _command(self, command: Command) -> None:
+        post = command.post
+        outcome = self.book.decide(command, self.settings.allowlist)
+        if isinstance(outcome, Forward):
+            mark = "✅ approved" if outcome.answer.verdict == "approve" else "⛔ denied"
+            text = f"{mark} `{command.approval_id}`"
+        else:
+            log.info("approval command in post %s by %s refused: %s", post.id, post.user_id,
+                     outcome.reason)
+            text = f"⚠ Not accepted: {outcome.reason}."
+        await self.say(post.channel_id, post.thread_root, text)
+
+    async def say(self, channel_id: str, root_id: str, text: str) -> None:
+        try:
+            await self.rest.create_post(channel_id, text, root_id=root_id)
+        except MattermostError as exc:
+            log.warning("could not reply in thread %s: %s", root_id, exc)
+
+    # -- to loopd ---------------------------------------------------------------------------
+    async def _dispatch(self) -> None:
+        while True:
+            self._wake.clear()
+            for item in self.queue.heads(time.time(), busy=set(self._running)):
+                self._running[item.session] = asyncio.create_task(self._deliver(item))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.settings.redeliver[0])
+
+    async def _deliver(self, item: Item) -> None:
+        try:
+            try:
+                outcome = await self.runner.deliver(item)
+            except MattermostError as exc:
+                log.warning("post %s: Mattermost failed during delivery: %s", item.post_id, exc)
+                outcome = Outcome.DOWN
+            if outcome is not Outcome.DELIVERED:
+                low, high = self.settings.redeliver
+                delay = backoff_delay(item.attempts + 1, minimum=low, maximum=high)
+                self.queue.defer(item.post_id, time.time() + delay)
+        finally:
+            self._running.pop(item.session, None)
+            self._wake.set()
+
+
+def _item(post: Post, session: str, resume: bool) -> Item:
+    return Item(
+        post_id=post.id, session=session, resume=resume, channel_id=post.channel_id,
+        root_id=post.thread_root, user_id=post.user_id, content=post.message,
+        create_at=post.create_at,
+    )
