@@ -44,7 +44,7 @@ let
     [
       "run" "--rm" "--replace" "--name=${containerName role}" "--pull=never"
       "--sdnotify=container" "--network=${r.network}" "--read-only" "--cap-drop=ALL"
-      "--security-opt=no-new-privileges" "--user=0:0"
+      "--security-opt=no-new-privileges" "--user=0:0" "--uts=host"
     ]
     ++ map (v: "--volume=${v}") (volumes role credentials)
     ++ map (e: "--env=${e}") (environment credentials)

@@ -11,6 +11,8 @@ What every role gets, and why:
 - ``--user=0:0``: the host runs podman rootless without subordinate ids, so the container's user
   namespace maps exactly one id, container root, to the role's unprivileged host user. Root in
   there holds no capabilities and owns nothing on the host but the role's own files.
+- ``--uts=host``: the unit already has a UTS namespace of its own (ProtectHostname=), so the
+  container shares it and the unit need not allow creating one (RestrictNamespaces=).
 - ``--sdnotify=container``: the daemon's own READY=1 reaches systemd, not podman's.
 - A mount per socket directory, read-write for the socket's server and read-only for its clients
   (connect() works on a read-only mount; creating or removing files does not), so a role sees
@@ -73,7 +75,7 @@ def podman_args(
     return [
         "run", "--rm", "--replace", f"--name={container_name(role_name)}", "--pull=never",
         "--sdnotify=container", f"--network={role.network}", "--read-only", "--cap-drop=ALL",
-        "--security-opt=no-new-privileges", "--user=0:0",
+        "--security-opt=no-new-privileges", "--user=0:0", "--uts=host",
         *(f"--volume={volume}" for volume in volumes(manifest, role_name, credentials)),
         *(f"--env={variable}" for variable in environment(manifest, credentials)),
         image, *role.command, "--config", manifest.config_path(),

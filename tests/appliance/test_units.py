@@ -1,0 +1,135 @@
+"""The systemd units the NixOS module writes, computed by nixos-modules/lib.nix and checked by
+systemd itself: ``systemd-analyze verify`` with no output at all (an unknown key is only a
+warning), and ``systemd-analyze security --offline=true`` scoring 2.0 or better for every role.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from bxctl.stack import load_manifest
+
+from .nix import lib_expression, needs_nix, nix_eval, nix_string
+from .units import render_unit
+
+MANIFEST = load_manifest()
+ROLES = sorted(MANIFEST.roles)
+PODMAN = shutil.which("podman") or "/usr/bin/podman"
+EGRESS = {"router": ["127.0.0.1"], "honcho": ["100.64.0.7"], "mattermost": ["100.64.0.8"]}
+
+pytestmark = [
+    needs_nix,
+    pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze"),
+]
+
+
+def unit_of(role: str) -> dict:
+    allow = EGRESS.get(MANIFEST.roles[role].egress, [])
+    credentials = " ".join(
+        f"{name} = {nix_string(f'/etc/boxmaker/credentials/{name}.cred')};"
+        for name in MANIFEST.roles[role].credentials
+    )
+    return nix_eval(
+        f"{lib_expression()}.unit {{ role = {nix_string(role)}; podman = {nix_string(PODMAN)}; "
+        f'imageName = "localhost/boxmaker/{role}"; imageArchive = "/nix/store/x-image/image.tar"; '
+        f'digestEnv = "/nix/store/x-image/digest.env"; containersConf = "/etc/boxmaker/c.conf"; '
+        f"allow = {nix_string_list(allow)}; credentialFiles = {{ {credentials} }}; }}"
+    )
+
+
+def nix_string_list(values: list[str]) -> str:
+    return "[ " + " ".join(nix_string(v) for v in values) + " ]"
+
+
+@pytest.fixture(scope="module")
+def unit_files(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("units")
+    files = {}
+    for role in ROLES:
+        path = directory / f"boxmaker-{role}.service"
+        path.write_text(render_unit(unit_of(role)))
+        files[role] = path
+    return files
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_unit_passes_systemd_analyze_verify_without_a_word(unit_files, role):
+    done = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(unit_files[role])],
+        capture_output=True, text=True, check=False, cwd=unit_files[role].parent,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_unit_scores_2_0_or_better_in_systemd_analyze_security(unit_files, role):
+    done = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit_files[role])],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    match = re.search(r"Overall exposure level for \S+: (\d+\.\d)", done.stdout)
+    assert match, done.stdout + done.stderr
+    assert float(match.group(1)) <= 2.0, done.stdout
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_unit_is_notify_restarting_and_hardened(role):
+    service = unit_of(role)["serviceConfig"]
+    assert service["Type"] == "notify"
+    assert service["Restart"] == "on-failure"
+    for key, value in MANIFEST.hardening.common.items():
+        assert service[key] == value
+    assert service["CapabilityBoundingSet"] == ""
+    assert service["NoNewPrivileges"] == "yes"
+    assert service["IPAddressDeny"] == "any"
+
+
+def test_unix_only_roles_have_a_private_network_and_only_unix_sockets():
+    for role in ("loopd", "brokerd"):
+        service = unit_of(role)["serviceConfig"]
+        assert service["PrivateNetwork"] == "yes"
+        assert service["RestrictAddressFamilies"] == "AF_UNIX AF_NETLINK"  # netlink: podman's lo
+        assert "IPAddressAllow" not in service
+
+
+def test_network_roles_reach_only_their_peer_and_listen_on_no_port():
+    for role in ("inferproxy", "memoryd", "gatewayd"):
+        service = unit_of(role)["serviceConfig"]
+        assert service["IPAddressAllow"] == EGRESS[MANIFEST.roles[role].egress]
+        assert service["SocketBindDeny"] == "any"
+        assert "PrivateNetwork" not in service
+
+
+def test_the_unit_runs_exactly_the_launcher_arguments_with_the_digest_put_in_by_systemd():
+    from bxctl.stack import podman_args
+
+    service = unit_of("gatewayd")["serviceConfig"]
+    credentials = "/run/credentials/boxmaker-gatewayd.service"
+    expected = podman_args(MANIFEST, "gatewayd", image="localhost/boxmaker/gatewayd@sha256:" + "0" * 64,
+                           credentials=credentials)  # fmt: skip
+    expected[expected.index("localhost/boxmaker/gatewayd@sha256:" + "0" * 64)] = (
+        "localhost/boxmaker/gatewayd@${BOXMAKER_IMAGE_DIGEST}"
+    )
+    assert service["ExecStart"] == " ".join([PODMAN, *expected])
+    assert service["LoadCredentialEncrypted"] == [
+        "mattermost_token:/etc/boxmaker/credentials/mattermost_token.cred"
+    ]
+    assert service["EnvironmentFile"] == "/nix/store/x-image/digest.env"
+
+
+def test_the_role_sockets_form_a_cycle_so_units_are_not_ordered_on_each_other():
+    after = {role: unit_of(role)["after"] for role in ROLES}
+    assert all(a == ["network-online.target"] for a in after.values())
+    assert unit_of("loopd")["wants"] == [
+        "boxmaker-brokerd.service", "boxmaker-inferproxy.service", "boxmaker-memoryd.service",
+    ]  # fmt: skip
+
+
+def test_tmpfiles_give_each_socket_directory_to_its_server():
+    rules = nix_eval(f"{lib_expression()}.tmpfiles")
+    assert "d /run/boxmaker/infer 0750 boxmaker-inferproxy boxmaker -" in rules
+    assert "d /var/lib/boxmaker/sessions 0750 boxmaker-loopd boxmaker -" in rules
