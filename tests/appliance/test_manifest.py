@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from bxcore.config import config_from_dict
 from bxcore.errors import ConfigError
 from bxctl.stack import load_manifest, parse_manifest, podman_args
@@ -112,7 +111,7 @@ def test_bad_launch_parameters_are_refused_with_the_reason(image, credentials, m
 
 
 def test_an_unknown_role_is_refused_naming_the_roles():
-    with pytest.raises(ConfigError, match="no role 'webui'.*brokerd, gatewayd"):
+    with pytest.raises(ConfigError, match=r"no role 'webui'.*brokerd, gatewayd"):
         podman_args(MANIFEST, "webui", image=image_of("loopd"))
 
 

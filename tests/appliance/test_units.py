@@ -10,7 +10,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from bxctl.stack import load_manifest
 
 from .nix import lib_expression, needs_nix, nix_eval, nix_string
@@ -109,11 +108,9 @@ def test_the_unit_runs_exactly_the_launcher_arguments_with_the_digest_put_in_by_
 
     service = unit_of("gatewayd")["serviceConfig"]
     credentials = "/run/credentials/boxmaker-gatewayd.service"
-    expected = podman_args(MANIFEST, "gatewayd", image="localhost/boxmaker/gatewayd@sha256:" + "0" * 64,
-                           credentials=credentials)  # fmt: skip
-    expected[expected.index("localhost/boxmaker/gatewayd@sha256:" + "0" * 64)] = (
-        "localhost/boxmaker/gatewayd@${BOXMAKER_IMAGE_DIGEST}"
-    )
+    image = "localhost/boxmaker/gatewayd@sha256:" + "0" * 64
+    expected = podman_args(MANIFEST, "gatewayd", image=image, credentials=credentials)
+    expected[expected.index(image)] = "localhost/boxmaker/gatewayd@${BOXMAKER_IMAGE_DIGEST}"
     assert service["ExecStart"] == " ".join([PODMAN, *expected])
     assert service["LoadCredentialEncrypted"] == [
         "mattermost_token:/etc/boxmaker/credentials/mattermost_token.cred"
