@@ -1,0 +1,165 @@
+"""The egress proxy's pure part: the host allowlist and the parsing of one request head.
+
+A sandbox reaches the network only through this proxy, one request head per connection:
+
+- ``CONNECT host:port HTTP/1.1`` opens a tunnel (https); the proxy never sees inside it.
+- ``GET http://host[:port]/path HTTP/1.1`` (absolute form) is plain HTTP: the head is rewritten
+  to origin form, ``Host`` is set from the URL (so routing and ``Host`` cannot disagree),
+  hop-by-hop and ``Proxy-*`` headers are dropped and ``Connection: close`` is added.
+
+Allowlist entries are grant host patterns: ``docs.python.org`` (that host) or ``*.example.org``
+(its subdomains, not itself), each for ports 80 and 443 unless written ``host:port``.
+Refusals carry a ``Proxy-Status`` header (RFC 9209) that the toolkit turns into a clear error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+HEAD_CAP = 16 * 1024
+DEFAULT_PORTS = frozenset({80, 443})
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HOST = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
+_DROPPED = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization",
+                      "proxy-authenticate", "te", "trailer", "upgrade", "host"})
+
+
+class BadProxyRequest(Exception):
+    """The sandbox sent something that is not one proxy request head (the peer did it wrong)."""
+
+
+@dataclass(frozen=True)
+class Allow:
+    host: str  # lowercased; for a wildcard the parent domain, e.g. "example.org"
+    wildcard: bool
+    ports: frozenset[int]
+
+    def matches(self, host: str, port: int) -> bool:
+        if port not in self.ports:
+            return False
+        if self.wildcard:
+            return host.endswith("." + self.host)
+        return host == self.host
+
+
+def parse_allowlist(entries: tuple[str, ...]) -> tuple[Allow, ...]:
+    rules = []
+    for entry in entries:
+        host, ports = entry.lower(), DEFAULT_PORTS
+        if ":" in host:
+            host, _, port = host.rpartition(":")
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"egress host {entry!r}: bad port")
+            ports = frozenset({int(port)})
+        if not _HOST.fullmatch(host):
+            raise ValueError(f"egress host {entry!r}: not a host name or *.domain pattern")
+        wildcard = host.startswith("*.")
+        rules.append(Allow(host.removeprefix("*."), wildcard, ports))
+    return tuple(rules)
+
+
+def is_allowed(rules: tuple[Allow, ...], host: str, port: int) -> bool:
+    host = host.lower().rstrip(".")
+    return any(rule.matches(host, port) for rule in rules)
+
+
+@dataclass(frozen=True)
+class ProxyRequest:
+    host: str
+    port: int
+    tunnel: bool  # CONNECT: reply 200 and splice; otherwise forward ``head`` then splice
+    head: bytes  # the rewritten head for plain HTTP; empty for CONNECT
+    rest: bytes  # bytes the client sent after the head (a body's start), forwarded as-is
+
+
+def parse_head(buffer: bytes) -> ProxyRequest | None:
+    """One request from the start of a connection, or None while the head is incomplete."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        if len(buffer) > HEAD_CAP:
+            raise BadProxyRequest(f"request head over {HEAD_CAP} bytes")
+        return None
+    if end > HEAD_CAP:
+        raise BadProxyRequest(f"request head over {HEAD_CAP} bytes")
+    try:
+        text = buffer[:end].decode("ascii")
+    except UnicodeDecodeError:
+        raise BadProxyRequest("request head is not ASCII") from None
+    if any(c in text.replace("\r\n", "") for c in "\r\n\0"):
+        raise BadProxyRequest("bare CR, LF or NUL in the request head")
+    line, *header_lines = text.split("\r\n")
+    parts = line.split(" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or parts[2] not in ("HTTP/1.1",
+                                                                               "HTTP/1.0"):
+        raise BadProxyRequest(f"not an HTTP/1.x request line: {line[:80]!r}")
+    method, target, version = parts
+    headers = [_header(raw) for raw in header_lines]
+    rest = buffer[end + 4 :]
+    if method == "CONNECT":
+        host, port = _authority(target, default_port=None)
+        return ProxyRequest(host, port, tunnel=True, head=b"", rest=rest)
+    return _plain(method, target, version, headers, rest)
+
+
+def _header(raw: str) -> tuple[str, str]:
+    name, sep, value = raw.partition(":")
+    if not sep or not _TOKEN.fullmatch(name):  # also refuses obs-fold continuation lines
+        raise BadProxyRequest(f"malformed header line: {raw[:80]!r}")
+    return name, value.strip()
+
+
+def _authority(text: str, default_port: int | None) -> tuple[str, int]:
+    host, port_text = text, ""
+    if text.startswith("["):
+        host, _, after = text[1:].partition("]")
+        port_text = after.removeprefix(":")
+    elif ":" in text:
+        host, _, port_text = text.rpartition(":")
+    if not port_text:
+        if default_port is None:
+            raise BadProxyRequest(f"CONNECT needs host:port, got {text[:80]!r}")
+        return _host(host), default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise BadProxyRequest(f"bad port in {text[:80]!r}")
+    return _host(host), int(port_text)
+
+
+def _host(host: str) -> str:
+    host = host.lower().rstrip(".")
+    if not host or "@" in host or any(c.isspace() or c in "/\\?#\"" for c in host):
+        raise BadProxyRequest(f"bad host {host[:80]!r}")
+    return host
+
+
+def _plain(
+    method: str, target: str, version: str, headers: list[tuple[str, str]], rest: bytes
+) -> ProxyRequest:
+    if not target.lower().startswith("http://"):
+        raise BadProxyRequest("plain requests must use an absolute http:// URL (https: CONNECT)")
+    url = urlsplit(target)
+    if url.username is not None or url.password is not None:
+        raise BadProxyRequest("user information in the URL is refused")
+    host, port = _authority(url.netloc, default_port=80)
+    path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+    authority = host if port == 80 else f"{host}:{port}"
+    kept = [(n, v) for n, v in headers if n.lower() not in _DROPPED]
+    lines = [f"{method} {path} {version}", f"Host: {authority}",
+             *(f"{n}: {v}" for n, v in kept), "Connection: close", "", ""]
+    return ProxyRequest(host, port, tunnel=False, head="\r\n".join(lines).encode("ascii"),
+                        rest=rest)
+
+
+def refusal(status: int, reason: str, error: str, details: str) -> bytes:
+    """A complete response for a request the proxy will not carry."""
+    body = f"boxmaker egress: {details}\n".encode()
+    return (
+        f"HTTP/1.1 {status} {reason}\r\n"
+        f'Proxy-Status: boxmaker-egress; error={error}; details="{details}"\r\n'
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+
+
+TUNNEL_OPEN = b"HTTP/1.1 200 Connection Established\r\n\r\n"

@@ -1,0 +1,75 @@
+"""Pure checks and command lines shared by both backends: what a spec may ask for, where
+things appear inside a sandbox, and the toolkit program's own command line."""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+
+from .errors import BadSandboxSpec
+from .spec import SandboxSpec
+
+TOOLKIT_DIR = "/opt/toolkit"  # PYTHONPATH; the package itself is /opt/toolkit/toolkit
+SECRETS_DIR = "/run/secrets"
+EGRESS_DIR = "/run/egress"
+PROXY_SOCKET = f"{EGRESS_DIR}/proxy.sock"
+OPEN_FILES = 256
+# Targets a granted mount may not cover, sit under, or sit above.
+RESERVED = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/proc", "/dev", "/etc", "/sys",
+            TOOLKIT_DIR, SECRETS_DIR, EGRESS_DIR)
+_PROGRAM = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*")
+_SECRET = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def check_spec(spec: SandboxSpec) -> None:
+    """Refuse a spec no sandbox may run, naming the field. Policy should never make one."""
+    if not _PROGRAM.fullmatch(spec.program):
+        raise BadSandboxSpec(f"program: {spec.program!r} is not a toolkit tool name")
+    for index, mount in enumerate(spec.mounts):
+        _check_target(f"mounts[{index}].target", mount.target)
+        if not mount.source.is_absolute():
+            raise BadSandboxSpec(f"mounts[{index}].source: {mount.source} is not absolute")
+    for index, secret in enumerate(spec.secrets):
+        if not _SECRET.fullmatch(secret.name) or secret.name in (".", ".."):
+            raise BadSandboxSpec(f"secrets[{index}]: {secret.name!r} is not a plain file name")
+    if spec.workdir is not None and not posixpath.isabs(spec.workdir):
+        raise BadSandboxSpec(f"workdir: {spec.workdir!r} is not absolute")
+    limits = spec.limits
+    if min(limits.memory_mb, limits.pids, limits.output_cap) < 1 or not limits.timeout_s > 0:
+        raise BadSandboxSpec(f"limits: every limit must be positive, got {limits}")
+
+
+def _check_target(field: str, target: str) -> None:
+    clean = posixpath.normpath(target)
+    if not posixpath.isabs(target) or clean != target.rstrip("/") or clean in ("/", "/tmp"):
+        raise BadSandboxSpec(f"{field}: {target!r} must be a clean absolute path below /")
+    for reserved in RESERVED:
+        inside = clean == reserved or clean.startswith(reserved + "/")
+        if inside or reserved.startswith(clean + "/"):
+            raise BadSandboxSpec(f"{field}: {target!r} would cover the sandbox's {reserved}")
+
+
+def toolkit_args(spec: SandboxSpec) -> list[str]:
+    """``bx-tool``'s arguments after the interpreter: the tool and its context as options (never
+    environment variables). The JSON arguments go on stdin."""
+    args = [spec.program, "--class", spec.data_class.value, "--cap", str(spec.limits.output_cap)]
+    for mount in spec.mounts:
+        args += ["--root", mount.target]
+    if spec.hosts:
+        args += ["--proxy-socket", PROXY_SOCKET]
+    return args
+
+
+def stdout_cap(spec: SandboxSpec) -> int:
+    """The most stdout a well-behaved toolkit call can print: content escaped as JSON (at worst
+    six bytes per byte, ``\\u0000``) plus the envelope."""
+    return 6 * spec.limits.output_cap + 4096
+
+
+def cpu_seconds(spec: SandboxSpec) -> int:
+    return math.ceil(spec.limits.timeout_s) + 1
+
+
+def data_bytes(spec: SandboxSpec) -> int:
+    return spec.limits.memory_mb * 1024 * 1024

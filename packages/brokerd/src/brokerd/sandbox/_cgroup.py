@@ -1,0 +1,44 @@
+"""A per-call cgroup v1 ``pids`` group, for when brokerd runs as root.
+
+Root is exempt from RLIMIT_NPROC, so a root brokerd limits a bubblewrap sandbox's processes
+with ``pids.max`` instead, where it can write the v1 pids hierarchy (measured on the build
+machine: cgroup v1 hybrid, root may create groups). The process joins the group before it
+execs bwrap, so nothing it starts escapes the count. cgroup v2 delegation is not handled here:
+there a non-root brokerd relies on RLIMIT_NPROC inside the sandbox's user namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+PIDS_V1 = Path("/sys/fs/cgroup/pids")
+
+
+def pids_cgroup_available(base: Path = PIDS_V1) -> bool:
+    return (base / "cgroup.procs").is_file() and os.access(base, os.W_OK)
+
+
+class PidsCgroup:
+    def __init__(self, name: str, max_pids: int, base: Path = PIDS_V1):
+        self.path = base / "boxmaker" / name
+        self.path.mkdir(parents=True)
+        (self.path / "pids.max").write_text(f"{max_pids}\n")
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` started inside the group: a shell joins it, then execs the command."""
+        join = 'echo $$ > "$0" && exec "$@"'
+        return ["/bin/sh", "-c", join, str(self.path / "cgroup.procs"), *argv]
+
+    def remove(self) -> None:
+        # The group empties a moment after its last process is reaped.
+        for _ in range(50):
+            with contextlib.suppress(FileNotFoundError):
+                try:
+                    self.path.rmdir()
+                except OSError:
+                    time.sleep(0.01)
+                    continue
+            return

@@ -1,0 +1,79 @@
+"""Run one sandbox process: feed stdin, collect stdout up to a cap, keep a tail of stderr, and
+kill it when the deadline passes or stdout overflows. The one place both backends wait."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Awaitable, Callable, Mapping
+
+from ._outcome import Finished
+
+STDERR_TAIL = 4096
+_CHUNK = 64 * 1024
+
+
+async def run_process(
+    argv: list[str],
+    *,
+    stdin: bytes,
+    timeout_s: float,
+    stdout_cap: int,
+    env: Mapping[str, str] | None = None,
+    on_kill: Callable[[], Awaitable[None]] | None = None,
+) -> Finished:
+    """Run ``argv`` in its own session; ``on_kill`` tears down whatever outlives the process
+    (podman's container), after the process group is killed."""
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        env=dict(env) if env is not None else None,
+    )
+    assert process.stdin and process.stdout and process.stderr
+    stdout = bytearray()
+    stderr = bytearray()
+    overflowed = False
+
+    async def feed() -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            process.stdin.write(stdin)  # type: ignore[union-attr]
+            await process.stdin.drain()  # type: ignore[union-attr]
+        process.stdin.close()  # type: ignore[union-attr]
+
+    async def collect() -> None:
+        nonlocal overflowed
+        while chunk := await process.stdout.read(_CHUNK):  # type: ignore[union-attr]
+            stdout.extend(chunk)
+            if len(stdout) > stdout_cap:
+                overflowed = True
+                _kill_group(process.pid)
+                return
+
+    async def tail() -> None:
+        while chunk := await process.stderr.read(_CHUNK):  # type: ignore[union-attr]
+            stderr.extend(chunk)
+            del stderr[:-STDERR_TAIL]
+
+    timed_out = False
+    try:
+        async with asyncio.timeout(timeout_s):
+            await asyncio.gather(feed(), collect(), tail())
+            await process.wait()
+    except TimeoutError:
+        timed_out = True
+    finally:
+        if timed_out or overflowed or process.returncode is None:
+            _kill_group(process.pid)
+            if on_kill is not None:
+                await on_kill()
+            await process.wait()
+    assert process.returncode is not None
+    return Finished(status=process.returncode, stdout=bytes(stdout[:stdout_cap]),
+                    stderr=bytes(stderr), timed_out=timed_out, overflowed=overflowed)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
