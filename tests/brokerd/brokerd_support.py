@@ -1,0 +1,95 @@
+"""Shared pieces for brokerd's tests: grant files in a temp dir, a scripted sandbox backend,
+and a Broker wired the way ``brokerd serve`` wires it (real audit log, taint files, sockets)."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from brokerd.approvals import ApprovalBook, ApprovalDesk
+from brokerd.audit import AuditLog
+from brokerd.grantstore import GrantStore
+from brokerd.memory import MemoryClient
+from brokerd.policy import Decision
+from brokerd.runner import Runner
+from brokerd.sandbox.spec import SandboxSpec
+from brokerd.service import Broker
+from brokerd.taint import TaintStore
+from bxcore.secrets import SecretStore
+from bxcore.tools import DataClass, ToolRequest
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Output:
+    content: str
+    data_class: DataClass
+    untrusted: bool = False
+    truncated: bool = False
+    failed: bool = False
+
+
+@dataclass
+class ScriptedBackend:
+    """Stands in for bubblewrap/podman (tested in tests/sandbox/): takes the spec out of the
+    Decision exactly as a real backend must, records it, and answers as scripted."""
+
+    content: str = "done"
+    untrusted: bool = False
+    runs: list[SandboxSpec] = field(default_factory=list)
+
+    async def run(self, decision: Decision) -> Output:
+        spec = decision.authorize()
+        self.runs.append(spec)
+        return Output(self.content, spec.data_class, self.untrusted)
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def request(tool: str = "fs.read", arguments: str = '{"path": "/x"}', call: int = 1,
+            session: str = "s1") -> ToolRequest:
+    return ToolRequest(session=session, call=call, tool=tool, arguments=arguments)
+
+
+@dataclass
+class Rig:
+    home: Path
+    grants: Path
+    backend: ScriptedBackend
+    broker: Broker
+    book: ApprovalBook
+
+    @property
+    def audit_dir(self) -> Path:
+        return self.home / "audit"
+
+    @property
+    def taint_dir(self) -> Path:
+        return self.home / "broker" / "sessions"
+
+
+def make_rig(tmp_path: Path, *, approvers: frozenset[str] = frozenset({"owner"}),
+             ttl: float = 30.0, gateway: Path | None = None,
+             memory: Path | None = None) -> Rig:
+    home = tmp_path / "home"
+    grants = tmp_path / "grants"
+    grants.mkdir(parents=True, exist_ok=True)
+    audit = AuditLog(home / "audit", rotate_bytes=4096)
+    taints = TaintStore(home / "broker" / "sessions")
+    book = ApprovalBook(approvers, timedelta(seconds=ttl))
+    desk = ApprovalDesk(book, clock=lambda: datetime.now(UTC), gateway_socket=gateway,
+                        waiting_interval=0.05)
+    backend = ScriptedBackend()
+    runner = Runner(backend=backend, memory=MemoryClient(memory or tmp_path / "no-memory.sock"),
+                    audit=audit, taints=taints, result_cap=1024)
+    broker = Broker(grants=GrantStore(grants), audit=audit, taints=taints, desk=desk,
+                    runner=runner, secrets=SecretStore({}), clock=lambda: NOW)
+    return Rig(home, grants, backend, broker, book)
