@@ -1,0 +1,81 @@
+# Every workspace package built with nixpkgs' Python tooling, and one OCI image per role.
+{ pkgs, workspace }:
+let
+  lib = pkgs.lib;
+  python = pkgs.python3;
+
+  # The packages declare uv_build as their build backend with a version range for uv users;
+  # nixpkgs' uv-build need not be in that range, so Nix builds the same src/<name> layout with
+  # hatchling, which finds it by the project name and ships non-Python files (roles.json).
+  buildMember = name:
+    let member = workspace.packages.${name}; in
+    python.pkgs.buildPythonPackage {
+      pname = name;
+      inherit (member) version;
+      pyproject = true;
+      src = ../packages + "/${name}";
+      postPatch = ''
+        substituteInPlace pyproject.toml \
+          --replace-fail 'requires = ["uv_build>=0.8,<0.14"]' 'requires = ["hatchling"]' \
+          --replace-fail 'build-backend = "uv_build"' 'build-backend = "hatchling.build"'
+      '';
+      build-system = [ python.pkgs.hatchling ];
+      dependencies = map (dep: members.${dep}) member.workspace
+        ++ map (dep: python.pkgs.${dep}) member.pypi;
+      pythonImportsCheck = [ name ];
+      meta = {
+        inherit (member) description;
+        mainProgram = if member.scripts == [ ] then null else builtins.head member.scripts;
+      };
+    };
+
+  members = lib.genAttrs workspace.members buildMember;
+  applications = lib.mapAttrs
+    (name: package: if workspace.packages.${name}.scripts == [ ] then package else python.pkgs.toPythonApplication package)
+    members;
+
+  stack = import ../nixos-modules/lib.nix { };
+
+  # dockerTools writes a docker archive; skopeo turns it into an OCI archive without changing a
+  # layer, and the image digest (sha256 of the manifest bytes) is recorded beside it, so the
+  # unit can run exactly this image by digest (podman run --pull=never NAME@DIGEST).
+  ociImage = { name, contents, config }:
+    let
+      docker = pkgs.dockerTools.buildLayeredImage {
+        name = "boxmaker/${name}";
+        tag = "latest";
+        inherit contents;
+        config = config // {
+          # Runs as this user anywhere else; the units map only one id and pass --user=0:0.
+          User = "65534:65534";
+          Env = [ "PATH=/bin" "LANG=C.UTF-8" "PYTHONDONTWRITEBYTECODE=1" ];
+        };
+      };
+    in
+    pkgs.runCommand "boxmaker-image-${name}" { nativeBuildInputs = [ pkgs.skopeo ]; } ''
+      mkdir -p $out
+      skopeo --insecure-policy --tmpdir "$TMPDIR" copy \
+        docker-archive:${docker} oci-archive:$out/image.tar:localhost/boxmaker/${name}:latest
+      digest="sha256:$(skopeo --insecure-policy --tmpdir "$TMPDIR" inspect --raw \
+        oci-archive:$out/image.tar | sha256sum | cut -d' ' -f1)"
+      echo "$digest" > $out/digest
+      echo "BOXMAKER_IMAGE_DIGEST=$digest" > $out/digest.env
+      echo "localhost/boxmaker/${name}" > $out/name
+    '';
+
+  roleImage = role: ociImage {
+    name = role;
+    contents = [ applications.${role} ];
+    config = { };
+  };
+
+  toolkitEnv = python.withPackages (_: [ members.toolkit ]);
+  toolkitImage = ociImage {
+    name = "toolkit";
+    contents = [ toolkitEnv pkgs.busybox pkgs.cacert ];
+    config.Entrypoint = [ "${toolkitEnv}/bin/python3" "-s" "-B" "-m" "toolkit" ];
+  };
+in
+applications
+// lib.listToAttrs (map (role: { name = "image-${role}"; value = roleImage role; }) stack.roleNames)
+// { image-toolkit = toolkitImage; default = applications.bxctl; }

@@ -1,0 +1,195 @@
+# services.boxmaker: one systemd unit per role, each running the role's image by digest with
+# rootless podman, as the role's own system user.
+#
+# Everything the units are made of comes from ./lib.nix (builtins only, checked on the build
+# machine against the Python launcher and systemd-analyze); this file only wires it into NixOS:
+# options, users, tmpfiles, the config file and the images. It needs nixpkgs and is checked by
+# the VM test in ./tests/vm.nix on the owner's host.
+{ self }:
+{ config, lib, pkgs, ... }:
+let
+  cfg = config.services.boxmaker;
+  stack = import ./lib.nix { };
+  toml = pkgs.formats.toml { };
+  system = pkgs.stdenv.hostPlatform.system;
+  paths = stack.manifest.paths;
+
+  dropNulls = value:
+    if builtins.isAttrs value then
+      lib.mapAttrs (_: dropNulls) (lib.filterAttrs (_: v: v != null) value)
+    else value;
+
+  # A secret the SecretStore reads from $CREDENTIALS_DIRECTORY for every credential loaded.
+  credentialSecrets = lib.mapAttrs (_: _: { backend = "credential"; }) cfg.credentials;
+
+  settings = lib.recursiveUpdate
+    (lib.recursiveUpdate { secrets = credentialSecrets; } (dropNulls cfg.settings))
+    stack.fixedSettings;
+
+  python = pkgs.python3.withPackages (_: [ cfg.packages.bxcore ]);
+
+  # The config directory every role mounts read-only; the file is validated by bxcore at build
+  # time, so a typo fails `nixos-rebuild`, not a role at start.
+  configDir = pkgs.runCommand "boxmaker-config" { } ''
+    mkdir -p $out
+    cp ${toml.generate paths.config_file settings} $out/${paths.config_file}
+    ${lib.optionalString (cfg.systemPrompt != null) "cp ${cfg.systemPrompt} $out/system.md"}
+    ${python}/bin/python3 -c 'import sys; from bxcore.config import load_config; load_config(sys.argv[1])' \
+      $out/${paths.config_file}
+  '';
+
+  # Podman as the units run it: crun, and no cgroups of its own, so the container stays in the
+  # unit's cgroup and IPAddressAllow=/IPAddressDeny= apply to it.
+  containersConf = toml.generate "containers.conf" {
+    containers = { cgroups = "disabled"; };
+    engine = { runtime = "crun"; cgroup_manager = "cgroupfs"; events_logger = "file"; };
+  };
+
+  roleCredentials = role:
+    lib.filterAttrs (id: _: builtins.elem id stack.manifest.roles.${role}.credentials) cfg.credentials;
+
+  egressOf = role:
+    let egress = stack.manifest.roles.${role}.egress; in
+    if egress == "none" then [ ] else cfg.egress.${egress};
+
+  unitOf = role: stack.unit {
+    inherit role;
+    podman = lib.getExe cfg.podmanPackage;
+    imageName = "localhost/boxmaker/${role}";
+    imageArchive = "${cfg.images.${role}}/image.tar";
+    digestEnv = "${cfg.images.${role}}/digest.env";
+    containersConf = "${containersConf}";
+    allow = egressOf role;
+    credentialFiles = lib.mapAttrs (_: file: toString file) (roleCredentials role);
+  };
+in
+{
+  options.services.boxmaker = {
+    enable = lib.mkEnableOption "Boxmaker, a personal agent harness (one container per role)";
+
+    roles = lib.mkOption {
+      type = lib.types.listOf (lib.types.enum stack.roleNames);
+      default = stack.roleNames;
+      description = "The roles to run (all by default; a host without Mattermost may leave out gatewayd).";
+    };
+
+    packages = lib.mkOption {
+      type = lib.types.attrsOf lib.types.package;
+      default = self.packages.${system};
+      defaultText = lib.literalExpression "boxmaker.packages.\${system}";
+      description = "The Boxmaker packages; bxctl is installed for the owner, bxcore checks the config.";
+    };
+
+    images = lib.mkOption {
+      type = lib.types.attrsOf lib.types.package;
+      default = lib.genAttrs stack.roleNames (role: cfg.packages."image-${role}");
+      defaultText = lib.literalExpression "{ <role> = packages.image-<role>; }";
+      description = "Each role's image: an OCI archive (image.tar) and its digest (digest.env).";
+    };
+
+    podmanPackage = lib.mkPackageOption pkgs "podman" { };
+
+    settings = lib.mkOption {
+      description = ''
+        Boxmaker's config file (TOML; every key is documented in bxcore.config). Nulls are
+        dropped. Socket paths, `paths` and `broker.grants` are fixed by the role manifest so they
+        agree with the containers' mounts.
+      '';
+      default = { };
+      type = lib.types.submodule {
+        freeformType = toml.type;
+        options.paths = {
+          home = lib.mkOption {
+            type = lib.types.str;
+            default = paths.home;
+            readOnly = true;
+            description = "The state directory (one subdirectory per kind of state).";
+          };
+          run = lib.mkOption {
+            type = lib.types.str;
+            default = paths.run;
+            readOnly = true;
+            description = "The socket directory (one subdirectory per socket).";
+          };
+        };
+      };
+      example = lib.literalExpression ''
+        {
+          inferproxy.upstream = "tcp://127.0.0.1:8080";
+          gateway.server = "https://chat.example.org";
+          gateway.allowlist = "/etc/boxmaker/config/allowlist";
+        }
+      '';
+    };
+
+    systemPrompt = lib.mkOption {
+      type = lib.types.nullOr lib.types.path;
+      default = null;
+      description = "system.md, placed beside the config file (loopd's [baseline] default).";
+    };
+
+    egress = {
+      router = lib.mkOption {
+        type = lib.types.listOf lib.types.str;
+        default = [ "127.0.0.1" ];
+        description = "Addresses inferproxy may reach (IPAddressAllow=): the llama-server router.";
+      };
+      honcho = lib.mkOption {
+        type = lib.types.listOf lib.types.str;
+        default = [ ];
+        description = "Addresses memoryd may reach: Honcho. Empty means memoryd has no network.";
+      };
+      mattermost = lib.mkOption {
+        type = lib.types.listOf lib.types.str;
+        default = [ ];
+        description = "Addresses gatewayd may reach: the Mattermost server and the DNS resolver.";
+      };
+    };
+
+    credentials = lib.mkOption {
+      type = lib.types.attrsOf lib.types.path;
+      default = { };
+      example = { mattermost_token = "/etc/boxmaker/credentials/mattermost_token.cred"; };
+      description = ''
+        Files made with `systemd-creds encrypt --name=<id>`, by credential id. Each is loaded
+        with LoadCredentialEncrypted= into the one role the manifest gives it to, and read there
+        by the SecretStore's credential backend. The plaintext never enters the Nix store.
+      '';
+    };
+
+    ownerUsers = lib.mkOption {
+      type = lib.types.listOf lib.types.str;
+      default = [ ];
+      description = "Users who may use bxctl (chat, approvals): they join the boxmaker group.";
+    };
+  };
+
+  config = lib.mkIf cfg.enable {
+    assertions = stack.assertions ++ map
+      (role: {
+        assertion = builtins.all (id: cfg.credentials ? ${id}) stack.manifest.roles.${role}.credentials;
+        message = "services.boxmaker.credentials must give ${role} its credentials: "
+          + builtins.concatStringsSep ", " stack.manifest.roles.${role}.credentials;
+      })
+      cfg.roles;
+
+    users.groups.boxmaker = { };
+    users.users = lib.listToAttrs (map
+      (role: lib.nameValuePair (stack.userName role) {
+        isSystemUser = true;
+        group = "boxmaker";
+        description = "Boxmaker ${role}";
+        home = "/var/lib/boxmaker-podman/${role}";
+      })
+      stack.roleNames)
+    // lib.genAttrs cfg.ownerUsers (_: { extraGroups = [ "boxmaker" ]; });
+
+    systemd.tmpfiles.rules = stack.tmpfiles;
+    environment.etc."boxmaker/config".source = configDir;
+    environment.systemPackages = [ cfg.packages.bxctl cfg.podmanPackage ];
+    virtualisation.containers.enable = true;
+
+    systemd.services = lib.listToAttrs
+      (map (role: lib.nameValuePair (stack.unitName role) (unitOf role)) cfg.roles);
+  };
+}

@@ -1,0 +1,61 @@
+# The NixOS VM test: the module boots with a stand-in model server, every role's unit reaches
+# READY=1, loopd's container has only a loopback interface and cannot reach the model's TCP port,
+# and `bxctl chat --say` gets the stand-in's reply through loopd and inferproxy.
+{ pkgs, self }:
+pkgs.testers.runNixOSTest {
+  name = "boxmaker";
+
+  nodes.machine = { pkgs, ... }: {
+    imports = [ self.nixosModules.default ];
+    virtualisation.memorySize = 2048;
+    virtualisation.diskSize = 4096;
+
+    services.boxmaker = {
+      enable = true;
+      # No Mattermost in the VM: gatewayd is left out (its unit is checked on the build machine).
+      roles = [ "inferproxy" "loopd" "brokerd" "memoryd" ];
+      egress.router = [ "127.0.0.1" ];
+      settings.inferproxy.upstream = "tcp://127.0.0.1:8080";
+    };
+
+    systemd.services.stand-in-model = {
+      wantedBy = [ "multi-user.target" ];
+      before = [ "boxmaker-inferproxy.service" ];
+      serviceConfig = {
+        ExecStart = "${pkgs.python3}/bin/python3 ${./stand-in-model.py} 127.0.0.1 8080";
+        DynamicUser = true;
+      };
+    };
+  };
+
+  testScript = ''
+    import json
+
+    machine.wait_for_unit("stand-in-model.service")
+    machine.wait_for_open_port(8080)
+    for role in ["inferproxy", "memoryd", "brokerd", "loopd"]:
+        machine.wait_for_unit(f"boxmaker-{role}.service")  # Type=notify: READY=1 arrived
+
+    def container_pid(role):
+        podman = (
+            f"runuser -u boxmaker-{role} -- env HOME=/var/lib/boxmaker-podman/{role} "
+            f"XDG_RUNTIME_DIR=/run/boxmaker-podman/{role} podman"
+        )
+        state = json.loads(machine.succeed(f"{podman} inspect boxmaker-{role}"))[0]["State"]
+        return state["Pid"]
+
+    with subtest("loopd's container has only lo and cannot reach the model server"):
+        pid = container_pid("loopd")
+        links = machine.succeed(f"nsenter -t {pid} -n ip -o link show").strip().splitlines()
+        assert len(links) == 1 and ": lo:" in links[0], links
+        machine.fail(f"nsenter -t {pid} -n ${pkgs.curl}/bin/curl -sS --max-time 5 http://127.0.0.1:8080/health")
+
+    with subtest("inferproxy reaches the model server"):
+        pid = container_pid("inferproxy")
+        machine.succeed(f"nsenter -t {pid} -n ${pkgs.curl}/bin/curl -sS --max-time 5 http://127.0.0.1:8080/health")
+
+    with subtest("a bxctl chat turn goes through loopd and inferproxy"):
+        answer = machine.succeed("bxctl chat --socket /run/boxmaker/loop/loop.sock --say 'hello'")
+        assert "Hello from the stand-in model." in answer, answer
+  '';
+}
