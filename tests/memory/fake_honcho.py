@@ -130,7 +130,9 @@ class FakeHoncho:
                          "in_progress_work_units": 0, "pending_work_units": 0, "sessions": None}
         if parts[-1] == "search":
             query = body["query"].lower()
+            scope = {"peers": "peer_id", "sessions": "session_id"}.get(parts[2])
             found = [m for m in self.messages if m["workspace_id"] == w
+                     and (scope is None or m[scope] == parts[3])
                      and any(word in m["content"].lower() for word in query.split())]
             return 200, found[: body.get("limit", 10)]
         return 404, {"detail": "Not Found"}
