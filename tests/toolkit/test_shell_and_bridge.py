@@ -7,6 +7,7 @@ import socket
 import threading
 
 import pytest
+
 from toolkit.bridge import start_bridge
 
 

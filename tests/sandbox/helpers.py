@@ -1,0 +1,56 @@
+"""Helpers the sandbox tests share: specs, mounts, and Decisions minted as policy would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from brokerd.policy._decision import Decision, mint
+from brokerd.sandbox import Limits, Mount, Outcome, Sandbox, SandboxSpec
+from bxcore.tools import DecisionRecord
+
+GRANTED_HOST = "docs.example.test"
+REFUSED_HOST = "elsewhere.example.test"
+
+
+def decide(spec: SandboxSpec) -> Decision:
+    """An allowing Decision for ``spec``, as brokerd's policy would mint it."""
+    record = DecisionRecord(session="s-test", call=1, tool=spec.program,
+                            arguments_sha256="sha256:" + "0" * 64, verdict="allow",
+                            grant="test.toml", reason="test grant")
+    return mint(record, spec)
+
+
+def spec(program: str, arguments: str, **fields) -> SandboxSpec:
+    fields.setdefault("limits", Limits(timeout_s=30.0))
+    return SandboxSpec(program=program, arguments=arguments, **fields)
+
+
+def ro(path: Path) -> Mount:
+    return Mount(source=path, target=str(path))
+
+
+def rw(path: Path) -> Mount:
+    return Mount(source=path, target=str(path), writable=True)
+
+
+def run(backend: Sandbox, call_spec: SandboxSpec) -> Outcome:
+    """One call through ``backend``, as brokerd's runner makes it."""
+    return asyncio.run(backend.run(decide(call_spec)))
+
+
+def shell(argv: list[str], cwd: str) -> str:
+    return json.dumps({"argv": argv, "cwd": cwd})
+
+
+def command(work: Path, argv: list[str], **fields) -> SandboxSpec:
+    """A shell.run spec working in ``work``, mounted read-only (and nothing else, unless
+    ``fields`` adds mounts)."""
+    fields["mounts"] = (ro(work), *fields.get("mounts", ()))
+    return spec("shell.run", shell(argv, str(work)), **fields)
+
+
+def python(code: str) -> list[str]:
+    """argv running ``code`` with the sandbox's python3."""
+    return ["python3", "-c", code]
