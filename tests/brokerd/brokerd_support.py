@@ -14,22 +14,16 @@ from brokerd.grantstore import GrantStore
 from brokerd.memory import MemoryClient
 from brokerd.policy import Decision
 from brokerd.runner import Runner
-from brokerd.sandbox.spec import SandboxSpec
+from brokerd.sandbox import SandboxSpec, ToolOutput
 from brokerd.service import Broker
 from brokerd.taint import TaintStore
+from bxcore.frames import Frame
+from bxcore.framestream import FrameStream
+from bxcore.protocol import broker as broker_wire
 from bxcore.secrets import SecretStore
-from bxcore.tools import DataClass, ToolRequest
+from bxcore.tools import ToolRequest
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class Output:
-    content: str
-    data_class: DataClass
-    untrusted: bool = False
-    truncated: bool = False
-    failed: bool = False
 
 
 @dataclass
@@ -41,10 +35,11 @@ class ScriptedBackend:
     untrusted: bool = False
     runs: list[SandboxSpec] = field(default_factory=list)
 
-    async def run(self, decision: Decision) -> Output:
+    async def run(self, decision: Decision) -> ToolOutput:
         spec = decision.authorize()
         self.runs.append(spec)
-        return Output(self.content, spec.data_class, self.untrusted)
+        return ToolOutput(content=self.content, data_class=spec.data_class,
+                          untrusted=self.untrusted, truncated=False)
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -93,3 +88,15 @@ def make_rig(tmp_path: Path, *, approvers: frozenset[str] = frozenset({"owner"})
     broker = Broker(grants=GrantStore(grants), audit=audit, taints=taints, desk=desk,
                     runner=runner, secrets=SecretStore({}), clock=lambda: NOW)
     return Rig(home, grants, backend, broker, book)
+
+
+async def call_tool(path: Path, req) -> list[Frame]:
+    stream = await FrameStream.connect(path, broker_wire.FROM_BROKERD)
+    try:
+        await stream.write(Frame.of(broker_wire.TOOL_CALL, req, final=True))
+        frames = [await stream.read(10)]
+        while not frames[-1].final:
+            frames.append(await stream.read(10))
+        return frames
+    finally:
+        await stream.close()

@@ -53,8 +53,7 @@ def test_a_decision_cannot_be_altered():
 
 
 def run(rig: Rig, decision: Decision):
-    return asyncio.run(rig.broker._runner.run(decision, CALL, taint=CLEAN,
-                                              label=ECHO.result_class))
+    return asyncio.run(rig.broker._runner.run(decision, CALL, taint=CLEAN))
 
 
 def test_the_runner_refuses_a_forged_decision(rig):

@@ -46,10 +46,8 @@ def serve(config_path: Path) -> None:
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = _config(config_path)
-    from .sandbox import backend_for  # the sandbox backends (bubblewrap, podman)
-
     try:
-        asyncio.run(daemon.serve(config, backend_for(config)))
+        asyncio.run(daemon.serve(config, daemon.backend_for(config)))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import signal
 from datetime import UTC, datetime, timedelta
@@ -23,7 +24,8 @@ from .approvals import ApprovalBook, ApprovalDesk
 from .audit import AuditLog
 from .grantstore import GrantStore
 from .memory import MemoryClient
-from .runner import Runner, SandboxBackend
+from .runner import Runner
+from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
 from .server import start
 from .service import Broker
 from .taint import TaintStore
@@ -43,7 +45,28 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def build(config: Config, backend: SandboxBackend) -> Broker:
+def backend_for(config: Config) -> Sandbox:
+    """The configured sandbox backend; SandboxUnavailable (a BoxmakerError) says what is missing."""
+    section = config.broker
+    if section.backend == "podman":
+        if section.podman_image is None or section.containers_conf is None:
+            raise SandboxUnavailable("[broker] backend = 'podman' needs podman_image and "
+                                     "containers_conf")
+        return PodmanSandbox(PodmanSetup(image=section.podman_image,
+                                         containers_conf=section.containers_conf))
+    toolkit = section.toolkit_dir or _installed_toolkit()
+    return BubblewrapSandbox(toolkit_dir=toolkit)
+
+
+def _installed_toolkit() -> Path:
+    # Located, not imported: brokerd never runs toolkit code itself, it bind-mounts it.
+    spec = importlib.util.find_spec("toolkit")
+    if spec is None or not spec.submodule_search_locations:
+        raise SandboxUnavailable("the toolkit package is not installed; set [broker] toolkit_dir")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def build(config: Config, backend: Sandbox) -> Broker:
     section = config.broker
     if not section.approvers:
         log.warning("[broker] approvers is empty: every 'ask' call will expire and be denied")
@@ -64,7 +87,7 @@ def build(config: Config, backend: SandboxBackend) -> Broker:
                   secrets=secrets, clock=now)
 
 
-async def serve(config: Config, backend: SandboxBackend) -> None:
+async def serve(config: Config, backend: Sandbox) -> None:
     broker = build(config, backend)
     broker_socket = config.broker.socket or config.socket("broker")
     approve_socket = config.broker.approve_socket or config.socket("approve")

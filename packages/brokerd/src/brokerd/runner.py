@@ -1,15 +1,15 @@
 """The runner: takes a Decision, runs it (a sandbox backend, or memoryd for memory tools), caps
 and labels the result, audits it, and adds its label to the session's taint.
 
-A backend is anything with ``async run(decision) -> ToolOutput``; it takes the spec out of the
-Decision with ``authorize()``. The runner checks the Decision first, so a forged, used or
-refusing one never reaches a backend.
+A backend is a ``brokerd.sandbox.Sandbox`` (``async run(decision) -> ToolOutput | ToolFailure``);
+it takes the spec out of the Decision with ``authorize()``. The runner checks the Decision
+first, so a forged, used or refusing one never reaches a backend. The result's label is the
+grant's (the spec carries it), or memoryd's for memory tools.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Protocol
 
 from bxcore.errors import BoxmakerError
@@ -19,6 +19,7 @@ from bxcore.util import sha256
 
 from .audit import AuditLog
 from .policy import Decision
+from .sandbox import Sandbox
 from .taint import Taint, TaintStore
 
 log = logging.getLogger("brokerd.runner")
@@ -26,39 +27,9 @@ log = logging.getLogger("brokerd.runner")
 TRUNCATED = "\n[truncated]"
 
 
-class ToolOutput(Protocol):
-    """What a backend gives back for one run (the toolkit program's one JSON result)."""
-
-    @property
-    def content(self) -> str: ...
-    @property
-    def data_class(self) -> DataClass: ...
-    @property
-    def untrusted(self) -> bool: ...
-    @property
-    def truncated(self) -> bool: ...
-    @property
-    def failed(self) -> bool: ...
-
-
-class SandboxBackend(Protocol):
-    async def run(self, decision: Decision) -> ToolOutput: ...
-
-
 class MemoryPort(Protocol):
     async def call(self, decision: Decision, request: ToolRequest, taint: Taint) -> ToolResponse:
         ...
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A run that did not complete, in the backend's ToolOutput shape."""
-
-    content: str
-    data_class: DataClass
-    untrusted: bool = False
-    truncated: bool = False
-    failed: bool = True
 
 
 def cap(content: str, limit: int) -> tuple[str, bool]:
@@ -71,7 +42,7 @@ def cap(content: str, limit: int) -> tuple[str, bool]:
 
 
 class Runner:
-    def __init__(self, *, backend: SandboxBackend, memory: MemoryPort, audit: AuditLog,
+    def __init__(self, *, backend: Sandbox, memory: MemoryPort, audit: AuditLog,
                  taints: TaintStore, result_cap: int):
         self._backend = backend
         self._memory = memory
@@ -79,34 +50,30 @@ class Runner:
         self._taints = taints
         self._cap = result_cap
 
-    async def run(self, decision: Decision, request: ToolRequest, *, taint: Taint,
-                  label: DataClass) -> ToolResponse:
-        """Run an allowing Decision for ``request``. ``label`` is the least class its result
-        gets (the grant's ``result_class``). Raises NotAuthorized for a forged, used or refusing
-        Decision, before anything runs."""
+    async def run(self, decision: Decision, request: ToolRequest, *, taint: Taint
+                  ) -> ToolResponse:
+        """Run an allowing Decision for ``request``. Raises NotAuthorized for a forged, used or
+        refusing Decision, before anything runs."""
         decision.verify()
         if decision.record.call != request.call or decision.record.session != request.session:
             raise BoxmakerError("the Decision was made for another call")
         if request.tool in MEMORY_TOOLS:
             answer = await self._memory.call(decision, request, taint)
-            return self._finish(request, answer.status, answer.content, answer.data_class,
-                                answer.untrusted, answer.truncated)
-        try:
-            output: ToolOutput = await self._backend.run(decision)
-        except BoxmakerError as exc:
-            log.warning("call %s/%s (%s) failed to run: %s",
-                        request.session, request.call, request.tool, exc)
-            output = Failure(f"The tool could not run: {exc}", label)
-        return self._finish(request, "failed" if output.failed else "ok", output.content,
-                            max(output.data_class, label), output.untrusted, output.truncated)
+        else:
+            try:
+                answer = (await self._backend.run(decision)).as_response()
+            except BoxmakerError as exc:
+                log.warning("call %s/%s (%s) could not run: %s",
+                            request.session, request.call, request.tool, exc)
+                answer = ToolResponse.model_validate({
+                    "status": "failed", "content": f"The tool could not run: {exc}",
+                    "class": DataClass.PUBLIC, "untrusted": False, "truncated": False})
+        return self._finish(request, answer)
 
-    def _finish(self, request: ToolRequest, status: str, content: str, data_class: DataClass,
-                untrusted: bool, truncated: bool) -> ToolResponse:
-        content, cut = cap(content, self._cap)
-        response = ToolResponse.model_validate({
-            "status": status, "content": content, "class": data_class,
-            "untrusted": untrusted, "truncated": truncated or cut,
-        })
+    def _finish(self, request: ToolRequest, answer: ToolResponse) -> ToolResponse:
+        content, cut = cap(answer.content, self._cap)
+        response = answer.model_copy(update={"content": content,
+                                             "truncated": answer.truncated or cut})
         self._audit.result(
             session=request.session, call=request.call, tool=request.tool,
             status=response.status, untrusted=response.untrusted, truncated=response.truncated,

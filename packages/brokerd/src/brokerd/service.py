@@ -68,9 +68,7 @@ class Broker:
             self.audit.decision(decision=record)
         if not decision.allowed:
             return denied(decision.record.reason)
-        grant = _named(grants, decision.record.grant)
-        label = grant.result_class if grant is not None else DataClass.PUBLIC
-        return await self._runner.run(decision, request, taint=taint, label=label)
+        return await self._runner.run(decision, request, taint=taint)
 
     def _secrets_for(self, tool: str, grants: tuple[Grant, ...]) -> dict[str, Secret]:
         """The secrets grants for ``tool`` inject; one that cannot be read is left out, so a
@@ -82,7 +80,3 @@ class Broker:
             except SecretError as exc:
                 log.error("a grant for %s needs a secret that cannot be read: %s", tool, exc)
         return found
-
-
-def _named(grants: tuple[Grant, ...], name: str | None) -> Grant | None:
-    return next((g for g in grants if g.name == name), None)

@@ -32,6 +32,9 @@ class BrokerSection(Section):
     approval_timeout: Seconds = 600.0
     waiting_interval: Seconds = 15.0  # how often a suspended call tells loopd it still waits
     backend: Literal["bubblewrap", "podman"] = "bubblewrap"
+    toolkit_dir: ConfigPath | None = None  # bubblewrap: the toolkit package; default: installed
+    podman_image: str | None = None  # podman: the toolkit image as name@sha256:<digest>
+    containers_conf: ConfigPath | None = None  # podman: the containers.conf it runs with
     result_cap: Annotated[int, Field(ge=64)] = 16 * 1024  # bytes of a result's content kept
     audit_rotate_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024 * 1024
 
