@@ -98,7 +98,8 @@ class SecretStore:
         if not name or "/" in name or "\0" in name or name in (".", ".."):
             raise SecretError(f"secret {key!r}: credential name {name!r} is not a plain name")
         path = Path(directory) / name
-        with _open(path, key) as handle:
+        handle, _ = _open(path, key)
+        with handle:
             return Secret(key, _read_small(handle, path, key))
 
     def _from_env(self, key: str, variable: str | None) -> Secret:
@@ -114,10 +115,8 @@ class SecretStore:
             raise SecretError(f"secret {key!r}: backend 'file' needs 'path'")
         # Check the file that was opened, not the path (which could be swapped in between), and
         # open without blocking so a FIFO planted at the path cannot hang startup.
-        with _open(path, key, os.O_NONBLOCK) as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise SecretError(f"secret {key!r}: {path} is not a regular file")
+        handle, info = _open(path, key, os.O_NONBLOCK)
+        with handle:
             if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
                 raise SecretError(
                     f"secret {key!r}: {path} is readable by group or others "
@@ -131,12 +130,17 @@ class SecretStore:
             return Secret(key, _read_small(handle, path, key))
 
 
-def _open(path: Path, key: str, flags: int = 0) -> BinaryIO:
+def _open(path: Path, key: str, flags: int = 0) -> tuple[BinaryIO, os.stat_result]:
+    """The opened regular file and what fstat says about it (not about the path)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | flags)
     except OSError as exc:
         raise SecretError(f"secret {key!r}: cannot open {path}: {exc.strerror}") from None
-    return os.fdopen(fd, "rb")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise SecretError(f"secret {key!r}: {path} is not a regular file")
+    return os.fdopen(fd, "rb"), info
 
 
 def _read_small(handle: BinaryIO, path: Path, key: str) -> str:
