@@ -191,3 +191,7 @@ def jobs_show(config_path: Path, name: str) -> None:
     except JobError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(vars(job), sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
