@@ -55,19 +55,29 @@ def delta_chunk(chunk_id: str, delta: dict[str, Any], finish: str | None = None)
 def progress_chunk(chunk_id: str, total: int, cache: int, processed: int) -> dict:
     chunk = delta_chunk(chunk_id, {"role": "assistant", "content": None})
     chunk["prompt_progress"] = {
-        "total": total, "cache": cache, "processed": processed, "time_ms": 0,
+        "total": total,
+        "cache": cache,
+        "processed": processed,
+        "time_ms": 0,
     }
     return chunk
 
 
 def usage_chunk(chunk_id: str, cache_n: int, prompt_n: int, predicted_n: int) -> dict:
     timings = {
-        "cache_n": cache_n, "prompt_n": prompt_n, "prompt_ms": 1.0,
-        "prompt_per_token_ms": 1.0, "prompt_per_second": 1.0, "predicted_n": predicted_n,
-        "predicted_ms": 1.0, "predicted_per_token_ms": 1.0, "predicted_per_second": 1.0,
+        "cache_n": cache_n,
+        "prompt_n": prompt_n,
+        "prompt_ms": 1.0,
+        "prompt_per_token_ms": 1.0,
+        "prompt_per_second": 1.0,
+        "predicted_n": predicted_n,
+        "predicted_ms": 1.0,
+        "predicted_per_token_ms": 1.0,
+        "predicted_per_second": 1.0,
     }
     usage = {
-        "completion_tokens": predicted_n, "prompt_tokens": cache_n + prompt_n,
+        "completion_tokens": predicted_n,
+        "prompt_tokens": cache_n + prompt_n,
         "total_tokens": cache_n + prompt_n + predicted_n,
         "prompt_tokens_details": {"cached_tokens": cache_n},
     }
@@ -88,12 +98,14 @@ def completion(
     prompt_n: int = 10,
     chunk_id: str = "chatcmpl-fake",
 ) -> list[Any]:
-    """The steps of a whole streamed completion: two progress chunks, one chunk per word (or per
-    7 argument characters), the finish chunk, the usage chunk and [DONE]."""
+    """The steps of a whole streamed completion, in the real server's order: two progress
+    chunks, a role-only chunk, one chunk per word (or per 7 argument characters), the finish
+    chunk, the usage chunk and [DONE]."""
     total = cache_n + prompt_n
     steps: list[Any] = [
         sse(progress_chunk(chunk_id, total, cache_n, cache_n)),
         sse(progress_chunk(chunk_id, total, cache_n, total)),
+        sse(delta_chunk(chunk_id, {"role": "assistant", "content": None})),
     ]
     predicted = 0
     for word in _pieces(reasoning):
@@ -104,8 +116,12 @@ def completion(
         predicted += 1
     for index, (call_id, name, arguments) in enumerate(tool_calls):
         fragments = [arguments[i : i + 7] for i in range(0, len(arguments), 7)] or [""]
-        first = {"index": index, "id": call_id, "type": "function",
-                 "function": {"name": name, "arguments": fragments[0]}}
+        first = {
+            "index": index,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": fragments[0]},
+        }
         steps.append(sse(delta_chunk(chunk_id, {"tool_calls": [first]})))
         for fragment in fragments[1:]:
             more = {"index": index, "function": {"arguments": fragment}}
@@ -124,8 +140,9 @@ def _pieces(text: str) -> list[str]:
 
 
 def error_body(message: str, error_type: str, code: int = 400, **extra: Any) -> bytes:
-    return json.dumps({"error": {"code": code, "message": message, "type": error_type, **extra}}
-                      ).encode()
+    return json.dumps(
+        {"error": {"code": code, "message": message, "type": error_type, **extra}}
+    ).encode()
 
 
 @dataclass
@@ -145,8 +162,9 @@ class Reply:
 
 
 class FakeServer:
-    def __init__(self, replies: list[Reply], *, slots: list[dict] | None = None,
-                 props: dict | None = None):
+    def __init__(
+        self, replies: list[Reply], *, slots: list[dict] | None = None, props: dict | None = None
+    ):
         self.replies = list(replies)
         self.chat_bodies: list[dict[str, Any]] = []
         self.control_bodies: list[dict[str, Any]] = []
@@ -178,8 +196,11 @@ class FakeServer:
         reply = self.replies.pop(0)
         if reply.stall_before_head:
             await asyncio.Event().wait()
-        return httpx.Response(reply.status, headers={"content-type": reply.content_type},
-                              stream=_Body(reply.steps, self))
+        return httpx.Response(
+            reply.status,
+            headers={"content-type": reply.content_type},
+            stream=_Body(reply.steps, self),
+        )
 
 
 class _Body(httpx.AsyncByteStream):

@@ -8,37 +8,74 @@ import json
 
 import httpx
 import pytest
-
 from bxcore.chat import SystemMessage, ToolSchema, UserMessage
 from bxcore.config import InferenceSection
 from bxcore.protocol.loop import (
-    Content, Progress, Queued, Reasoning, Retrying, ThinkingCapped, Waiting,
+    Content,
+    Progress,
+    Queued,
+    Reasoning,
+    Retrying,
+    ThinkingCapped,
+    Waiting,
 )
 from loopd.inference import (
-    BadStream, ChatRequest, InferenceClient, ServerRejected, ServerStreamError, SessionFull,
-    Stalled, StreamCut, Unavailable,
+    BadStream,
+    ChatRequest,
+    InferenceClient,
+    ServerRejected,
+    ServerStreamError,
+    SessionFull,
+    Stalled,
+    StreamCut,
+    Unavailable,
 )
 from loopd.inference.retry import backoff_delay
 
-pytestmark = pytest.mark.anyio
-
 from .fake_server import (
-    CUT, STALL, FakeServer, Pause, Reply, WaitFor, completion, delta_chunk, error_body, sse,
+    CUT,
+    STALL,
+    FakeServer,
+    Pause,
+    Reply,
+    WaitFor,
+    completion,
+    delta_chunk,
+    error_body,
+    sse,
 )
 
-TOOL = ToolSchema(name="read_file", description="Read a file.", core=True,
-                  parameters={"type": "object", "properties": {"path": {"type": "string"}}})
-REQUEST = ChatRequest(messages=(SystemMessage(content="sys"), UserMessage(content="hi")),
-                      tools=(TOOL,), slot=1, session="s1")
+TOOL = ToolSchema(
+    name="read_file",
+    description="Read a file.",
+    core=True,
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+)
+REQUEST = ChatRequest(
+    messages=(SystemMessage(content="sys"), UserMessage(content="hi")),
+    tools=(TOOL,),
+    slot=1,
+    session="s1",
+)
+pytestmark = pytest.mark.anyio
+
 OVERFLOW = error_body(
     "request (5030 tokens) exceeds the available context size (4096 tokens), try increasing it",
-    "exceed_context_size_error", n_prompt_tokens=5030, n_ctx=4096,
+    "exceed_context_size_error",
+    n_prompt_tokens=5030,
+    n_ctx=4096,
 )
 
 
 def section(**overrides) -> InferenceSection:
-    settings = dict(model="qwen-tools", liveness_timeout=0.3, first_byte_timeout=1.0,
-                    waiting_notice=0.05, retries=2, retry_backoff=0.01)
+    settings = dict(
+        model="qwen-tools",
+        liveness_timeout=0.3,
+        first_byte_timeout=1.0,
+        waiting_notice=0.05,
+        retries=2,
+        retry_backoff=0.01,
+    )
     return InferenceSection(**{**settings, **overrides})
 
 
@@ -59,8 +96,9 @@ async def no_sleep(_seconds: float) -> None:
 
 async def chat(fake: FakeServer, request: ChatRequest = REQUEST, **overrides):
     sink = Sink()
-    async with InferenceClient(section(**overrides), transport=fake.transport(),
-                               sleep=no_sleep, jitter=lambda: 0.5) as client:
+    async with InferenceClient(
+        section(**overrides), transport=fake.transport(), sleep=no_sleep, jitter=lambda: 0.5
+    ) as client:
         result = await client.chat(request, sink)
     return result, sink
 
@@ -75,21 +113,26 @@ async def test_every_request_carries_the_contract_fields():
     assert body["model"] == "qwen-tools" and body["reasoning_control"] is True
     assert (body["temperature"], body["top_p"], body["top_k"]) == (0.6, 0.95, 20)
     assert body["max_tokens"] == 48
-    assert body["messages"] == [{"role": "system", "content": "sys"},
-                                {"role": "user", "content": "hi"}]
+    assert body["messages"] == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+    ]
     assert body["tools"] == [TOOL.as_openai_tool()]
 
 
 async def test_a_streamed_answer_becomes_a_completion_with_its_timings():
-    fake = FakeServer([Reply.stream(completion(content="Three colors here.", cache_n=600,
-                                               prompt_n=14))])
+    fake = FakeServer(
+        [Reply.stream(completion(content="Three colors here.", cache_n=600, prompt_n=14))]
+    )
     result, sink = await chat(fake)
     assert result.content == "Three colors here."
     assert result.reasoning_content is None and result.tool_calls is None
     assert (result.cache_n, result.prompt_n, result.predicted_n) == (600, 14, 3)
     assert result.finish_reason == "stop"
-    assert sink.of(Progress) == [Progress(total=614, cache=600, processed=600),
-                                 Progress(total=614, cache=600, processed=614)]
+    assert sink.of(Progress) == [
+        Progress(total=614, cache=600, processed=600),
+        Progress(total=614, cache=600, processed=614),
+    ]
     assert "".join(e.text for e in sink.of(Content)) == "Three colors here."
 
 
@@ -118,7 +161,7 @@ async def test_the_waiting_event_says_whether_another_client_holds_the_slot():
 
 
 async def test_silence_after_the_first_byte_is_a_liveness_stall():
-    steps = completion(content="a b c")[:3] + [STALL]
+    steps = [*completion(content="a b c")[:3], STALL]
     fake = FakeServer([Reply.stream(steps)])
     with pytest.raises(Stalled, match="liveness_timeout"):
         await chat(fake, liveness_timeout=0.1)
@@ -133,7 +176,7 @@ async def test_keep_alive_comments_count_as_bytes_for_liveness():
 
 
 async def test_a_stream_cut_mid_way_is_retried_and_the_retry_is_announced():
-    cut = completion(content="partial answer")[:3] + [CUT]
+    cut = [*completion(content="partial answer")[:3], CUT]
     fake = FakeServer([Reply.stream(cut), Reply.stream(completion(content="whole"))])
     result, sink = await chat(fake)
     assert result.content == "whole"
@@ -173,7 +216,7 @@ async def test_another_400_is_rejected_with_the_servers_message_and_not_retried(
 
 
 async def test_malformed_sse_is_a_bad_stream():
-    steps = completion(content="x")[:2] + [b"data: {not json\n\n"]
+    steps = [*completion(content="x")[:2], b"data: {not json\n\n"]
     fake = FakeServer([Reply.stream(steps)])
     with pytest.raises(BadStream, match="not JSON"):
         await chat(fake)
@@ -181,7 +224,7 @@ async def test_malformed_sse_is_a_bad_stream():
 
 async def test_an_error_event_mid_stream_carries_the_servers_message():
     error = {"error": {"code": 500, "message": "slot crashed", "type": "server_error"}}
-    fake = FakeServer([Reply.stream(completion(content="a b")[:3] + [sse(error)])])
+    fake = FakeServer([Reply.stream([*completion(content="a b")[:3], sse(error)])])
     with pytest.raises(ServerStreamError, match="slot crashed"):
         await chat(fake)
     assert len(fake.chat_bodies) == 1
@@ -199,8 +242,12 @@ async def test_an_unreachable_socket_is_retried_then_unavailable(tmp_path):
 async def test_one_request_per_slot_the_second_waits_with_an_event():
     release = asyncio.Event()
     first = completion(content="first")
-    fake = FakeServer([Reply.stream(first[:3] + [WaitFor(release)] + first[3:]),
-                       Reply.stream(completion(content="second"))])
+    fake = FakeServer(
+        [
+            Reply.stream([*first[:4], WaitFor(release), *first[4:]]),
+            Reply.stream(completion(content="second")),
+        ]
+    )
     sinks = [Sink(), Sink()]
     async with InferenceClient(section(), transport=fake.transport()) as client:
         one = asyncio.create_task(client.chat(REQUEST, sinks[0]))
@@ -220,8 +267,12 @@ async def test_one_request_per_slot_the_second_waits_with_an_event():
 async def test_requests_on_different_slots_do_not_wait_for_each_other():
     release = asyncio.Event()
     first = completion(content="first")
-    fake = FakeServer([Reply.stream(first[:3] + [WaitFor(release)] + first[3:]),
-                       Reply.stream(completion(content="other slot"))])
+    fake = FakeServer(
+        [
+            Reply.stream([*first[:4], WaitFor(release), *first[4:]]),
+            Reply.stream(completion(content="other slot")),
+        ]
+    )
     other_slot = ChatRequest(messages=REQUEST.messages, tools=(), slot=0, session="s2")
     async with InferenceClient(section(), transport=fake.transport()) as client:
         one = asyncio.create_task(client.chat(REQUEST, Sink()))
@@ -234,8 +285,15 @@ async def test_requests_on_different_slots_do_not_wait_for_each_other():
 
 
 async def test_the_thinking_cap_ends_reasoning_through_the_control_endpoint():
-    fake = FakeServer([Reply.stream(completion(reasoning="one two three four five",
-                                               content="answer", chunk_id="chatcmpl-R"))])
+    fake = FakeServer(
+        [
+            Reply.stream(
+                completion(
+                    reasoning="one two three four five", content="answer", chunk_id="chatcmpl-R"
+                )
+            )
+        ]
+    )
     result, sink = await chat(fake, thinking_cap=3)
     assert fake.control_bodies == [
         {"id": "chatcmpl-R", "action": "reasoning_end", "model": "qwen-tools"}
@@ -255,7 +313,7 @@ async def test_a_refused_control_call_is_not_recorded_as_capped():
 
 
 async def test_data_after_done_is_a_bad_stream():
-    steps = completion(content="x") + [sse(delta_chunk("chatcmpl-fake", {"content": "late"}))]
+    steps = [*completion(content="x"), sse(delta_chunk("chatcmpl-fake", {"content": "late"}))]
     fake = FakeServer([Reply.stream(steps)])
     with pytest.raises(BadStream, match="after \\[DONE\\]"):
         await chat(fake)

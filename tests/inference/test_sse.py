@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from loopd.inference.errors import BadStream
 from loopd.inference.sse import END, NEED_DATA, Comment, Message, SSEParser
 

@@ -1,0 +1,153 @@
+"""Recorded real streams (tests/fixtures/sse/) replayed through the parser, the assembler and
+the client; and the fake server's chunks checked against them, key for key."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from bxcore.config import InferenceSection
+from bxcore.protocol.loop import Content, Progress, Reasoning
+from loopd.inference import InferenceClient, SessionFull, cache_outcome
+from loopd.inference.assembler import CompletionAssembler
+from loopd.inference.chunks import parse_chunk
+from loopd.inference.sse import END, NEED_DATA, Message, SSEParser
+
+from . import fake_server as fake
+from .replay import FIXTURES, fixture_names, read_fixture
+from .test_client import REQUEST, Sink
+
+pytestmark = pytest.mark.anyio
+
+
+def assemble(raw: bytes, cut_every: int = 0):
+    parser = SSEParser()
+    assembler = CompletionAssembler()
+    events = []
+    pieces = [raw[i : i + cut_every] for i in range(0, len(raw), cut_every)] if cut_every else [raw]
+    for piece in [*pieces, b""]:
+        parser.feed(piece)
+        while (event := parser.next_event()) is not NEED_DATA and event is not END:
+            assert isinstance(event, Message)
+            events += assembler.add(parse_chunk(event.data))
+    return assembler.finish(thinking_capped=False), events
+
+
+def test_a_plain_answer_replays_to_its_text_progress_and_timings():
+    completion, events = assemble(read_fixture("qwen_turn1"))
+    assert completion.content == "Three colors are red, blue, and yellow."
+    assert completion.reasoning_content is None and completion.tool_calls is None
+    assert (completion.cache_n, completion.prompt_n, completion.predicted_n) == (0, 40, 11)
+    progress = [e for e in events if isinstance(e, Progress)]
+    assert progress == [
+        Progress(total=40, cache=0, processed=0),
+        Progress(total=40, cache=0, processed=40),
+    ]
+
+
+def test_the_second_turn_reuses_the_first_turns_cache():
+    first, _ = assemble(read_fixture("qwen_turn1"))
+    second, _ = assemble(read_fixture("qwen_turn2"))
+    assert second.cache_n >= first.slot_tokens - 2
+    assert cache_outcome(first, second, 0.5) is None
+
+
+def test_a_tool_call_replays_with_its_id_name_and_argument_text():
+    completion, _ = assemble(read_fixture("qwen_tool_call"))
+    [call] = completion.tool_calls
+    assert call.id == "b87Mscr4tH8iGurRZdDEymSJSlaHDZFK"
+    assert call.function.name == "read_file"
+    assert call.function.arguments == '{"path": "README.md"}'
+    assert completion.finish_reason == "tool_calls"
+
+
+def test_reasoning_ended_by_the_control_call_replays_as_reasoning_then_content():
+    completion, events = assemble(read_fixture("qwen_think_capped"))
+    assert completion.reasoning_content == "It's because the sky"
+    assert completion.reasoning_tokens == 5
+    assert completion.content == " is blue because the sun is shining on it."
+    kinds = [type(e) for e in events if not isinstance(e, Progress)]
+    assert kinds == [Reasoning] * 5 + [Content] * 10
+
+
+@pytest.mark.parametrize("name", fixture_names())
+@pytest.mark.parametrize("cut_every", [1, 3, 64])
+def test_any_split_of_a_recording_assembles_to_the_same_completion(name, cut_every):
+    assert assemble(read_fixture(name), cut_every) == assemble(read_fixture(name))
+
+
+@pytest.mark.parametrize("name", fixture_names())
+async def test_the_client_replays_a_recording_split_at_random(name):
+    raw = read_fixture(name)
+    rng = random.Random(name)
+    cuts = sorted(rng.sample(range(1, len(raw)), 20))
+    pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+    replies = [fake.Reply.stream(pieces)]
+    async with InferenceClient(
+        InferenceSection(),
+        transport=fake.FakeServer(replies).transport(),
+    ) as client:
+        result = await client.chat(REQUEST, Sink())
+    assert result == assemble(raw)[0]
+
+
+async def test_the_recorded_context_overflow_is_session_full():
+    body = (FIXTURES / "smol_context_full.error").read_bytes()
+    server = fake.FakeServer([fake.Reply.error(400, body)])
+    async with InferenceClient(InferenceSection(), transport=server.transport()) as client:
+        with pytest.raises(SessionFull, match=r"2531 tokens\) exceeds"):
+            await client.chat(REQUEST, Sink())
+
+
+def shape(value):
+    """The structure of a JSON value: keys and value types, not values."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return type(value).__name__
+
+
+def kind(chunk: dict) -> str:
+    if "usage" in chunk:
+        return "usage"
+    if "prompt_progress" in chunk:
+        return "progress"
+    [choice] = chunk["choices"]
+    if choice["finish_reason"]:
+        return "finish"
+    delta = choice["delta"]
+    if "tool_calls" in delta:
+        return "tool_first" if "id" in delta["tool_calls"][0] else "tool_more"
+    return "delta:" + ",".join(sorted(delta))
+
+
+def chunks_by_kind(raw: bytes) -> dict[str, dict]:
+    found = {}
+    for block in raw.decode().split("\n\n"):
+        if block.startswith("data: {"):
+            chunk = json.loads(block[len("data: ") :])
+            found.setdefault(kind(chunk), shape(chunk))
+    return found
+
+
+def test_the_fake_servers_chunks_have_the_recorded_keys_and_types():
+    recorded = {}
+    for name in fixture_names():
+        recorded.update(chunks_by_kind(read_fixture(name)))
+    steps = fake.completion(
+        content="a b", reasoning="r s", tool_calls=(("id1", "read_file", '{"path": "README.md"}'),)
+    )
+    faked = chunks_by_kind(b"".join(s for s in steps if isinstance(s, bytes)))
+    assert set(faked) <= set(recorded), set(faked) - set(recorded)
+    for chunk_kind, structure in faked.items():
+        assert structure == recorded[chunk_kind], chunk_kind
+
+
+def test_the_fake_servers_error_body_has_the_recorded_shape():
+    recorded = json.loads((FIXTURES / "smol_context_full.error").read_bytes())
+    faked = json.loads(
+        fake.error_body("m", "exceed_context_size_error", n_prompt_tokens=1, n_ctx=1)
+    )
+    assert shape(faked) == shape(recorded)
