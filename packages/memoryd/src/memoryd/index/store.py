@@ -120,14 +120,13 @@ class RecallIndex:
         return SessionTaint(DataClass(row[0]), bool(row[1])) if row else SessionTaint()
 
     def _insert(self, documents: list[Document]) -> int:
-        before = self._conn.total_changes
-        self._conn.executemany(
+        cursor = self._conn.executemany(
             "INSERT OR IGNORE INTO documents (origin, kind, session, note, data_class, "
             "untrusted, time, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(d.origin, d.kind, d.session, d.note, d.data_class.value, int(d.untrusted), d.time,
               d.text) for d in documents],
         )
-        return self._conn.total_changes - before
+        return max(cursor.rowcount, 0)  # rows of documents only; the FTS triggers' do not count
 
     def catch_up(self, taint_of: TaintLookup, notes: Sequence[Note]) -> int:
         """Index whatever the files hold beyond what is indexed: new lines of every session log,

@@ -1,0 +1,99 @@
+"""``memoryd serve``: memory.sock round trips against the real daemon, socket mode 0600,
+READY=1 to systemd once bound, a clean exit on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bxcore.errors import ErrorCode, WireError
+from bxcore.frames import Frame
+from bxcore.framestream import SyncFrameSocket
+from bxcore.protocol import memory as proto
+from bxcore.tools import ToolResponse
+
+from .support import answer, append_log, call_frame, user
+
+
+@pytest.fixture
+def daemon(tmp_path: Path):
+    home, run_dir = tmp_path / "home", tmp_path / "run"
+    run_dir.mkdir()
+    config = tmp_path / "config.toml"
+    config.write_text(f'[paths]\nhome = "{home}"\nrun = "{run_dir}"\n')
+    notify_path = tmp_path / "notify.sock"
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(notify_path))
+    notify.settimeout(30)
+    env = {**os.environ, "NOTIFY_SOCKET": str(notify_path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "memoryd", "serve", "--config", str(config)], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        message = notify.recv(256)
+        yield process, run_dir / "memory.sock", home, message
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        process.stdout.close()
+        process.stderr.close()
+        notify.close()
+
+
+def ask(path: Path, frame: Frame) -> Frame:
+    with SyncFrameSocket.connect(path, kinds=proto.FROM_MEMORYD) as sock:
+        sock.write(frame)
+        return sock.read(timeout=30)
+
+
+def test_serve_binds_memory_sock_0600_and_says_ready(daemon):
+    _, path, _, message = daemon
+    assert message == b"READY=1"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_memory_sock_round_trips(daemon):
+    _, path, home, _ = daemon
+    records = [user("the cobalt kettle"), answer("kettle noted")]
+    first = append_log(home, "s1", 0, records)
+    turn = proto.TurnFinished(session="s1", epoch=0, first_line=first, records=records)
+    recorded = ask(path, Frame.of(proto.TURN_FINISHED, turn, final=False))
+    assert recorded.kind == proto.TURN_RECORDED and recorded.final
+    assert recorded.parse(proto.TurnRecorded).indexed == 2
+
+    response = ask(path, call_frame("recall", {"query": "cobalt"}))
+    assert response.kind == proto.TOOL_RESPONSE
+    assert "cobalt kettle" in response.parse(ToolResponse).content
+
+    written = ask(path, call_frame("memory", {"action": "add", "file": "memory.md",
+                                              "text": "kettles matter"}))
+    assert written.parse(ToolResponse).status == "ok"
+    snapshot = ask(path, Frame.of(proto.IDENTITY_REQUEST,
+                                  proto.IdentityRequest(session="s1", epoch=1), final=False))
+    assert snapshot.parse(proto.IdentitySnapshot).files[1].text == "kettles matter"
+
+
+def test_a_bad_frame_gets_an_error_naming_the_field(daemon):
+    _, path, _, _ = daemon
+    frame = Frame(kind=proto.IDENTITY_REQUEST, final=False, body={"session": "s1"})
+    error = ask(path, frame)
+    assert error.kind == proto.ERROR
+    wire = error.parse(WireError)
+    assert wire.code == ErrorCode.BAD_FRAME and "epoch" in wire.message
+    unknown = ask(path, call_frame("shell", {"cmd": "ls"}))
+    assert unknown.parse(WireError).code == ErrorCode.BAD_FRAME
+
+
+def test_sigterm_ends_the_daemon_and_removes_its_socket(daemon):
+    process, path, _, _ = daemon
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert not path.exists()
