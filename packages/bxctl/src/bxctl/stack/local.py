@@ -1,0 +1,239 @@
+"""The whole harness on this machine, for a newcomer and for tests: ``bxctl up``.
+
+Starts llama-server in router mode (the project's presets, on a private Unix socket), then
+inferproxy, memoryd, brokerd and loopd, each with ``<role> serve --config``; loopd in a network
+namespace with only loopback where the machine allows it. Each daemon is ready when it sends
+READY=1 to our notify socket, as under systemd. Everything lives in one state directory::
+
+    <state>/config.toml  home/  run/*.sock  logs/*.log  serving/  stack.json
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bxcore.canonical import canonical_text
+
+from .notify import NotifyListener
+from .processes import Started, alive, load, save, spawn, stop
+
+READY_TIMEOUT = 300.0  # bounded: a daemon that never gets ready fails `up` with its log
+ROLES = ("inferproxy", "memoryd", "brokerd", "loopd")
+
+
+class StackError(Exception):
+    """The local stack could not be started; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    state: Path
+
+    @property
+    def config(self) -> Path:
+        return self.state / "config.toml"
+
+    @property
+    def run(self) -> Path:
+        return self.state / "run"
+
+    @property
+    def home(self) -> Path:
+        return self.state / "home"
+
+    @property
+    def logs(self) -> Path:
+        return self.state / "logs"
+
+    @property
+    def serving(self) -> Path:
+        return self.state / "serving"
+
+    @property
+    def record(self) -> Path:
+        return self.state / "stack.json"
+
+    def socket(self, name: str) -> Path:
+        return self.run / f"{name}.sock"
+
+
+def default_state() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(os.environ.get("BOXMAKER_STATE", Path(base) / "boxmaker"))
+
+
+def render_config(layout: Layout, *, grants: Path, registry: Path, model: str, backend: str) -> str:
+    """The local stack's config.toml. Values are JSON-quoted, which TOML accepts for strings."""
+
+    def q(value: object) -> str:
+        return canonical_text(str(value))
+
+    return f"""# Written by `bxctl up` for the local stack; edit freely, `bxctl up` keeps it.
+[paths]
+home = {q(layout.home)}
+run = {q(layout.run)}
+
+[inferproxy]
+upstream = {q("unix:" + str(layout.socket("llama")))}
+mode = 384  # 0o600
+
+[inference]
+model = {q(model)}
+max_tokens = 512
+
+[inference.serving]
+slot_count = 2
+per_slot_context = 4096
+
+[loop]
+tools = "broker"
+registry = {q(registry)}
+
+[broker]
+grants = {q(grants)}
+approvers = [{q(f"local:{os.getuid()}")}]
+backend = {q(backend)}
+"""
+
+
+def prepare(layout: Layout, *, models: Path, serving_src: Path, grants: Path, model: str,
+            backend: str, bin_dir: Path) -> None:
+    for directory in (layout.state, layout.run, layout.home, layout.logs, layout.serving):
+        directory.mkdir(parents=True, exist_ok=True)
+    layout.state.chmod(0o700)
+    layout.run.chmod(0o700)
+    for name, target in (("models", models), ("templates", serving_src / "templates")):
+        link = layout.serving / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target.resolve())
+    shutil.copyfile(serving_src / "presets.ini", layout.serving / "presets.ini")
+    registry = layout.state / "toolkit-schemas.json"
+    subprocess.run([str(bin_dir / "bx-tool"), "schemas", "--out", str(registry)], check=True)
+    if not layout.config.exists():
+        layout.config.write_text(
+            render_config(layout, grants=grants.resolve(), registry=registry, model=model,
+                          backend=backend)
+        )
+
+
+def network_isolation() -> list[str]:
+    """The prefix that runs loopd with only loopback, or [] where the machine does not allow it."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return []
+    prefix = [unshare, "-n"] if os.geteuid() == 0 else [unshare, "-rn"]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, check=False)
+    return prefix if probe.returncode == 0 else []
+
+
+def sandbox_backend() -> str:
+    """bubblewrap where it can make a user namespace here, else podman."""
+    bwrap = shutil.which("bwrap")
+    if bwrap:
+        probe = subprocess.run(
+            [bwrap, "--unshare-all", "--ro-bind", "/", "/", "true"], capture_output=True,
+            check=False,
+        )
+        if probe.returncode == 0:
+            return "bubblewrap"
+    if shutil.which("podman"):
+        return "podman"
+    raise StackError("neither bubblewrap nor podman can run a sandbox here; run scripts/setup")
+
+
+def wait_llama(sock: Path, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise StackError(f"llama-server exited ({proc.returncode}); see {log}")
+        if _http_ok(sock, "/health"):
+            return
+        time.sleep(0.2)
+    raise StackError(f"llama-server not healthy after {READY_TIMEOUT:g} s; see {log}")
+
+
+def _http_ok(sock: Path, path: str) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(2)
+            client.connect(str(sock))
+            request = f"GET {path} HTTP/1.1\r\nHost: llama\r\nConnection: close\r\n\r\n"
+            client.sendall(request.encode())
+            return client.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def up(layout: Layout, *, llama_server: Path, models: Path, serving_src: Path, grants: Path,
+       model: str = "qwen-tools", say: Callable[[str], None] = print) -> list[Started]:
+    """Start everything and return what runs. On any failure, stop what was started."""
+    running = [s for s in load(layout.record) if alive(s.pid)]
+    if running:
+        raise StackError(f"the local stack is already running ({layout.state}); `bxctl down` first")
+    bin_dir = Path(sys.executable).parent
+    backend = sandbox_backend()
+    prepare(layout, models=models, serving_src=serving_src, grants=grants, model=model,
+            backend=backend, bin_dir=bin_dir)
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS")}
+    started: list[Started] = []
+    listener = NotifyListener(layout.run / "notify.sock")
+    try:
+        sock = layout.socket("llama")
+        sock.unlink(missing_ok=True)  # llama-server leaves its socket behind and then can't bind
+        argv = [str(llama_server), "--models-preset", "presets.ini", "--models-max", "2",
+                "--offline", "--no-ui", "--host", str(sock)]
+        proc = spawn("llama-server", argv, layout.logs, env, cwd=layout.serving)
+        started.append(Started("llama-server", proc.pid, argv, str(sock)))
+        save(layout.record, started)
+        wait_llama(sock, proc, layout.logs / "llama-server.log")
+        say(f"up: llama-server (router, {model}) on {sock}")
+        isolate = network_isolation()
+        for role in ROLES:
+            prefix = isolate if role == "loopd" else []
+            argv = [*prefix, str(bin_dir / role), "serve", "--config", str(layout.config)]
+            proc = spawn(role, argv, layout.logs, {**env, "NOTIFY_SOCKET": str(listener.path)})
+            started.append(Started(role, proc.pid, argv, str(layout.socket(_SOCKETS[role]))))
+            save(layout.record, started)
+            ready = listener.wait_ready({proc.pid}, READY_TIMEOUT, lambda p=proc: p.poll() is None)
+            if ready is None:
+                raise StackError(f"{role} did not get ready; see {layout.logs / (role + '.log')}")
+            note = ""
+            if role == "loopd":
+                note = " (network: loopback only)" if isolate else \
+                    " (NOT network-isolated: unshare is not allowed on this machine)"
+            if role == "brokerd":
+                note = f" (sandbox: {backend})"
+            say(f"up: {role}{note}")
+    except BaseException:
+        stop(started)
+        layout.record.unlink(missing_ok=True)
+        raise
+    finally:
+        listener.close()
+    return started
+
+
+_SOCKETS = {"inferproxy": "infer", "memoryd": "memory", "brokerd": "broker", "loopd": "loop"}
+
+
+def down(layout: Layout) -> list[str]:
+    """Stop everything `up` started; returns the names that had to be killed."""
+    started = load(layout.record)
+    killed = stop(started)
+    for extra in ("approve", "notify"):
+        layout.socket(extra).unlink(missing_ok=True)
+    layout.record.unlink(missing_ok=True)
+    return killed
+
+
+def status(layout: Layout) -> list[tuple[str, int, bool]]:
+    return [(s.name, s.pid, alive(s.pid)) for s in load(layout.record)]
