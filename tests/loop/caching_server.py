@@ -1,0 +1,109 @@
+"""A fake llama-server with a prompt cache, as an httpx transport, for the extension property.
+
+It renders a request's prompt as the canonical JSON of its tools, then of each message, and
+counts one token per character. Each slot holds the last prompt plus what was generated (the
+assistant message the next request should replay); ``cache_n`` is the length of the common
+prefix of a new prompt with what the slot holds, exactly as a prefix cache reuses tokens. So if
+loopd changes one earlier byte, ``cache_n`` falls and the loop records a CacheLoss.
+
+The chunks are built with the inference tests' chunk helpers, which are checked against the
+real server's recordings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from bxcore.canonical import canonical_text
+from inference.fake_server import delta_chunk, progress_chunk, sse, usage_chunk
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What the model 'says' for one request."""
+
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: tuple[tuple[str, str], ...] = ()  # (name, arguments JSON text)
+
+
+def render(body: dict[str, Any]) -> str:
+    return canonical_text(body.get("tools", [])) + "".join(
+        canonical_text(message) for message in body["messages"]
+    )
+
+
+def common_prefix(a: str, b: str) -> int:
+    """How many leading characters two texts share (character by character, on purpose)."""
+    size = min(len(a), len(b))
+    return next((i for i in range(size) if a[i] != b[i]), size)
+
+
+class CachingServer:
+    def __init__(self) -> None:
+        self.script: list[Planned] = []
+        self.bodies: list[dict[str, Any]] = []
+        self.slots: dict[int, str] = {}
+        self._calls = 0
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.bodies.append(body)
+        planned = self.script.pop(0) if self.script else Planned(content="(end of script)")
+        prompt = render(body)
+        slot = body["id_slot"]
+        cache_n = common_prefix(prompt, self.slots.get(slot, ""))
+        calls = [self._call(name, arguments) for name, arguments in planned.tool_calls]
+        assistant: dict[str, Any] = {"role": "assistant"}
+        if planned.content:
+            assistant["content"] = planned.content
+        if planned.reasoning:
+            assistant["reasoning_content"] = planned.reasoning
+        if calls:
+            assistant["tool_calls"] = calls
+        generated = canonical_text(assistant)
+        self.slots[slot] = prompt + generated
+        return httpx.Response(
+            200, headers={"content-type": "text/event-stream"},
+            stream=_Chunks(self._stream(prompt, cache_n, planned, calls, len(generated))),
+        )
+
+    def _call(self, name: str, arguments: str) -> dict[str, Any]:
+        self._calls += 1
+        return {"id": f"call-{self._calls}", "type": "function",
+                "function": {"name": name, "arguments": arguments}}
+
+    @staticmethod
+    def _stream(prompt: str, cache_n: int, planned: Planned, calls: list[dict[str, Any]],
+                predicted_n: int) -> list[bytes]:
+        cid = "chatcmpl-caching"
+        total = len(prompt)
+        chunks = [progress_chunk(cid, total, cache_n, cache_n),
+                  progress_chunk(cid, total, cache_n, total)]
+        if planned.reasoning:
+            chunks.append(delta_chunk(cid, {"reasoning_content": planned.reasoning}))
+        if planned.content:
+            chunks.append(delta_chunk(cid, {"content": planned.content}))
+        for index, tool_call in enumerate(calls):
+            chunks.append(delta_chunk(cid, {"tool_calls": [{"index": index, **tool_call}]}))
+        chunks.append(delta_chunk(cid, {}, "tool_calls" if calls else "stop"))
+        chunks.append(usage_chunk(cid, cache_n, total - cache_n, predicted_n))
+        return [sse(chunk) for chunk in chunks] + [sse("[DONE]")]
+
+
+class _Chunks(httpx.AsyncByteStream):
+    """The body as the client reads a real one: chunk by chunk."""
+
+    def __init__(self, chunks: list[bytes]):
+        self._chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks:
+            yield chunk

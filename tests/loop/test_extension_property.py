@@ -1,0 +1,98 @@
+"""The inference contract's append-only rule, as a property over generated conversations.
+
+Each conversation (user texts, completions with and without tool calls, tool results over the
+cap, restarts of loopd between turns) is driven through the loop and the real inference client
+against a caching fake server. For every consecutive pair of request bodies the server got, the
+later message array starts with the earlier one (as JSON values), and ``tools`` and the first
+message never change; the log has no CacheLoss. Hypothesis prints the failing conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+
+from bxcore.config.inference import InferenceSection, SlotSection
+from bxcore.protocol.loop import Turn
+from bxcore.records import ToolResult
+from hypothesis import given
+from hypothesis import strategies as st
+from loopd.inference.client import InferenceClient
+from loopd.server import LoopServer
+from loopd.store import SessionStore
+from loopd.tools import FakeTools, Registry, ToolRunner
+from loopd.turn import Loop, TurnSettings
+
+from .caching_server import CachingServer, Planned
+from .support import FIXED_TIME, Events, sample_baseline
+
+CAP = 200
+
+short_text = st.text(max_size=30)
+tool_call = st.one_of(
+    st.just(("clock", "{}")),
+    st.builds(lambda q: ("find_tool", json.dumps({"query": q})), st.sampled_from(["echo", "x"])),
+    st.builds(
+        lambda text: ("call_tool", json.dumps({"name": "echo", "arguments": {"text": text}})),
+        st.one_of(short_text, st.text(min_size=CAP - 20, max_size=CAP * 2)),
+    ),
+    st.builds(lambda n: ("call_tool", json.dumps({"name": n, "arguments": {}})),
+              st.sampled_from(["nope", "clock"])),
+)
+reasoning = st.none() | st.text(min_size=1, max_size=20)
+tool_round = st.builds(lambda calls, r: Planned(tool_calls=tuple(calls), reasoning=r),
+                       st.lists(tool_call, min_size=1, max_size=2), reasoning)
+turn_plan = st.tuples(
+    short_text,  # the user's text
+    st.lists(tool_round, max_size=3),  # rounds of tool calls before the answer
+    st.builds(lambda text, r: Planned(content=text, reasoning=r),
+              st.text(min_size=1, max_size=30), reasoning),
+    st.booleans(),  # restart loopd before this turn
+)
+
+
+def loop_server(home, server: CachingServer) -> tuple[LoopServer, InferenceClient]:
+    section = InferenceSection(retries=0)
+    client = InferenceClient(section, transport=server.transport())
+    registry = Registry(FakeTools.schemas)
+    loop = Loop(
+        inference=client, tools=ToolRunner(registry, FakeTools(now=lambda: FIXED_TIME)),
+        settings=TurnSettings(tool_iterations=3, tool_result_cap=CAP), now=lambda: FIXED_TIME,
+    )
+    store = SessionStore(home)
+    return LoopServer(store=store, loop=loop, new_baseline=sample_baseline,
+                      slots=SlotSection()), client
+
+
+async def converse(home, plans) -> CachingServer:
+    server = CachingServer()
+    loop, client = loop_server(home, server)
+    try:
+        for number, (text, rounds, answer, restart) in enumerate(plans):
+            if restart:
+                await client.aclose()
+                loop, client = loop_server(home, server)
+            server.script = [*rounds, answer]
+            final = await loop.run(
+                Turn(session="prop", content=text, resume=number > 0), Events()
+            )
+            assert final.kind == "turn_done" or final.body["code"] == "turn_limit", final.body
+    finally:
+        await client.aclose()
+    return server
+
+
+@given(st.lists(turn_plan, min_size=1, max_size=4))
+def test_every_request_extends_the_one_before(tmp_path_factory, plans):
+    home = tmp_path_factory.mktemp("home")
+    server = asyncio.run(converse(home, plans))
+    bodies = server.bodies
+    assert bodies
+    for earlier, later in itertools.pairwise(bodies):
+        assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
+        assert later["tools"] == earlier["tools"]
+        assert later["messages"][0] == earlier["messages"][0]
+    records = SessionStore(home).open("prop").records
+    assert "cache_loss" not in [r.type for r in records]
+    assert all(len(r.content.encode()) <= CAP for r in records if isinstance(r, ToolResult))
