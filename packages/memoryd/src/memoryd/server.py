@@ -13,7 +13,7 @@ import os
 import signal
 from pathlib import Path
 
-import sdnotify
+import sdnotify  # type: ignore[import-untyped]
 from bxcore.config import Config
 from bxcore.errors import BoxmakerError
 from bxcore.framestream import FrameStream
