@@ -58,6 +58,8 @@ def test_secrets_compare_by_name_and_value():
     assert Secret("a", "x") != Secret("a", "y")
     assert Secret("a", "x") != Secret("b", "x")
     assert Secret("a", "x") != "x"
+    undecodable = os.fsdecode(b"\xff" + CANARY.encode())  # as os.environ holds such bytes
+    assert Secret("a", undecodable) == Secret("a", undecodable) != Secret("a", CANARY)
 
 
 def test_an_unconfigured_secret_is_named():

@@ -49,7 +49,7 @@ class Secret:
         return (
             isinstance(other, Secret)
             and other.name == self.name
-            and hmac.compare_digest(other._value.encode(), self._value.encode())
+            and hmac.compare_digest(_as_bytes(other._value), _as_bytes(self._value))
         )
 
     def __hash__(self) -> int:
@@ -57,6 +57,12 @@ class Secret:
 
     def __reduce__(self) -> object:
         raise TypeError("a Secret cannot be pickled")
+
+
+def _as_bytes(value: str) -> bytes:
+    # surrogatepass: a value from the environment may hold undecodable bytes as surrogates, and
+    # an encoding error would carry the value in its message.
+    return value.encode("utf-8", "surrogatepass")
 
 
 class SecretStore:
