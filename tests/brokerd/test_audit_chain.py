@@ -36,6 +36,12 @@ def rewrite(directory: Path, rows: list[tuple[Path, int, bytes]]) -> None:
         path.write_bytes(b"".join(raws))
 
 
+def rehashed(body: dict) -> bytes:
+    """A record line as a forger who knows the format would write it."""
+    body = {k: v for k, v in body.items() if k != "hash"}
+    return canonical_json({**body, "hash": sha256(canonical_json(body))}) + b"\n"
+
+
 def test_a_whole_log_verifies_across_rotation(tmp_path):
     log = fill(tmp_path)
     assert len(log_files(tmp_path)) > 2
@@ -74,9 +80,7 @@ def test_an_edit_with_its_hash_recomputed_is_named(tmp_path):
     path, number, raw = rows[5]
     body = json.loads(raw)
     body["decision"]["verdict"] = "allow"
-    del body["hash"]
-    body["hash"] = sha256(canonical_json(body))
-    rows[5] = (path, number, canonical_json(body) + b"\n")
+    rows[5] = (path, number, rehashed(body))
     rewrite(tmp_path, rows)
     (bad,) = verify(tmp_path)[0]
     assert (bad.seq, bad.problem) == (6, "edited")
@@ -116,9 +120,7 @@ def test_an_inserted_record_is_named(tmp_path):
     previous = json.loads(rows[3][2])
     body = {**previous, "seq": previous["seq"] + 1, "prev": previous["hash"]}
     body["decision"] = {**body["decision"], "verdict": "allow", "call": 99}
-    del body["hash"]
-    body["hash"] = sha256(canonical_json(body))
-    rows.insert(4, (rows[3][0], 0, canonical_json(body) + b"\n"))
+    rows.insert(4, (rows[3][0], 0, rehashed(body)))
     rewrite(tmp_path, rows)
     (bad,) = verify(tmp_path)[0]
     assert bad.problem == "inserted" and bad.seq == 5

@@ -13,7 +13,7 @@ from brokerd.audit import entries, verify
 from brokerd.server import start
 from brokerd.taint import TaintStore, rebuild
 from brokerd_support import call_tool, make_rig, request, write
-from bxcore.frames import Frame
+from bxcore.frames import Frame, encode_frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import broker as broker_wire
 from bxcore.protocol import memory as memory_wire
@@ -63,33 +63,27 @@ def test_a_denied_call_is_audited_and_never_runs(tmp_path):
     assert not rig.taint_dir.exists()
 
 
-def test_a_malformed_frame_gets_an_error(tmp_path):
-    rig = make_rig(tmp_path)
-
+def answer_to_raw_bytes(rig, tmp_path, data: bytes) -> Frame:
     async def body(sock):
         reader, writer = await asyncio.open_unix_connection(str(sock))
-        writer.write(struct.pack(">I", 5) + b"nope!")
+        writer.write(data)
         await writer.drain()
         stream = FrameStream(reader, writer, broker_wire.FROM_BROKERD)
         frame = await stream.read(5)
         await stream.close()
         return frame
 
-    frame = serve(rig, tmp_path, body)
+    return serve(rig, tmp_path, body)
+
+
+def test_a_malformed_frame_gets_an_error(tmp_path):
+    frame = answer_to_raw_bytes(make_rig(tmp_path), tmp_path, struct.pack(">I", 5) + b"nope!")
     assert frame.kind == "error" and frame.body["code"] == "bad_frame"
 
 
 def test_a_request_that_is_not_a_tool_request_gets_an_error(tmp_path):
-    rig = make_rig(tmp_path)
-
-    async def body(sock):
-        stream = await FrameStream.connect(sock, broker_wire.FROM_BROKERD)
-        await stream.write(Frame.of(broker_wire.TOOL_CALL, {"session": "../x"}, final=True))
-        frame = await stream.read(5)
-        await stream.close()
-        return frame
-
-    frame = serve(rig, tmp_path, body)
+    bad = encode_frame(Frame.of(broker_wire.TOOL_CALL, {"session": "../x"}, final=True))
+    frame = answer_to_raw_bytes(make_rig(tmp_path), tmp_path, bad)
     assert frame.kind == "error" and frame.body["code"] == "bad_request"
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._files import read_text, toml_files
 from .errors import GrantError
 from .policy import Grant, parse_grant
 
@@ -40,17 +41,7 @@ def home() -> Path:
 
 
 def read_grant(path: Path) -> Grant:
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_GRANT_FILE + 1)
-    except OSError as exc:
-        raise GrantError(f"{path}: cannot read: {exc.strerror}") from None
-    if len(data) > MAX_GRANT_FILE:
-        raise GrantError(f"{path}: over {MAX_GRANT_FILE} bytes; not a grant")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise GrantError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    text = read_text(path, MAX_GRANT_FILE, GrantError, "a grant")
     return parse_grant(text, path, home=home(), resolve=real_path)
 
 
@@ -58,21 +49,12 @@ def load_grants(directory: Path) -> GrantSet:
     """Every ``*.toml`` grant in ``directory``; broken files are in ``errors`` and grant nothing."""
     grants: list[Grant] = []
     errors: list[GrantError] = []
-    for path in _grant_files(directory):
+    for path in toml_files(directory, GrantError, "grants"):
         try:
             grants.append(read_grant(path))
         except GrantError as exc:
             errors.append(exc)
     return GrantSet(tuple(grants), tuple(errors))
-
-
-def _grant_files(directory: Path) -> list[Path]:
-    try:
-        return sorted(p for p in directory.iterdir() if p.suffix == ".toml" and p.is_file())
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise GrantError(f"{directory}: cannot list the grants directory: {exc.strerror}") from None
 
 
 class GrantStore:

@@ -23,6 +23,7 @@ from typing import Annotated
 from bxcore.config import describe
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ._files import read_text, toml_files
 from .errors import JobError
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -66,15 +67,7 @@ def parse_job(text: str, source: str | Path) -> Job:
 
 
 def read_job(path: Path) -> Job:
-    try:
-        data = path.read_bytes()[: MAX_JOB_FILE + 1]
-        if len(data) > MAX_JOB_FILE:
-            raise JobError(f"{path}: over {MAX_JOB_FILE} bytes; not a job")
-        return parse_job(data.decode("utf-8"), path)
-    except OSError as exc:
-        raise JobError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise JobError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    return parse_job(read_text(path, MAX_JOB_FILE, JobError, "a job"), path)
 
 
 def job_path(directory: Path, name: str) -> Path:
@@ -84,12 +77,7 @@ def job_path(directory: Path, name: str) -> Path:
 
 
 def job_paths(directory: Path) -> list[Path]:
-    try:
-        return sorted(p for p in directory.iterdir() if p.suffix == ".toml" and p.is_file())
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise JobError(f"{directory}: cannot list the jobs directory: {exc.strerror}") from None
+    return toml_files(directory, JobError, "jobs")
 
 
 def check_schedule(job: Job) -> str | None:
