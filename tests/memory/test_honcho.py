@@ -249,3 +249,17 @@ def test_a_stream_that_stalls_after_its_first_bytes_times_out():
     with pytest.raises(HonchoUnavailable, match="no bytes"):
         run(client.chat("w", "agent", "q"))
     run(client.aclose())
+
+
+def test_the_honcho_address_comes_from_config_and_the_key_from_the_secret_store(home,
+                                                                               monkeypatch):
+    from memoryd.service import make_honcho_client
+    monkeypatch.setenv("HONCHO_KEY_FOR_TEST", "jwt-value")
+    cfg = config(home, '[secrets.honcho_key]\nbackend = "env"\nvariable = "HONCHO_KEY_FOR_TEST"\n'
+                 + HONCHO.replace("[[memory", 'key_secret = "honcho_key"\n[[memory', 1))
+    client = make_honcho_client(cfg)
+    try:
+        assert str(client._http.base_url) == "http://honcho.test"
+        assert client._http.headers["Authorization"] == "Bearer jwt-value"
+    finally:
+        run(client.aclose())
