@@ -196,3 +196,10 @@ async def test_a_channel_that_leaves_mid_turn_does_not_cut_the_turn(tmp_path):
             await asyncio.sleep(0.02)
     types = SessionStore(tmp_path).open("s1").records
     assert [r.type for r in types] == ["session_start", "user", "assistant", "usage"]
+
+
+async def test_a_turn_without_thinking_is_refused_until_the_client_can_do_it(tmp_path):
+    server = make_server(tmp_path, ScriptedInference([]))
+    refused = await server.run(turn().model_copy(update={"thinking": False}), Events())
+    assert refused.body["code"] == "bad_request"
+    assert not (tmp_path / "sessions").exists()

@@ -72,6 +72,10 @@ class LoopServer:
 
     async def run(self, turn: Turn, events: EventSink) -> Frame:
         """The final frame for one turn. The session's lock is held only inside."""
+        if not turn.thinking:
+            # The inference client has no per-request switch for thinking yet; saying so beats
+            # running the turn with thinking on behind the channel's back.
+            return error_frame(ErrorCode.BAD_REQUEST, "this loopd cannot turn thinking off yet")
         if turn.session in self._busy:
             busy = SessionBusy(f"session {turn.session} is running a turn")
             return error_frame(busy.code, str(busy))

@@ -37,6 +37,7 @@ class Turn(Model):
     content: Text
     resume: Flag
     session_kind: SessionKind = "main"
+    thinking: Flag = True  # false: the channel asks the model not to think for this turn
 
 
 class Queued(Model):
