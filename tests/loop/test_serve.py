@@ -1,0 +1,131 @@
+"""loopd serve: refuses on a failed self-test, removes a stale socket first, binds loop.sock
+0600, tells systemd READY=1 only once bound, and serves turns."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bxcore.config import parse_config
+from bxcore.errors import ConfigError
+from bxcore.frames import Frame
+from bxcore.framestream import FrameStream
+from bxcore.protocol import loop as wire
+from bxcore.protocol.loop import Turn
+from loopd.serve import DEFAULT_SYSTEM, build_role, remove_stale_socket, run, system_path
+
+from .support import ScriptedInference, say
+
+pytestmark = pytest.mark.anyio
+
+
+def config_file(tmp_path, extra: str = "") -> tuple:
+    path = tmp_path / "config.toml"
+    text = (f'[paths]\nhome = "{tmp_path}/home"\nrun = "{tmp_path}/run"\n'
+            f'[inference]\nretries = 0\nsocket = "{tmp_path}/run/infer.sock"\n{extra}')
+    path.write_text(text)
+    return path, parse_config(text, path, tmp_path)
+
+
+async def passing(_baseline):
+    return True, "ok   all: fine"
+
+
+async def failing(_baseline):
+    return False, "FAIL tool_call: no tool call was parsed"
+
+
+async def test_a_failed_self_test_exits_1_with_the_report(tmp_path, capsys):
+    path, config = config_file(tmp_path)
+    role = build_role(config, path)
+    status = await run(role, ScriptedInference([]), failing, ready=lambda: None)
+    assert status == 1
+    assert "FAIL tool_call" in capsys.readouterr().err
+    assert not config.loop_socket.exists()
+
+
+def test_the_command_refuses_to_start_when_the_server_cannot_be_reached(tmp_path):
+    """The real self-test against an inference socket nobody serves."""
+    path, _ = config_file(tmp_path)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("loopd")), "serve", "--config", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 1
+    assert "FAIL tool_call" in result.stderr
+    assert "not starting" in result.stderr
+
+
+async def test_serve_binds_0600_notifies_ready_and_serves_turns(tmp_path, monkeypatch):
+    path, config = config_file(tmp_path)
+    notify = tmp_path / "notify.sock"
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(str(notify))
+    receiver.setblocking(False)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(notify))
+    stop = asyncio.Event()
+    server = asyncio.create_task(
+        run(build_role(config, path), ScriptedInference([say("Hi.")]), passing, stop=stop)
+    )
+    try:
+        message = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(receiver, 4096), 10)
+        assert message.startswith(b"READY=1")
+        sock = config.loop_socket
+        assert sock.stat().st_mode & 0o777 == 0o600
+        stream = await FrameStream.connect(sock, wire.FROM_LOOPD)
+        await stream.write(Frame.of(wire.TURN, Turn(session="a", content="hi", resume=False),
+                                    final=False))
+        frame = await stream.read(timeout=10)
+        await stream.close()
+        assert frame.kind == "turn_done" and frame.body["content"] == "Hi."
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(server, 10) == 0
+        receiver.close()
+    assert not config.loop_socket.exists()
+
+
+def test_a_stale_socket_is_removed_and_a_live_one_refused(tmp_path):
+    stale = tmp_path / "loop.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(stale))
+    listener.listen()
+    with pytest.raises(ConfigError, match="another loopd"):
+        remove_stale_socket(stale)
+    listener.close()  # the file stays behind, as after a crash
+    remove_stale_socket(stale)
+    assert not stale.exists()
+    stale.write_text("not a socket")
+    with pytest.raises(ConfigError, match="not a socket"):
+        remove_stale_socket(stale)
+
+
+def test_system_md_defaults_beside_the_config_then_the_shipped_one(tmp_path):
+    path, config = config_file(tmp_path)
+    assert system_path(config, path) == DEFAULT_SYSTEM
+    assert "You are Boxmaker" in DEFAULT_SYSTEM.read_text()
+    (tmp_path / "system.md").write_text("mine")
+    assert system_path(config, path) == tmp_path / "system.md"
+    path, config = config_file(tmp_path, '[baseline]\nsystem = "other.md"\n')
+    assert system_path(config, path) == tmp_path / "other.md"
+
+
+def test_the_broker_port_needs_a_registry(tmp_path):
+    path, config = config_file(tmp_path, '[loop]\ntools = "broker"\n')
+    with pytest.raises(ConfigError, match=r"loop\.registry"):
+        build_role(config, path)
+
+
+def test_a_new_baseline_reads_core_md_under_home(tmp_path):
+    path, config = config_file(tmp_path)
+    core = tmp_path / "home" / "memory" / "core.md"
+    core.parent.mkdir(parents=True)
+    core.write_text("The owner is Ada.")
+    baseline = build_role(config, path).baseline()
+    assert baseline.system.endswith("\n\nThe owner is Ada.")
+    assert baseline.system.startswith("You are Boxmaker")  # the shipped prompt comes first
+    assert [t.name for t in baseline.tools] == ["clock", "find_tool", "call_tool"]
