@@ -14,7 +14,7 @@ from pathlib import Path
 def _clean(path: str) -> str:
     """``/usr/bin/x`` and ``usr/bin/x`` are the same entry; ``..`` and empty paths are refused."""
     cleaned = posixpath.normpath("/" + path).lstrip("/")
-    if not cleaned or cleaned == "." or ".." in cleaned.split("/"):
+    if not cleaned or ".." in path.split("/"):
         raise ValueError(f"not a usable path inside an image: {path!r}")
     return cleaned
 

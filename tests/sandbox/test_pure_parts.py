@@ -1,0 +1,170 @@
+"""The backends' pure parts: which specs are refused, the command lines, and how a finished
+process becomes a ToolOutput or a ToolFailure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from brokerd.sandbox import (
+    BadSandboxSpec,
+    FailureReason,
+    Limits,
+    Mount,
+    PodmanSetup,
+    SandboxSpec,
+    SandboxUnavailable,
+    ToolFailure,
+    ToolOutput,
+)
+from brokerd.sandbox._bwrap_args import BwrapLayout, bwrap_argv
+from brokerd.sandbox._call import check_spec, toolkit_args
+from brokerd.sandbox._outcome import Finished, interpret
+from brokerd.sandbox._podman_args import podman_remove_argv, podman_run_argv
+from bxcore.secrets import Secret
+from bxcore.tools import DataClass
+
+DIGEST = "sha256:" + "ab" * 32
+SPEC = SandboxSpec(
+    program="fs.read", arguments="{}",
+    mounts=(Mount(source=Path("/home/o/notes"), target="/home/o/notes"),
+            Mount(source=Path("/home/o/inbox"), target="/home/o/inbox", writable=True)),
+    hosts=("docs.python.org",), secrets=(Secret("tok", "v"),), workdir="/home/o/notes",
+    limits=Limits(memory_mb=64, pids=10, timeout_s=2.5, output_cap=100),
+    data_class=DataClass.PRIVATE,
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"program": "--class"}, "program"),
+        ({"program": "fs/read"}, "program"),
+        ({"mounts": (Mount(source=Path("/x"), target="/usr/x"),)}, r"mounts\[0\].target"),
+        ({"mounts": (Mount(source=Path("/x"), target="/run"),)}, r"mounts\[0\].target"),
+        ({"mounts": (Mount(source=Path("/x"), target="/"),)}, r"mounts\[0\].target"),
+        ({"mounts": (Mount(source=Path("/x"), target="/a/../etc"),)}, r"mounts\[0\].target"),
+        ({"mounts": (Mount(source=Path("/x"), target="/run/secrets/t"),)}, r"mounts\[0\]"),
+        ({"mounts": (Mount(source=Path("x"), target="/x"),)}, r"mounts\[0\].source"),
+        ({"secrets": (Secret("../tok", "v"),)}, r"secrets\[0\]"),
+        ({"workdir": "relative"}, "workdir"),
+        ({"limits": Limits(pids=0)}, "limits"),
+    ],
+)
+def test_specs_no_sandbox_may_run_are_refused_naming_the_field(change, field):
+    fields = {"program": "echo", "arguments": "{}", **change}
+    with pytest.raises(BadSandboxSpec, match=field):
+        check_spec(SandboxSpec(**fields))
+
+
+def test_the_toolkit_gets_its_context_as_options_not_environment():
+    assert toolkit_args(SPEC) == [
+        "fs.read", "--class", "private", "--cap", "100", "--root", "/home/o/notes",
+        "--root", "/home/o/inbox", "--proxy-socket", "/run/egress/proxy.sock",
+    ]
+
+
+def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
+    return [(argv[i + 1], argv[i + 2]) for i, arg in enumerate(argv) if arg == flag]
+
+
+def test_bwrap_unshares_everything_and_binds_only_what_was_granted():
+    argv = bwrap_argv(SPEC, BwrapLayout(), toolkit_dir=Path("/src/toolkit"),
+                      secrets_dir=Path("/dev/shm/c/secrets"), egress_dir=Path("/dev/shm/c/eg"))
+    for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--clearenv"):
+        assert flag in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert ("/home/o/notes", "/home/o/notes") in _pairs(argv, "--ro-bind")
+    assert _pairs(argv, "--bind") == [("/home/o/inbox", "/home/o/inbox")]
+    assert ("/dev/shm/c/secrets", "/run/secrets") in _pairs(argv, "--ro-bind")
+    assert ("/dev/shm/c/eg", "/run/egress") in _pairs(argv, "--ro-bind")
+    assert "--share-net" not in argv
+    limits = argv[argv.index("/usr/bin/prlimit"):argv.index("/usr/bin/python3")]
+    assert limits == ["/usr/bin/prlimit", f"--data={64 * 1024 * 1024}", "--nproc=10",
+                      "--cpu=4", "--nofile=256", "--"]
+    assert argv[-len(toolkit_args(SPEC)):] == toolkit_args(SPEC)
+
+
+def test_bwrap_without_secrets_or_hosts_binds_neither():
+    argv = bwrap_argv(SandboxSpec(program="echo", arguments="{}"), BwrapLayout(),
+                      toolkit_dir=Path("/src/toolkit"), secrets_dir=None, egress_dir=None)
+    targets = [target for _, target in _pairs(argv, "--ro-bind") + _pairs(argv, "--bind")]
+    assert targets == ["/usr", "/opt/toolkit/toolkit"]
+
+
+def test_podman_runs_the_image_by_digest_with_no_network_and_every_limit():
+    setup = PodmanSetup(image=f"localhost/boxmaker/toolkit@{DIGEST}",
+                        containers_conf=Path("/c.conf"), storage=("--root", "/r"))
+    argv = podman_run_argv(SPEC, setup, name="bx-call-1", secrets_dir=Path("/s"),
+                           egress_dir=Path("/e"))
+    assert argv[:4] == ["podman", "--root", "/r", "run"]
+    for flag in ("--rm", "--network=none", "--pull=never", "--read-only", "--cap-drop=ALL",
+                 "--security-opt=no-new-privileges", "--memory=64m", "--pids-limit=10",
+                 "--ulimit=nproc=10:10", f"--ulimit=data={64 * 1024 * 1024}:{64 * 1024 * 1024}",
+                 "--workdir=/home/o/notes", "--name=bx-call-1"):
+        assert flag in argv
+    assert any(arg.startswith("--tmpfs=/tmp:") for arg in argv)
+    assert "--volume=/home/o/notes:/home/o/notes:ro" in argv
+    assert "--volume=/home/o/inbox:/home/o/inbox:rw" in argv
+    assert "--volume=/s:/run/secrets:ro" in argv
+    image_at = argv.index(setup.image)
+    assert argv[image_at + 1:] == toolkit_args(SPEC)
+    assert podman_remove_argv(setup, "bx-call-1") == [
+        "podman", "--root", "/r", "rm", "--force", "--time=0", "--ignore", "bx-call-1"]
+
+
+@pytest.mark.parametrize("image", ["localhost/boxmaker/toolkit:latest", "toolkit@sha256:abc"])
+def test_podman_refuses_an_image_not_named_by_digest(image):
+    with pytest.raises(SandboxUnavailable, match="name@sha256"):
+        PodmanSetup(image=image, containers_conf=Path("/c.conf"))
+
+
+def _finished(status=0, stdout=b"", stderr=b"", timed_out=False, overflowed=False) -> Finished:
+    return Finished(status=status, stdout=stdout, stderr=stderr, timed_out=timed_out,
+                    overflowed=overflowed)
+
+
+RESULT = json.dumps({"class": "public", "content": "hi", "truncated": False,
+                     "untrusted": False}).encode()
+
+
+def outcome(run: Finished, *, egress: bool = False, label=DataClass.PRIVATE):
+    return interpret(run, data_class=label, egress=egress, timeout_s=5.0, stdout_cap=1000)
+
+
+def test_a_result_is_never_labelled_below_the_grant_and_egress_makes_it_untrusted():
+    out = outcome(_finished(stdout=RESULT), egress=True)
+    assert out == ToolOutput(content="hi", data_class=DataClass.PRIVATE, untrusted=True,
+                             truncated=False)
+    assert out.as_response().status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("run", "reason", "detail"),
+    [
+        (_finished(timed_out=True, status=-9), FailureReason.TIMEOUT, "time limit of 5.0s"),
+        (_finished(overflowed=True, status=-9), FailureReason.OUTPUT_CAP, "more than 1000"),
+        (_finished(stdout=b"not json"), FailureReason.BAD_OUTPUT, "not json"),
+        (_finished(stdout=RESULT + RESULT), FailureReason.BAD_OUTPUT, "not one result"),
+        (_finished(stdout=b'{"content": "x"}'), FailureReason.BAD_OUTPUT, "not one result"),
+        (_finished(stdout=RESULT.replace(b'"hi"', b"1")), FailureReason.BAD_OUTPUT, "result"),
+        (_finished(status=3, stdout=b'{"error": "out of memory", "kind": "oom"}'),
+         FailureReason.OUT_OF_MEMORY, "memory limit"),
+        (_finished(status=-9), FailureReason.KILLED, "SIGKILL"),
+        (_finished(status=137), FailureReason.KILLED, "SIGKILL"),
+        (_finished(status=1, stdout=b'{"error": "x: No such file", "kind": "tool"}'),
+         FailureReason.EXIT, "x: No such file"),
+        (_finished(status=1, stderr=b"bwrap: Can't find source path /nope"),
+         FailureReason.EXIT, "exit status 1: bwrap: Can't find source path /nope"),
+        (_finished(status=125), FailureReason.EXIT, "exit status 125: (nothing)"),
+    ],
+)
+def test_failures_name_their_reason(run, reason, detail):
+    out = outcome(run)
+    assert isinstance(out, ToolFailure)
+    assert out.reason is reason
+    assert detail in out.detail
+    response = out.as_response()
+    assert (response.status, response.data_class) == ("failed", DataClass.PRIVATE)
+    assert response.content.startswith(f"{reason}: ")
