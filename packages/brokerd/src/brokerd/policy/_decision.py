@@ -27,6 +27,9 @@ class NotAuthorized(Exception):
 
 class Decision:
     __slots__ = ("__weakref__", "_record", "_spec", "_used")
+    _record: DecisionRecord
+    _spec: SandboxSpec | None
+    _used: bool
 
     def __init__(self, mint: object, *, record: DecisionRecord, spec: SandboxSpec | None):
         if mint is not _MINT:
@@ -45,7 +48,7 @@ class Decision:
 
     @property
     def allowed(self) -> bool:
-        return self._record.verdict == "allow"
+        return bool(self._record.verdict == "allow")
 
     def verify(self) -> None:
         """Check, without using it up, that this Decision would authorize a run."""
@@ -69,7 +72,7 @@ class Decision:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("a Decision is immutable")
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> str:
         raise TypeError("a Decision cannot be pickled")
 
     def __copy__(self) -> Decision:
