@@ -8,8 +8,6 @@ content is always untrusted: it is text from outside the owner's control.
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +18,11 @@ SECRETS_DIR = "/run/secrets"
 
 def fetch(context: Context, args: dict[str, Any]) -> Result:
     url = args["url"]
+    # Imported here: urllib.request (http.client, email, ssl) is most of bx-tool's start-up
+    # time, and only this tool needs it.
+    import urllib.error
+    import urllib.request
+
     if urlsplit(url).scheme not in ("http", "https"):
         raise ToolError(f"url: only http and https are fetched, not {url!r}")
     headers = {"User-Agent": "boxmaker-toolkit/0.1", "Accept-Encoding": "identity"}
