@@ -1,0 +1,81 @@
+"""``bxctl approvals``, ``bxctl approve ID``, ``bxctl deny ID``: answer brokerd locally.
+
+brokerd takes who answers from the socket peer's uid (``local:<uid>``), not from anything we
+claim, and refuses an answer from a uid that is not among its approvers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from bxcore.config import load_config
+from bxcore.errors import BoxmakerError, WireError
+from bxcore.frames import Frame
+from bxcore.framestream import SyncFrameSocket
+from bxcore.protocol import approval as wire
+
+from .roles import config_option, default_config
+
+
+def _approve_socket(config_path: Path | None) -> Path:
+    config = load_config(config_path or default_config())
+    return config.broker.approve_socket or config.socket("approve")
+
+
+def _exchange(config_path: Path | None, frame: Frame) -> Frame:
+    try:
+        with SyncFrameSocket.connect(_approve_socket(config_path), wire.FROM_APPROVE_SOCKET) as s:
+            s.write(frame)
+            reply = s.read(timeout=30)
+    except BoxmakerError as exc:
+        raise click.ClickException(f"{exc}; is brokerd running? (`bxctl status`)") from None
+    if reply.kind == wire.ERROR:
+        error = reply.parse(WireError)
+        raise click.ClickException(f"refused ({error.code}): {error.message}")
+    return reply
+
+
+@click.command("approvals")
+@config_option
+def approvals_command(config_path: Path | None) -> None:
+    """List the tool calls waiting for the owner's approval, with exactly what would run.
+
+    Example: bxctl approvals
+    """
+    reply = _exchange(config_path, Frame(kind=wire.APPROVAL_LIST, final=False, body={}))
+    pending = reply.parse(wire.ApprovalPending).approvals
+    if not pending:
+        click.echo("no approvals are waiting")
+    for item in pending:
+        click.echo(f"{item.id}  session {item.session}  expires {item.expires}\n"
+                   f"    {item.tool} {item.arguments}\n    (grant {item.grant})")
+
+
+def _answer(config_path: Path | None, approval_id: str, verdict: str) -> None:
+    body = wire.ApprovalAnswer(id=approval_id, verdict=verdict, by="local")
+    reply = _exchange(config_path, Frame.of(wire.APPROVAL_ANSWER, body, final=False))
+    ack = reply.parse(wire.ApprovalAck)
+    click.echo(f"{ack.id}: {'approved' if ack.verdict == 'approve' else 'denied'}")
+
+
+@click.command("approve")
+@config_option
+@click.argument("approval_id", metavar="ID")
+def approve_command(config_path: Path | None, approval_id: str) -> None:
+    """Approve the waiting call ID (once; the id is bound to that exact call).
+
+    Example: bxctl approve 4kq9...
+    """
+    _answer(config_path, approval_id, "approve")
+
+
+@click.command("deny")
+@config_option
+@click.argument("approval_id", metavar="ID")
+def deny_command(config_path: Path | None, approval_id: str) -> None:
+    """Deny the waiting call ID. Example: bxctl deny 4kq9..."""
+    _answer(config_path, approval_id, "deny")
+
+
+COMMANDS = [approvals_command, approve_command, deny_command]

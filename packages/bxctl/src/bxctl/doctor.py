@@ -1,0 +1,162 @@
+"""``bxctl doctor``: every self-test and check of the running setup, each named, each with what
+to do when it fails. Exit 0 when all pass, 1 when any fails."""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+from bxcore.config import Config, load_config
+from bxcore.errors import BoxmakerError
+from bxcore.secrets import SecretStore
+
+from .roles import config_option, default_config, run_role
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def check_sockets(config: Config) -> list[Check]:
+    """Each role's socket exists, is a socket with the mode the brief implies, and answers."""
+    expected = {
+        "loop": (config.loop_socket, 0o600),
+        "broker": (config.broker.socket or config.socket("broker"), 0o600),
+        "approve": (config.broker.approve_socket or config.socket("approve"), 0o600),
+        "memory": (config.memory.socket or config.socket("memory"), 0o600),
+        "infer": (config.inferproxy.socket or config.socket("infer"), config.inferproxy.mode),
+    }
+    checks = []
+    for name, (path, mode) in expected.items():
+        label = f"socket {name}"
+        try:
+            info = path.stat()
+        except OSError:
+            checks.append(Check(label, False, f"{path} does not exist",
+                                "start the role that serves it (`bxctl status`, `bxctl up`)"))
+            continue
+        actual = stat.S_IMODE(info.st_mode)
+        if not stat.S_ISSOCK(info.st_mode):
+            checks.append(Check(label, False, f"{path} is not a socket", "remove it, restart"))
+        elif actual != mode:
+            checks.append(Check(label, False, f"{path} has mode {actual:04o}, expected {mode:04o}",
+                                "a role created it with the wrong umask: restart it; report it"))
+        elif not _answers(path):
+            checks.append(Check(label, False, f"{path} refuses connections",
+                                "a stale socket: restart the role that serves it"))
+        else:
+            checks.append(Check(label, True, f"{path} ({actual:04o})"))
+    return checks
+
+
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def check_credentials(config: Config) -> list[Check]:
+    store = SecretStore(config.secrets)
+    checks = []
+    for key in store.names():
+        try:
+            store.get(key)
+        except BoxmakerError as exc:  # the message never contains the secret
+            checks.append(Check(f"secret {key}", False, str(exc),
+                                "see docs/deploy.md (systemd-creds encrypt)"))
+        else:
+            checks.append(Check(f"secret {key}", True, "readable"))
+    checks.extend(Check("secret in plaintext", False, text, "move it to a systemd credential")
+                  for text in store.warn_plaintext())
+    return checks
+
+
+def role_check(name: str, role: str, args: list[str], fix: str, config_path: Path
+               ) -> Check:
+    result = run_role(role, args, config_path, capture=True)
+    output = (result.stdout + result.stderr).strip().splitlines()
+    detail = output[-1] if output else f"exit {result.returncode}"
+    return Check(name, result.returncode == 0, detail, "" if result.returncode == 0 else fix)
+
+
+def check_taint(config_path: Path, config: Config) -> Check:
+    with tempfile.TemporaryDirectory() as out:
+        result = run_role("brokerd", ["taint", "rebuild", "--out", out], config_path, capture=True)
+        if result.returncode != 0:
+            return Check("taint files", False, result.stderr.strip(), "see brokerd's log")
+        live = config.paths.home / "broker" / "sessions"
+        rebuilt = {p.name: p.read_bytes() for p in Path(out).glob("*.json")}
+        current = {p.name: p.read_bytes() for p in live.glob("*.json")} if live.is_dir() else {}
+    differ = sorted(n for n in rebuilt.keys() | current.keys()
+                    if rebuilt.get(n) != current.get(n))
+    if differ:
+        return Check("taint files", False, f"differ from the audit log: {', '.join(differ)}",
+                     "`bxctl taint rebuild` rewrites them from the audit log")
+    return Check("taint files", True, f"{len(current)} match their rebuild from the audit log")
+
+
+def run_checks(config_path: Path) -> list[Check]:
+    try:
+        config = load_config(config_path)
+    except BoxmakerError as exc:
+        return [Check("config", False, str(exc), "fix the key it names")]
+    checks = [Check("config", True, str(config_path))]
+    steps: list[Callable[[], list[Check] | Check]] = [
+        lambda: role_check("model server", "loopd", ["selftest"],
+                           "compare [inference.serving] with the server's launch flags",
+                           config_path),
+        lambda: role_check("baseline budget", "loopd", ["budget"],
+                           "shorten system.md or the identity files", config_path),
+        lambda: check_sockets(config),
+        lambda: role_check("grant files", "brokerd", ["grants", "check"],
+                           "fix or remove the refused grant file (it grants nothing now)",
+                           config_path),
+        lambda: role_check("audit chain", "brokerd", ["audit", "verify"],
+                           "the audit log was altered: keep a copy, investigate the named "
+                           "records", config_path),
+        lambda: check_taint(config_path, config),
+        lambda: check_credentials(config),
+    ]
+    for step in steps:
+        result = step()
+        checks.extend(result if isinstance(result, list) else [result])
+    return checks
+
+
+@click.command("doctor")
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per check.")
+def doctor_command(config_path: Path | None, as_json: bool) -> None:
+    """Run every check of the setup: model server settings, the baseline budget, sockets and
+    their modes, grant files, the audit chain, taint files, credentials.
+
+    Exit 0 when all pass, 1 when any fails. Example: bxctl doctor
+    """
+    checks = run_checks(config_path or default_config())
+    for check in checks:
+        if as_json:
+            click.echo(json.dumps(check.__dict__, sort_keys=True))
+            continue
+        mark = "ok  " if check.ok else "FAIL"
+        click.echo(f"{mark} {check.name}: {check.detail}")
+        if not check.ok and check.fix:
+            click.echo(f"     what to do: {check.fix}")
+    if not all(check.ok for check in checks):
+        raise SystemExit(1)
+
+
+COMMANDS = [doctor_command]

@@ -1,0 +1,58 @@
+"""Running a role's own command for offline maintenance.
+
+bxctl may not import another role (the brief), so ``bxctl audit verify`` runs
+``brokerd audit verify``: the code that owns a file format is the only code that reads it. Role
+commands are found beside bxctl's own interpreter (the same environment), then on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+DEFAULT_CONFIG = Path("/etc/boxmaker/config.toml")
+
+
+def default_config() -> Path:
+    """$BOXMAKER_CONFIG; else the local stack's config if `bxctl up` wrote one; else /etc."""
+    if "BOXMAKER_CONFIG" in os.environ:
+        return Path(os.environ["BOXMAKER_CONFIG"])
+    state = os.environ.get("BOXMAKER_STATE") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "boxmaker"
+    )
+    local = Path(state) / "config.toml"
+    return local if local.exists() else DEFAULT_CONFIG
+
+
+config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Boxmaker's config file (default: $BOXMAKER_CONFIG, the local stack's, or "
+    "/etc/boxmaker/config.toml).",
+)
+
+
+def role_command(role: str) -> str:
+    beside = Path(sys.executable).parent / role
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(role)
+    if found is None:
+        raise click.ClickException(f"the {role} command is not installed; run scripts/setup")
+    return found
+
+
+def run_role(role: str, args: list[str], config_path: Path | None, *, capture: bool = False
+             ) -> subprocess.CompletedProcess[str]:
+    """Run ``<role> <args> --config <config>``; its output goes to ours unless captured."""
+    argv = [role_command(role), *args, "--config", str(config_path or default_config())]
+    return subprocess.run(argv, check=False, text=True, capture_output=capture)
+
+
+def passthrough(role: str, args: list[str], config_path: Path | None) -> None:
+    """Run a role command and exit with its status (its own output explains a failure)."""
+    raise SystemExit(run_role(role, args, config_path).returncode)
