@@ -26,16 +26,14 @@ class Started:
     socket: str | None  # the socket it serves, removed when it stops
 
 
-def spawn(name: str, argv: list[str], logs: Path, env: dict[str, str]) -> subprocess.Popen:
+def spawn(
+    name: str, argv: list[str], logs: Path, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.Popen:
     logs.mkdir(parents=True, exist_ok=True)
     with (logs / f"{name}.log").open("ab") as log:
         return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+            cwd=cwd, start_new_session=True,
         )
 
 
