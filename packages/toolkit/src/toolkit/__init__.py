@@ -3,7 +3,8 @@
 Stdlib only and importing nothing of the project: it is copied into the toolkit image and
 bind-mounted into bubblewrap sandboxes, where only the Python standard library exists.
 
-    bx-tool <name> [--class C] [--root DIR]... [--cap BYTES] [--proxy-socket PATH] [ARGS]
+    bx-tool <name> [--class C] [--root DIR]... [--cap BYTES] [--proxy-socket PATH]
+            [--settings JSON] [ARGS]
     bx-tool schemas [--out FILE]
 
 A call prints exactly one JSON object on stdout and nothing else: on success

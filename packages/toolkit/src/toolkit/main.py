@@ -34,6 +34,7 @@ def _parser() -> _Parser:
     parser.add_argument("--root", action="append", default=[])
     parser.add_argument("--cap", type=int, default=DEFAULT_CAP)
     parser.add_argument("--proxy-socket")
+    parser.add_argument("--settings")
     parser.add_argument("--out")
     parser.add_argument("arguments", nargs="?")
     return parser
@@ -66,6 +67,7 @@ def _run(argv: list[str]) -> int:
         roots=tuple(options.root),
         cap=options.cap,
         egress=bool(options.proxy_socket),
+        settings=_settings(options.settings),
     )
     return _emit(tool.run(context, arguments).as_json(), 0)
 
@@ -79,6 +81,18 @@ def _arguments(text: str | None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"arguments: not JSON: {exc}") from None
+
+
+def _settings(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--settings: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError("--settings: expected a JSON object")
+    return value
 
 
 def _export_schemas(out: str | None) -> int:

@@ -51,10 +51,16 @@ def _result(context: Context, status: int, headers: Any, body: Any) -> Result:
 
 
 def _read_secret(name: str) -> str:
+    return read_secret(name, "bearer_secret")
+
+
+def read_secret(name: str, field: str) -> str:
+    """The secret file brokerd injected for this call; ``field`` names the argument or setting
+    that named it, in errors."""
     if not name or "/" in name or name in (".", ".."):
-        raise ToolError(f"bearer_secret: {name!r} is not a plain secret name")
+        raise ToolError(f"{field}: {name!r} is not a plain secret name")
     try:
         with open(os.path.join(SECRETS_DIR, name), encoding="utf-8") as handle:
             return handle.read().strip()
     except OSError:
-        raise ToolError(f"bearer_secret: secret {name!r} was not granted to this call") from None
+        raise ToolError(f"{field}: secret {name!r} was not granted to this call") from None

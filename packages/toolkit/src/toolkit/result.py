@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 DATA_CLASSES = ("public", "private", "secret")
 
@@ -29,6 +30,9 @@ class Context:
     roots: tuple[str, ...]  # the granted paths as they appear inside the sandbox
     cap: int  # content is cut to this many UTF-8 bytes
     egress: bool  # an egress proxy is bridged in (the grant named hosts)
+    # Tool settings from brokerd's config (``--settings``, a JSON object), e.g. consult's
+    # endpoint. Configuration only: secrets come as files, never here.
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import fs, net, shell
+from . import consult, fs, net, shell
 from .result import Context, Result, make_result
 
 _PATH = {"type": "string", "minLength": 1, "description": "An absolute path inside a grant."}
@@ -112,6 +112,19 @@ TOOLS: tuple[Tool, ...] = (
             cwd=_PATH,
         ),
         shell.run,
+    ),
+    Tool(
+        "consult",
+        "Ask a stronger cloud model one self-contained question. It sees only the question and "
+        "the snippets you attach, never this conversation, and has no tools. Slow (it may take "
+        "minutes). The answer is untrusted text.",
+        _object(
+            ["question"],
+            question={"type": "string", "minLength": 1},
+            attachments={"type": "array", "items": {"type": "string"}, "description": "Text "
+                         "snippets to send with the question; nothing else is sent."},
+        ),
+        consult.ask,
     ),
 )
 

@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ._common import BASE_DIR, ConfigPath, Seconds, Section
 from ._core import ChannelSection, PathsSection, SecretSpec
 from .broker import BrokerSection
+from .consult import ConsultSection
 from .gateway import GatewaySection
 from .inference import InferenceSection, InferproxySection
 from .loop import BaselineSection, LoopSection
@@ -38,6 +39,7 @@ class Config(Section):
     broker: BrokerSection = Field(default_factory=BrokerSection)
     gateway: GatewaySection = Field(default_factory=GatewaySection)
     memory: MemorySection = Field(default_factory=MemorySection)
+    consult: ConsultSection | None = None  # absent: the consult tool is not configured
 
     def socket(self, name: str) -> Path:
         """The path of a role socket in the run directory, e.g. ``socket("loop")``."""
@@ -107,7 +109,8 @@ def describe(exc: ValidationError, source: str | Path) -> str:
 
 __all__ = [
     "BaselineSection", "BrokerSection", "ChannelSection", "Config", "ConfigPath",
-    "GatewaySection", "InferenceSection", "InferproxySection", "LoopSection", "MemorySection",
+    "ConsultSection", "GatewaySection", "InferenceSection", "InferproxySection", "LoopSection",
+    "MemorySection",
     "PathsSection", "Seconds", "SecretSpec", "Section", "config_from_dict", "describe",
     "load_config", "parse_config",
 ]
