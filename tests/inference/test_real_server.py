@@ -1,0 +1,181 @@
+"""The inference client against the real llama-server router, through a real inferproxy.
+
+Prompts start with a nonce: the server's RAM prompt cache would otherwise serve a prompt seen in
+an earlier run and hide the cache miss a test expects.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bxcore.chat import AssistantMessage, SystemMessage, ToolSchema, UserMessage
+from bxcore.config import InferenceSection
+from bxcore.config.inference import ServingSection
+from bxcore.protocol.loop import Progress, ThinkingCapped
+from bxcore.util import sha256
+from loopd.inference import (
+    ChatRequest,
+    InferenceClient,
+    OverBudget,
+    SessionFull,
+    cache_outcome,
+    check_budget,
+    count_baseline_tokens,
+    self_test,
+)
+from loopd.inference.selftest import serving_checks
+from support.llama import TEMPLATES, LlamaServer, nonce, unload_model
+
+from .test_client import Sink
+
+pytestmark = [pytest.mark.real_server, pytest.mark.anyio]
+
+READ_FILE = ToolSchema(
+    name="read_file",
+    description="Read a text file and return its contents.",
+    core=True,
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
+
+
+def client(proxy: Path, model: str, **settings) -> InferenceClient:
+    return InferenceClient(InferenceSection(model=model, **settings), socket=proxy)
+
+
+def ask(messages, slot=0, max_tokens=12, **extra) -> ChatRequest:
+    return ChatRequest(
+        messages=tuple(messages),
+        tools=extra.pop("tools", ()),
+        slot=slot,
+        session="real",
+        max_tokens=max_tokens,
+        **extra,
+    )
+
+
+def replay(completion) -> AssistantMessage:
+    return AssistantMessage(
+        content=completion.content,
+        reasoning_content=completion.reasoning_content,
+        tool_calls=list(completion.tool_calls) if completion.tool_calls else None,
+    )
+
+
+async def test_progress_then_a_cache_hit_then_a_detected_loss(llama_router_proxy):
+    system = SystemMessage(content=f"{nonce()} You are a terse assistant. Answer briefly.")
+    turn = [system, UserMessage(content="Name three colors.")]
+    async with client(llama_router_proxy, "qwen-tools") as qwen:
+        sink = Sink()
+        first = await qwen.chat(ask(turn), sink)
+        progress = sink.of(Progress)
+        assert progress, "no progress event"
+        assert progress[-1].processed == progress[-1].total == first.cache_n + first.prompt_n
+
+        turn += [replay(first), UserMessage(content="And three animals?")]
+        second = await qwen.chat(ask(turn), Sink())
+        assert second.cache_n >= first.slot_tokens - 4  # the whole first request, bar a few
+        assert cache_outcome(first, second, qwen.section.cache_loss_ratio) is None
+
+        changed = SystemMessage(content=f"{nonce()}{system.content[len(nonce()) :]}")
+        third = await qwen.chat(ask([changed, *turn[1:]]), Sink())
+    loss = cache_outcome(second, third, qwen.section.cache_loss_ratio)
+    assert loss is not None and loss.got == third.cache_n < 10
+
+
+async def test_a_tool_call_is_parsed_with_the_bare_json_template(llama_router_proxy):
+    messages = [
+        SystemMessage(content=f"{nonce()} You are a file assistant."),
+        UserMessage(content="Read the file README.md."),
+    ]
+    async with client(llama_router_proxy, "qwen-tools") as qwen:
+        result = await qwen.chat(
+            ask(messages, slot=1, max_tokens=48, tools=(READ_FILE,), tool_choice="required"), Sink()
+        )
+    assert result.finish_reason == "tool_calls"
+    [call] = result.tool_calls
+    assert call.function.name == "read_file" and len(call.id) >= 16
+    assert isinstance(json.loads(call.function.arguments)["path"], str)
+
+
+async def test_the_thinking_cap_ends_reasoning_with_the_control_call(llama_router_proxy):
+    sink = Sink()
+    question = UserMessage(content=f"{nonce()} Why is the sky blue? Think it through.")
+    async with client(llama_router_proxy, "qwen-think", thinking_cap=3) as think:
+        result = await think.chat(ask([question], max_tokens=32), sink)
+    assert sink.of(ThinkingCapped) and result.thinking_capped
+    assert result.reasoning_tokens < 32  # reasoning stopped, so the rest of the budget
+    assert result.content  # went to the answer
+
+
+async def test_a_prompt_longer_than_the_slot_is_session_full(llama_router_proxy):
+    async with client(llama_router_proxy, "smol") as smol:
+        with pytest.raises(SessionFull, match="exceeds the available context size"):
+            await smol.chat(ask([UserMessage(content="hello " * 2500)]), Sink())
+
+
+async def test_an_unloaded_model_is_a_detected_cache_loss_and_the_next_turn_works(
+    llama_router: LlamaServer, llama_router_proxy
+):
+    system = SystemMessage(content=f"{nonce()} You are terse. " + "Answer in one line. " * 20)
+    turn = [system, UserMessage(content="Say hello.")]
+    async with client(llama_router_proxy, "smol") as smol:
+        first = await smol.chat(ask(turn, max_tokens=8), Sink())
+        unload_model(llama_router, "smol")
+        turn += [replay(first), UserMessage(content="Say goodbye.")]
+        second = await smol.chat(ask(turn, max_tokens=8), Sink())
+    assert cache_outcome(first, second, smol.section.cache_loss_ratio) is not None
+    assert second.content is not None and second.predicted_n > 0
+
+
+async def test_the_self_test_passes_and_a_wrong_record_is_named(llama_router_proxy):
+    # llama-server trims the file's surrounding whitespace; the record is of what /props serves
+    template = (TEMPLATES / "qwen2.5-bare-json-tools.jinja").read_text().strip().encode()
+    recorded = ServingSection(
+        chat_template_sha256=sha256(template),
+        slot_count=2,
+        per_slot_context=4096,
+        speculative=False,
+    )
+    async with client(llama_router_proxy, "qwen-tools", serving=recorded) as qwen:
+        report = await self_test(qwen)
+        assert report.ok, report.describe()
+        assert [c.name for c in report.checks] == [
+            "tool_call",
+            "round_trip",
+            "cache_hit",
+            "slots",
+            "context",
+            "chat_template",
+            "speculative",
+        ]
+        props, slots = await qwen.get_json("/props"), await qwen.get_json("/slots")
+    wrong = client(
+        llama_router_proxy,
+        "qwen-tools",
+        serving=ServingSection(
+            per_slot_context=8192, slot_count=4, chat_template_sha256=sha256(b"other")
+        ),
+    )
+    failed = [c.name for c in serving_checks(wrong, props, slots) if not c.ok]
+    await wrong.aclose()
+    assert failed == ["slots", "context", "chat_template"]
+
+
+async def test_the_baseline_is_counted_by_the_servers_tokenizer(llama_router, llama_router_proxy):
+    system = "You are Boxmaker, a personal agent. Be direct and brief."
+    async with client(llama_router_proxy, "qwen-tools") as qwen:
+        report = await count_baseline_tokens(qwen, system, (READ_FILE,))
+    independent = llama_router.post(
+        "/v1/chat/completions/input_tokens",
+        {
+            "model": "qwen-tools",
+            "messages": [{"role": "system", "content": system}],
+            "tools": [READ_FILE.as_openai_tool()],
+        },
+    ).json()["input_tokens"]
+    assert report.tokens == independent and report.ok
+    async with client(llama_router_proxy, "qwen-tools", baseline_budget=20) as small:
+        with pytest.raises(OverBudget, match=f"{report.tokens} tokens, OVER the budget of 20"):
+            await check_budget(small, system, (READ_FILE,))
