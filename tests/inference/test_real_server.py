@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from bxcore.chat import AssistantMessage, SystemMessage, ToolSchema, UserMessage
+from bxcore.chat import SystemMessage, UserMessage
 from bxcore.config import InferenceSection
 from bxcore.config.inference import ServingSection
 from bxcore.protocol.loop import Progress, ThinkingCapped
@@ -25,19 +25,13 @@ from loopd.inference import (
     count_baseline_tokens,
     self_test,
 )
+from loopd.inference.selftest import PROBE_TOOL as READ_FILE
 from loopd.inference.selftest import serving_checks
 from support.llama import TEMPLATES, LlamaServer, nonce, unload_model
 
 from .test_client import Sink
 
 pytestmark = [pytest.mark.real_server, pytest.mark.anyio]
-
-READ_FILE = ToolSchema(
-    name="read_file",
-    description="Read a text file and return its contents.",
-    core=True,
-    parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-)
 
 
 def client(proxy: Path, model: str, **settings) -> InferenceClient:
@@ -55,14 +49,6 @@ def ask(messages, slot=0, max_tokens=12, **extra) -> ChatRequest:
     )
 
 
-def replay(completion) -> AssistantMessage:
-    return AssistantMessage(
-        content=completion.content,
-        reasoning_content=completion.reasoning_content,
-        tool_calls=list(completion.tool_calls) if completion.tool_calls else None,
-    )
-
-
 async def test_progress_then_a_cache_hit_then_a_detected_loss(llama_router_proxy):
     system = SystemMessage(content=f"{nonce()} You are a terse assistant. Answer briefly.")
     turn = [system, UserMessage(content="Name three colors.")]
@@ -73,7 +59,7 @@ async def test_progress_then_a_cache_hit_then_a_detected_loss(llama_router_proxy
         assert progress, "no progress event"
         assert progress[-1].processed == progress[-1].total == first.cache_n + first.prompt_n
 
-        turn += [replay(first), UserMessage(content="And three animals?")]
+        turn += [first.message(), UserMessage(content="And three animals?")]
         second = await qwen.chat(ask(turn), Sink())
         assert second.cache_n >= first.slot_tokens - 4  # the whole first request, bar a few
         assert cache_outcome(first, second, qwen.section.cache_loss_ratio) is None
@@ -123,7 +109,7 @@ async def test_an_unloaded_model_is_a_detected_cache_loss_and_the_next_turn_work
     async with client(llama_router_proxy, "smol") as smol:
         first = await smol.chat(ask(turn, max_tokens=8), Sink())
         unload_model(llama_router, "smol")
-        turn += [replay(first), UserMessage(content="Say goodbye.")]
+        turn += [first.message(), UserMessage(content="Say goodbye.")]
         second = await smol.chat(ask(turn, max_tokens=8), Sink())
     assert cache_outcome(first, second, smol.section.cache_loss_ratio) is not None
     assert second.content is not None and second.predicted_n > 0

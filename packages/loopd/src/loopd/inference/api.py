@@ -52,6 +52,13 @@ class Completion:
     thinking_capped: bool
     finish_reason: str | None = None  # stop | length | tool_calls, as the server said
 
+    def message(self) -> AssistantMessage:
+        """The assistant message to replay in the next request, exactly as the server sent it."""
+        calls = list(self.tool_calls) if self.tool_calls is not None else None
+        return AssistantMessage(
+            content=self.content, reasoning_content=self.reasoning_content, tool_calls=calls
+        )
+
     @property
     def slot_tokens(self) -> int:
         """Tokens in the slot after this completion: what the next request can reuse."""

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from bxcore.chat import AssistantMessage, SystemMessage, ToolMessage, ToolSchema, UserMessage
+from bxcore.chat import SystemMessage, ToolMessage, ToolSchema, UserMessage
 from bxcore.protocol.loop import TurnEventBody
 from bxcore.util import sha256
 
@@ -40,6 +40,7 @@ PROBE_TOOL = ToolSchema(
 )
 PROBE_SYSTEM = "You are a file assistant. Answer with a tool call when a file is needed."
 PROBE_USER = "Read the file README.md."
+PROBE_RESULT = "# Boxmaker\nA personal agent harness."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,47 +83,29 @@ async def self_test(client: InferenceClient) -> SelfTestReport:
 
 
 async def _round_trip_checks(client: InferenceClient) -> list[Check]:
-    slot = client.section.slots.background
-    messages: tuple[Any, ...] = (
-        SystemMessage(content=PROBE_SYSTEM),
-        UserMessage(content=PROBE_USER),
-    )
-    first_request = ChatRequest(
-        messages=messages,
-        tools=(PROBE_TOOL,),
-        slot=slot,
-        session="self-test",
-        max_tokens=64,
-        tool_choice="required",
-    )
+    def probe(messages: tuple[Any, ...], max_tokens: int, tool_choice: str) -> ChatRequest:
+        return ChatRequest(
+            messages=messages,
+            tools=(PROBE_TOOL,),
+            session="self-test",
+            slot=client.section.slots.background,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+        )
+
+    asked = (SystemMessage(content=PROBE_SYSTEM), UserMessage(content=PROBE_USER))
     try:
-        first = await client.chat(first_request, _ignore)
+        first = await client.chat(probe(asked, 64, "required"), _ignore)
     except InferenceError as exc:
         return [Check(name="tool_call", ok=False, detail=f"the request failed: {exc}")]
     problem = _tool_call_problem(first)
-    if problem:
-        return [Check(name="tool_call", ok=False, detail=problem)]
-    assert first.tool_calls is not None
-    call = first.tool_calls[0]
-    checks = [
-        Check(name="tool_call", ok=True, detail=f"{call.function.name}({call.function.arguments})")
-    ]
-    replayed = AssistantMessage(
-        content=first.content,
-        reasoning_content=first.reasoning_content,
-        tool_calls=list(first.tool_calls),
-    )
-    result = ToolMessage(tool_call_id=call.id, content="# Boxmaker\nA personal agent harness.")
-    second_request = ChatRequest(
-        messages=(*messages, replayed, result),
-        tools=(PROBE_TOOL,),
-        slot=slot,
-        session="self-test",
-        max_tokens=16,
-        tool_choice="none",
-    )
+    if problem or not first.tool_calls:
+        return [Check(name="tool_call", ok=False, detail=problem or "no tool call")]
+    call = first.tool_calls[0].function
+    checks = [Check(name="tool_call", ok=True, detail=f"{call.name}({call.arguments})")]
+    result = ToolMessage(tool_call_id=first.tool_calls[0].id, content=PROBE_RESULT)
     try:
-        second = await client.chat(second_request, _ignore)
+        second = await client.chat(probe((*asked, first.message(), result), 16, "none"), _ignore)
     except InferenceError as exc:
         checks.append(Check(name="round_trip", ok=False, detail=f"the tool result failed: {exc}"))
         return checks
