@@ -24,12 +24,13 @@ from packaging.requirements import Requirement
 
 SITE = "opt/boxmaker/site"  # the role's packages; on PYTHONPATH
 BIN = "usr/local/bin"
+ENV = ("PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1")
+PASSWD = b"root:x:0:0:root:/:/bin/false\nnobody:x:65534:65534::/:/bin/false\n"
 
 
 def config_for(role: str) -> ImageConfig:
     return ImageConfig(
-        env=("PATH=/usr/local/bin:/usr/bin:/bin", f"PYTHONPATH=/{SITE}", "LANG=C.UTF-8",
-             "PYTHONDONTWRITEBYTECODE=1"),  # fmt: skip
+        env=(*ENV, f"PYTHONPATH=/{SITE}"),
         # The image's own user is nobody; the launcher maps one id and runs --user=0:0.
         user="65534:65534",
         labels={"org.opencontainers.image.title": f"boxmaker {role}"},
@@ -64,10 +65,14 @@ def _editable_source(distribution: metadata.Distribution) -> Path | None:
     return Path(url["url"].removeprefix("file://")) / "src"
 
 
+def _cached(path: Path) -> bool:
+    return "__pycache__" in path.parts
+
+
 def _site_entries(distribution: metadata.Distribution) -> list[Entry]:
     source = _editable_source(distribution)
     if source is not None:
-        files = [p for p in sorted(source.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+        files = [p for p in sorted(source.rglob("*")) if p.is_file() and not _cached(p)]
         return [File(f"{SITE}/{p.relative_to(source).as_posix()}", source=p) for p in files]
     found: list[Entry] = []
     for relative in distribution.files or []:
@@ -80,7 +85,7 @@ def _site_entries(distribution: metadata.Distribution) -> list[Entry]:
 
 
 def _console_script(distribution: metadata.Distribution, script: str) -> File:
-    (entry,) = [e for e in distribution.entry_points if e.group == "console_scripts" and e.name == script]
+    (entry,) = distribution.entry_points.select(group="console_scripts", name=script)
     module, _, function = entry.value.partition(":")
     text = f"#!{PYTHON} -sB\nimport sys\nfrom {module} import {function}\nsys.exit({function}())\n"
     return File(f"{BIN}/{script}", data=text.encode(), mode=0o755)
@@ -93,19 +98,20 @@ def entries(role: str) -> list[Entry]:
     site_files: list[Entry] = []
     for distribution in distributions:
         site_files += _site_entries(distribution)
-    native = [str(e.source) for e in site_files if isinstance(e, File) and str(e.path).endswith(".so")]
+    native = [str(e.source) for e in site_files if isinstance(e, File) and e.path.endswith(".so")]
     for library in shared_libraries([PYTHON, *glob.glob(f"{STDLIB}/lib-dynload/*.so"), *native]):
         found += host_path(library)
     found += site_files
     found.append(_console_script(metadata.distribution(role), role))
-    found.append(File("etc/passwd", data=b"root:x:0:0:root:/:/bin/false\nnobody:x:65534:65534::/:/bin/false\n"))
+    found.append(File("etc/passwd", data=PASSWD))
     found.append(File("etc/group", data=b"root:x:0:\nnogroup:x:65534:\n"))
     return found
 
 
 def build(role: str, cache: Path | None = None) -> BuiltImage:
     """The role's image layout (cached by the hash of its inputs); run it by ``.digest``."""
-    return build_cached(entries(role), config_for(role), cache or default_cache(), ref=f"boxmaker-{role}")
+    ref = f"boxmaker-{role}"
+    return build_cached(entries(role), config_for(role), cache or default_cache(), ref=ref)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ let
     mkdir -p $out
     cp ${toml.generate paths.config_file settings} $out/${paths.config_file}
     ${lib.optionalString (cfg.systemPrompt != null) "cp ${cfg.systemPrompt} $out/system.md"}
+    ${lib.concatStrings (lib.mapAttrsToList (name: file: "cp ${file} $out/${name}\n") cfg.configFiles)}
     ${python}/bin/python3 -c 'import sys; from bxcore.config import load_config; load_config(sys.argv[1])' \
       $out/${paths.config_file}
   '';
@@ -126,6 +127,16 @@ in
       type = lib.types.nullOr lib.types.path;
       default = null;
       description = "system.md, placed beside the config file (loopd's [baseline] default).";
+    };
+
+    configFiles = lib.mkOption {
+      type = lib.types.attrsOf lib.types.path;
+      default = { };
+      example = lib.literalExpression "{ allowlist = ./allowlist; }";
+      description = ''
+        More files for the config directory every role mounts read-only (e.g. gatewayd's
+        allowlist); a relative path in `settings` is taken relative to that directory.
+      '';
     };
 
     egress = {
