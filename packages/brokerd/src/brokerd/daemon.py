@@ -1,7 +1,8 @@
 """``brokerd serve``: build the broker from the config, bind its sockets, tell systemd it is
 ready, and run until SIGTERM or SIGINT.
 
-State under ``[paths] home``: ``audit/`` (the hash-chained log) and ``broker/sessions/`` (taint).
+State under ``[paths] home``: ``audit/`` (the hash-chained log), ``broker/sessions/`` (taint)
+and ``egress/`` (every consult payload, when ``[consult]`` is configured).
 Grants are read from ``[broker] grants``; an empty or missing directory is not fatal: brokerd
 starts, denies every call, and says so loudly.
 """
@@ -22,6 +23,7 @@ from bxcore.secrets import SecretStore
 
 from .approvals import ApprovalBook, ApprovalDesk
 from .audit import AuditLog
+from .egresslog import CONSULT, ConsultEgress
 from .grantstore import GrantStore
 from .memory import MemoryClient
 from .runner import Runner
@@ -39,6 +41,10 @@ def audit_dir(config: Config) -> Path:
 
 def taint_dir(config: Config) -> Path:
     return config.paths.home / "broker" / "sessions"
+
+
+def egress_dir(config: Config) -> Path:
+    return config.paths.home / "egress"
 
 
 def now() -> datetime:
@@ -78,13 +84,16 @@ def build(config: Config, backend: Sandbox) -> Broker:
     desk = ApprovalDesk(book, clock=now,
                         gateway_socket=section.gateway_socket or config.socket("gateway"),
                         waiting_interval=section.waiting_interval)
+    consult = None if config.consult is None else ConsultEgress(config.consult,
+                                                                 egress_dir(config))
     runner = Runner(backend=backend,
                     memory=MemoryClient(config.memory.socket or config.socket("memory")),
-                    audit=audit, taints=taints, result_cap=section.result_cap)
+                    audit=audit, taints=taints, result_cap=section.result_cap, consult=consult)
     grants = GrantStore(section.grants_dir())
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
-                  secrets=secrets, clock=now)
+                  secrets=secrets, clock=now,
+                  configured={CONSULT: consult.settings} if consult is not None else None)
 
 
 async def serve(config: Config, backend: Sandbox) -> None:

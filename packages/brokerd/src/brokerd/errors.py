@@ -6,6 +6,8 @@
     ├── JobError            a job file is unreadable or invalid; names the file and the key
     ├── AuditError          the audit log cannot be read or appended to (names the file, line)
     ├── TaintError          a session's taint file is unreadable or invalid (names the file)
+    ├── EgressLogError      the egress log cannot be appended to or read (names the file,
+    │                       line); an outbound call whose payload cannot be logged is not run
     └── ApprovalError       an approval answer that does not count (the peer did it wrong)
         ├── UnknownApproval     no pending approval has this id (never issued, or already used)
         ├── ApprovalMismatch    the id was issued for another call (tool or arguments differ)
@@ -38,6 +40,10 @@ class AuditError(BrokerError):
 
 
 class TaintError(BrokerError):
+    pass
+
+
+class EgressLogError(BrokerError):
     pass
 
 

@@ -5,6 +5,11 @@ A backend is a ``brokerd.sandbox.Sandbox`` (``async run(decision) -> ToolOutput 
 it takes the spec out of the Decision with ``authorize()``. The runner checks the Decision
 first, so a forged, used or refusing one never reaches a backend. The result's label is the
 grant's (the spec carries it), or memoryd's for memory tools.
+
+``consult`` sends a payload off the owner's hosts: its payload goes to the egress log
+(``brokerd.egresslog``) before it runs, and it does not run when that record cannot be
+written or consult is not configured. Its answer is labelled at least the session's highest
+class, since whatever was attached came from the session.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from bxcore.tools import DataClass, ToolRequest, ToolResponse
 from bxcore.util import sha256
 
 from .audit import AuditLog
+from .egresslog import CONSULT, ConsultEgress
+from .errors import EgressLogError
 from .policy import Decision
 from .sandbox import Sandbox
 from .taint import Taint, TaintStore
@@ -41,10 +48,17 @@ def cap(content: str, limit: int) -> tuple[str, bool]:
     return data[:room].decode("utf-8", errors="ignore") + TRUNCATED, True
 
 
+def not_run(why: str) -> ToolResponse:
+    return ToolResponse.model_validate({"status": "failed", "content": why,
+                                        "class": DataClass.PUBLIC, "untrusted": False,
+                                        "truncated": False})
+
+
 class Runner:
     def __init__(self, *, backend: Sandbox, memory: MemoryPort, audit: AuditLog,
-                 taints: TaintStore, result_cap: int):
+                 taints: TaintStore, result_cap: int, consult: ConsultEgress | None = None):
         self._backend = backend
+        self._consult = consult
         self._memory = memory
         self._audit = audit
         self._taints = taints
@@ -59,16 +73,34 @@ class Runner:
             raise BoxmakerError("the Decision was made for another call")
         if request.tool in MEMORY_TOOLS:
             answer = await self._memory.call(decision, request, taint)
+        elif request.tool == CONSULT:
+            answer = await self._run_consult(decision, request, taint)
         else:
-            try:
-                answer = (await self._backend.run(decision)).as_response()
-            except BoxmakerError as exc:
-                log.warning("call %s/%s (%s) could not run: %s",
-                            request.session, request.call, request.tool, exc)
-                answer = ToolResponse.model_validate({
-                    "status": "failed", "content": f"The tool could not run: {exc}",
-                    "class": DataClass.PUBLIC, "untrusted": False, "truncated": False})
+            answer = await self._run_sandboxed(decision, request)
         return self._finish(request, answer)
+
+    async def _run_sandboxed(self, decision: Decision, request: ToolRequest) -> ToolResponse:
+        try:
+            return (await self._backend.run(decision)).as_response()
+        except BoxmakerError as exc:
+            log.warning("call %s/%s (%s) could not run: %s",
+                        request.session, request.call, request.tool, exc)
+            return not_run(f"The tool could not run: {exc}")
+
+    async def _run_consult(self, decision: Decision, request: ToolRequest, taint: Taint
+                           ) -> ToolResponse:
+        if self._consult is None:
+            return not_run("consult is not configured: brokerd's config has no [consult]")
+        try:
+            self._consult.record(request, decision.record.grant)
+        except EgressLogError as exc:
+            log.error("consult call %s/%s not sent: %s", request.session, request.call, exc)
+            return not_run(f"Nothing was sent: the egress log cannot be written: {exc}")
+        answer = await self._run_sandboxed(decision, request)
+        floor = taint.highest
+        if floor is not None and floor > answer.data_class:
+            answer = answer.model_copy(update={"data_class": floor})
+        return answer
 
     def _finish(self, request: ToolRequest, answer: ToolResponse) -> ToolResponse:
         content, cut = cap(answer.content, self._cap)

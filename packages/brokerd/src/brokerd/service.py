@@ -4,7 +4,7 @@ decision, ask the owner when the grant says ``ask``, run, and answer."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from bxcore.errors import SecretError
@@ -16,6 +16,7 @@ from .audit import AuditLog
 from .grantstore import GrantStore, resolve_paths
 from .policy import Grant, decide, parse_arguments, path_arguments, settle
 from .runner import Runner
+from .sandbox import ToolSettings
 from .taint import TaintStore
 
 log = logging.getLogger("brokerd.service")
@@ -31,7 +32,8 @@ def denied(reason: str) -> ToolResponse:
 class Broker:
     def __init__(self, *, grants: GrantStore, audit: AuditLog, taints: TaintStore,
                  desk: ApprovalDesk, runner: Runner, secrets: SecretStore,
-                 clock: Callable[[], datetime]):
+                 clock: Callable[[], datetime],
+                 configured: Mapping[str, ToolSettings] | None = None):
         self.grants = grants
         self.audit = audit
         self.taints = taints
@@ -39,6 +41,7 @@ class Broker:
         self._runner = runner
         self._secrets = secrets
         self._clock = clock
+        self._configured = dict(configured or {})  # tool -> what the config fixes for it
 
     async def call(self, request: ToolRequest, on_waiting: Waiting) -> ToolResponse:
         grants = self.grants.current()
@@ -47,7 +50,7 @@ class Broker:
         decision = decide(
             request, grants, now=self._clock(), taint=taint,
             resolved_paths=resolve_paths(arguments, path_arguments(request.tool, grants)),
-            secrets=self._secrets_for(request.tool, grants),
+            secrets=self._secrets_for(request.tool, grants), configured=self._configured,
         )
         record = decision.record
         if record.verdict == "ask":

@@ -10,7 +10,10 @@ arguments already resolved (symlinks and ``..`` gone), and the secrets the grant
    constrains satisfies the constraint. An auto or ask grant must also allow the session's
    taint: every class seen within its ``classes``, and ``allow_untrusted`` if the session read
    untrusted content; and every secret it injects must be available.
-4. No matching grant: deny. Otherwise the most restrictive matching grant decides:
+4. A tool whose settings brokerd's config fixes (consult: its endpoint) matches only grants
+   whose ``[sandbox] hosts`` are exactly the hosts those settings connect to, and which inject
+   the secrets they name.
+5. No matching grant: deny. Otherwise the most restrictive matching grant decides:
    deny over ask over auto; among equals, the first by name.
 """
 
@@ -26,7 +29,7 @@ from bxcore.secrets import Secret
 from bxcore.tools import DecisionRecord, ToolRequest, Verdict
 from bxcore.util import sha256
 
-from ..sandbox.spec import Mount, SandboxSpec
+from ..sandbox.spec import Mount, SandboxSpec, ToolSettings
 from ..taint import Taint
 from ._decision import Decision, mint
 from ._match import host_allowed, host_of
@@ -64,6 +67,7 @@ def decide(
     taint: Taint,
     resolved_paths: Mapping[str, str],
     secrets: Mapping[str, Secret],
+    configured: Mapping[str, ToolSettings] | None = None,
 ) -> Decision:
     def record(verdict: Verdict, grant: str | None, reason: str) -> DecisionRecord:
         return DecisionRecord(
@@ -80,12 +84,14 @@ def decide(
     if arguments is None:
         return mint(record("deny", None, "the arguments are not one JSON object"), None)
 
+    setup = (configured or {}).get(request.tool)
     matching: list[Grant] = []
     misses: list[str] = []
     for grant in sorted(grants, key=lambda g: g.name):
         if not grant.applies_to(request.tool):
             continue
-        miss = _miss(grant, arguments, now, taint, resolved_paths, secrets)
+        miss = _miss(grant, arguments, now, taint, resolved_paths, secrets) or \
+            _setup_miss(grant, setup)
         if miss:
             misses.append(f"{grant.name}: {miss}")
         else:
@@ -100,7 +106,7 @@ def decide(
         return mint(record("deny", chosen.name, f"grant {chosen.name} denies it"), None)
     reason = f"grant {chosen.name} allows it" if verdict == "allow" else \
         f"grant {chosen.name} allows it once the owner approves"
-    return mint(record(verdict, chosen.name, reason), _spec(chosen, request, secrets))
+    return mint(record(verdict, chosen.name, reason), _spec(chosen, request, secrets, setup))
 
 
 def _miss(
@@ -131,6 +137,19 @@ def _miss(
     return None
 
 
+def _setup_miss(grant: Grant, setup: ToolSettings | None) -> str | None:
+    """Why ``grant`` does not fit what the config fixes for its tool, or None."""
+    if setup is None or grant.mode == "deny":
+        return None
+    if set(grant.hosts) != set(setup.hosts):
+        return (f"its [sandbox] hosts {list(grant.hosts)} are not exactly {list(setup.hosts)}, "
+                "where the configured tool connects")
+    missing = [name for name in setup.secrets if name not in grant.secrets]
+    if missing:
+        return f"it does not inject the secret {missing[0]!r} the configured tool needs"
+    return None
+
+
 def _argument_miss(
     constraint: ArgumentConstraint, arguments: dict[str, Any], resolved: Mapping[str, str]
 ) -> str | None:
@@ -157,7 +176,8 @@ def _argument_miss(
     return None
 
 
-def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret]) -> SandboxSpec:
+def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret],
+          setup: ToolSettings | None) -> SandboxSpec:
     return SandboxSpec(
         program=request.tool,
         arguments=request.arguments,
@@ -168,6 +188,7 @@ def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret]) -> 
         workdir=grant.workdir,
         limits=grant.limits,
         data_class=grant.result_class,
+        settings=setup.text if setup is not None else None,
     )
 
 

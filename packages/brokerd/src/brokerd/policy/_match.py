@@ -66,6 +66,17 @@ def check_host_pattern(pattern: str) -> str:
     return lowered
 
 
+def check_egress_host(entry: str) -> str:
+    """A ``[sandbox] hosts`` entry: a host pattern for ports 80 and 443, or ``host:port`` for
+    that one port (an endpoint on another port, e.g. a self-hosted OpenAI-compatible API)."""
+    host, sep, port = entry.rpartition(":")
+    if not sep:
+        return check_host_pattern(entry)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"not a port: {entry!r}")
+    return f"{check_host_pattern(host)}:{int(port)}"
+
+
 def host_of(value: str) -> str | None:
     """The host an argument names: a URL's host (http or https), or a bare host name.
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import GrantError
 from ..sandbox.spec import Limits
-from ._match import check_host_pattern, glob_regex, literal_prefix
+from ._match import check_egress_host, check_host_pattern, glob_regex, literal_prefix
 
 Mode = Literal["auto", "ask", "deny"]
 Resolve = Callable[[str], str]
@@ -97,7 +97,7 @@ class SandboxEntry(_File):
     @field_validator("hosts")
     @classmethod
     def _hosts(cls, value: list[str]) -> list[str]:
-        return [check_host_pattern(h) for h in value]
+        return [check_egress_host(h) for h in value]
 
     @field_validator("secrets")
     @classmethod

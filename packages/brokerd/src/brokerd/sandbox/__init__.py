@@ -19,7 +19,7 @@ from ._podman_args import PodmanSetup
 from .bubblewrap import BubblewrapSandbox
 from .errors import BadSandboxSpec, SandboxError, SandboxUnavailable
 from .podman import PodmanSandbox
-from .spec import Limits, Mount, SandboxSpec
+from .spec import Limits, Mount, SandboxSpec, ToolSettings
 
 if TYPE_CHECKING:  # policy imports the spec from this package: no import cycle at run time
     from ..policy import Decision
@@ -47,4 +47,5 @@ __all__ = [
     "SandboxUnavailable",
     "ToolFailure",
     "ToolOutput",
+    "ToolSettings",
 ]

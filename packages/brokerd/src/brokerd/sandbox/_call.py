@@ -58,6 +58,8 @@ def toolkit_args(spec: SandboxSpec) -> list[str]:
         args += ["--root", mount.target]
     if spec.hosts:
         args += ["--proxy-socket", PROXY_SOCKET]
+    if spec.settings is not None:
+        args += ["--settings", spec.settings]
     return args
 
 

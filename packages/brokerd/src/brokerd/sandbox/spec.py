@@ -40,3 +40,16 @@ class SandboxSpec:
     # The label the grant gives this call's results. Secret unless the grant says otherwise, so
     # a result is never labelled lower than intended by accident.
     data_class: DataClass = DataClass.SECRET
+    # The tool's settings from brokerd's config as JSON text (``bx-tool --settings``), e.g.
+    # consult's endpoint. Configuration, never secrets; None for tools that have none.
+    settings: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSettings:
+    """What brokerd's config fixes for one tool: the settings its program is given, and what
+    any grant for it must provide: exactly these egress hosts, at least these secrets."""
+
+    text: str  # a JSON object
+    hosts: tuple[str, ...]
+    secrets: tuple[str, ...] = ()
