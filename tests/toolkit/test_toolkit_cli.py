@@ -12,7 +12,6 @@ import pytest
 from bxcore.chat import ToolSchema
 from hypothesis import given
 from hypothesis import strategies as st
-
 from toolkit._validate import SUPPORTED, validate
 from toolkit.result import UsageError, cap_text
 from toolkit.table import TOOLS, schemas

@@ -7,7 +7,6 @@ import socket
 import threading
 
 import pytest
-
 from toolkit.bridge import start_bridge
 
 

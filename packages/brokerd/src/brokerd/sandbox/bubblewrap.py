@@ -17,26 +17,22 @@ import secrets
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..egress import EgressProxy, egress_proxy
+from ._backend import Backend
 from ._bwrap_args import BwrapLayout, bwrap_argv
-from ._call import check_spec, stdout_cap
+from ._call import stdout_cap
 from ._cgroup import PidsCgroup, pids_cgroup_available
 from ._outcome import Outcome, interpret
 from ._process import run_process
-from ._workspace import CallWorkspace, default_scratch_root
+from ._workspace import CallWorkspace
 from .errors import SandboxUnavailable
-
-if TYPE_CHECKING:  # policy imports the spec from this package: no import cycle at run time
-    from ..policy import Decision
 from .spec import SandboxSpec
 
 # bwrap outside, bwrap as PID 1 inside: two tasks the sandboxed program does not get.
 _BWRAP_TASKS = 2
 
 
-class BubblewrapSandbox:
+class BubblewrapSandbox(Backend):
     def __init__(
         self,
         *,
@@ -51,11 +47,9 @@ class BubblewrapSandbox:
                 raise SandboxUnavailable(f"bubblewrap backend: {program!r} is not installed")
         if not (toolkit_dir / "main.py").is_file():
             raise SandboxUnavailable(f"bubblewrap: {toolkit_dir} is not the toolkit package")
+        super().__init__(scratch_root, egress_resolver)
         self._toolkit_dir = toolkit_dir
-        self._scratch_root = scratch_root or default_scratch_root()
-        self._resolver = egress_resolver
         self._use_cgroup = os.geteuid() == 0 and pids_cgroup_available()
-        self.last_egress: EgressProxy | None = None
 
     def enforced_limits(self) -> dict[str, str]:
         if self._use_cgroup:
@@ -67,19 +61,9 @@ class BubblewrapSandbox:
         return {"time": "deadline + RLIMIT_CPU", "memory": "RLIMIT_DATA per process",
                 "pids": pids}
 
-    async def run(self, decision: Decision) -> Outcome:
-        spec = decision.authorize()
-        check_spec(spec)
-        with CallWorkspace(spec, self._scratch_root) as workspace:
-            argv = bwrap_argv(spec, self.layout, toolkit_dir=self._toolkit_dir,
-                              secrets_dir=workspace.secrets_dir, egress_dir=workspace.egress_dir)
-            if workspace.egress_dir is None:
-                return await self._run(spec, argv)
-            async with egress_proxy(workspace.proxy_socket, spec.hosts, self._resolver) as proxy:
-                self.last_egress = proxy
-                return await self._run(spec, argv)
-
-    async def _run(self, spec: SandboxSpec, argv: list[str]) -> Outcome:
+    async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> Outcome:
+        argv = bwrap_argv(spec, self.layout, toolkit_dir=self._toolkit_dir,
+                          secrets_dir=workspace.secrets_dir, egress_dir=workspace.egress_dir)
         cgroup = None
         if self._use_cgroup:
             cgroup = PidsCgroup(f"call-{secrets.token_hex(8)}", spec.limits.pids + _BWRAP_TASKS)

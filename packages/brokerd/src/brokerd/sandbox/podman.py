@@ -14,23 +14,20 @@ import secrets
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..egress import EgressProxy, egress_proxy
-from ._call import check_spec, stdout_cap
+from ._backend import Backend
+from ._call import stdout_cap
 from ._outcome import Outcome, interpret
 from ._podman_args import PodmanSetup, podman_remove_argv, podman_run_argv
 from ._process import run_process
-from ._workspace import CallWorkspace, default_scratch_root
+from ._workspace import CallWorkspace
 from .errors import SandboxUnavailable
-
-if TYPE_CHECKING:  # policy imports the spec from this package: no import cycle at run time
-    from ..policy import Decision
+from .spec import SandboxSpec
 
 REMOVE_TIMEOUT_S = 30.0
 
 
-class PodmanSandbox:
+class PodmanSandbox(Backend):
     def __init__(
         self,
         setup: PodmanSetup,
@@ -42,38 +39,24 @@ class PodmanSandbox:
             raise SandboxUnavailable(f"podman backend: {setup.podman!r} is not installed")
         if not setup.containers_conf.is_file():
             raise SandboxUnavailable(f"podman backend: {setup.containers_conf} does not exist")
+        super().__init__(scratch_root, egress_resolver)
         self.setup = setup
-        self._scratch_root = scratch_root or default_scratch_root()
-        self._resolver = egress_resolver
         self._env = {**os.environ, "CONTAINERS_CONF": str(setup.containers_conf)}
-        self.last_egress: EgressProxy | None = None
 
-    async def run(self, decision: Decision) -> Outcome:
-        spec = decision.authorize()
-        check_spec(spec)
+    async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> Outcome:
         name = f"bx-call-{secrets.token_hex(8)}"
-        with CallWorkspace(spec, self._scratch_root) as workspace:
-            argv = podman_run_argv(spec, self.setup, name=name,
-                                   secrets_dir=workspace.secrets_dir,
-                                   egress_dir=workspace.egress_dir)
+        argv = podman_run_argv(spec, self.setup, name=name, secrets_dir=workspace.secrets_dir,
+                               egress_dir=workspace.egress_dir)
 
-            async def remove() -> None:
-                await self._remove(name)
+        async def remove() -> None:
+            await self._remove(name)
 
-            async def run() -> Outcome:
-                finished = await run_process(
-                    argv, stdin=spec.arguments.encode("utf-8"),
-                    timeout_s=spec.limits.timeout_s, stdout_cap=stdout_cap(spec),
-                    env=self._env, on_kill=remove,
-                )
-                return interpret(finished, data_class=spec.data_class, egress=bool(spec.hosts),
-                                 timeout_s=spec.limits.timeout_s, stdout_cap=stdout_cap(spec))
-
-            if workspace.egress_dir is None:
-                return await run()
-            async with egress_proxy(workspace.proxy_socket, spec.hosts, self._resolver) as proxy:
-                self.last_egress = proxy
-                return await run()
+        finished = await run_process(
+            argv, stdin=spec.arguments.encode("utf-8"), timeout_s=spec.limits.timeout_s,
+            stdout_cap=stdout_cap(spec), env=self._env, on_kill=remove,
+        )
+        return interpret(finished, data_class=spec.data_class, egress=bool(spec.hosts),
+                         timeout_s=spec.limits.timeout_s, stdout_cap=stdout_cap(spec))
 
     async def _remove(self, name: str) -> None:
         process = await asyncio.create_subprocess_exec(
