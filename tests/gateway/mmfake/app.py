@@ -48,6 +48,7 @@ class FakeMattermost:
         self.post_save_delay = 0.0
         self.hub = Hub(lambda frame: self.violations.extend(self.spec.check_server_frame(frame)))
         self.client_frames: list[dict[str, Any]] = []
+        self.edits: list[tuple[str, str]] = []  # (post id, new message) per patch
 
     # -- what tests call ------------------------------------------------------------------
     def add_user(self, username: str, *, bot: bool = False) -> tuple[str, str]:
@@ -213,6 +214,7 @@ class FakeMattermost:
             if len(body["message"]) > MAX_RUNES:
                 raise app_error(400, "model.post.is_valid.message_length.app_error", "Too long")
             post["message"] = body["message"]
+            self.edits.append((post["id"], body["message"]))
         post["edit_at"] = post["update_at"] = max(now_ms(), post["update_at"] + 1)
         self.hub.emit("post_edited", {"post": json.dumps(post)}, post["channel_id"],
                       self.data.members[post["channel_id"]])

@@ -91,19 +91,19 @@ class Throttle:
 
 def split_message(text: str, limit: int = MAX_POST_RUNES) -> list[str]:
     """Cut ``text`` into posts of at most ``limit`` runes (code points, as the server counts),
-    preferring a paragraph break, then a line break, then a space in the second half."""
+    after a paragraph break, else a line break, else a space, in the second half of the window.
+    Nothing is dropped: the parts joined are the text."""
     parts = []
     while len(text) > limit:
         window = text[:limit]
-        cut = -1
+        cut = limit
         for separator in ("\n\n", "\n", " "):
-            cut = window.rfind(separator, limit // 2)
-            if cut > 0:
+            found = window.rfind(separator, limit // 2)
+            if found > 0:
+                cut = found + len(separator)
                 break
-        if cut <= 0:
-            cut = limit
         parts.append(text[:cut])
-        text = text[cut:].lstrip("\n") if cut < limit else text[cut:]
+        text = text[cut:]
     parts.append(text)
     return [part for part in parts if part] or [NO_ANSWER]
 
