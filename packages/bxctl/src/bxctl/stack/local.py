@@ -88,6 +88,9 @@ mode = 384  # 0o600
 [inference]
 model = {q(model)}
 max_tokens = 512
+# A tiny model on a small CPU: prompt progress arrives once per 2,048-token batch, so a busy
+# machine can be silent for longer than the default 60 s while it is still working.
+liveness_timeout = 300
 
 [inference.serving]
 slot_count = 2
