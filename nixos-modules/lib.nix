@@ -28,7 +28,7 @@ let
       (builtins.filter (isServerOrClient role) socketNames)
     ++ map (s: bind (stateDir s.dir) (if s.writable then "rw" else "ro")) r.state
     ++ [ (bind paths.config_dir "ro") ]
-    ++ (if r.grants then [ (bind paths.grants "ro") ] else [ ])
+    ++ (if r.grants then [ (bind paths.grants "ro") (bind paths.jobs "ro") ] else [ ])
     ++ (if credentials == null then [ ] else [ "${credentials}:${paths.credentials}:ro" ]);
 
   environment = credentials:
@@ -66,7 +66,7 @@ let
     builtins.mapAttrs (s: _: section s) sections
     // {
       paths = { home = paths.home; run = paths.run; };
-      broker = section "broker" // { grants = paths.grants; };
+      broker = section "broker" // { grants = paths.grants; jobs = paths.jobs; };
     };
 
   credentialsDirOf = role: "/run/credentials/${unitName role}.service";
@@ -142,7 +142,7 @@ let
   # systemd-tmpfiles lines: each socket directory belongs to its server, each state directory
   # to the one role that writes it; the shared group lets clients and readers in.
   tmpfiles =
-    [ "d ${paths.run} 0755 root root -" "d ${paths.home} 0755 root root -" "d ${paths.grants} 0750 root boxmaker -" ]
+    [ "d ${paths.run} 0755 root root -" "d ${paths.home} 0755 root root -" "d ${paths.grants} 0750 root boxmaker -" "d ${paths.jobs} 0750 root boxmaker -" ]
     ++ map (name: "d ${socketDir name} 0750 ${userName manifest.sockets.${name}.server} boxmaker -") socketNames
     ++ map (dir: "d ${stateDir dir} 0750 ${userName (builtins.head (writers dir))} boxmaker -") stateDirs;
 

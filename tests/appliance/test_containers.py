@@ -49,21 +49,20 @@ def manifest_under(root: Path):
 
 
 def write_config(manifest, upstream_port: int) -> None:
+    """The config every container mounts: the manifest's socket paths, the test router's port,
+    the tools loopd's self-test needs (qwen-tools), and the fake tool port (no brokerd here).
+    Greedy sampling and a prompt that asks for no tool: the point is the path, not the model."""
     settings = manifest.settings()
+    settings.setdefault("inferproxy", {})["upstream"] = f"tcp://127.0.0.1:{upstream_port}"
+    settings.setdefault("inference", {})["model"] = "qwen-tools"
+    settings["inference.sampling"] = {"temperature": 0.0}
+    settings["loop"] = {"tools": "fake"}
     lines = []
-    for section, values in sorted(settings.items()):
+    for section, values in settings.items():
         lines.append(f"[{section}]")
-        lines += [f'{key} = "{value}"' for key, value in sorted(values.items())]
-    lines += ["[inferproxy]" if "inferproxy" not in settings else ""]
-    text = "\n".join(lines).replace(
-        "[inferproxy]\n", f'[inferproxy]\nupstream = "tcp://127.0.0.1:{upstream_port}"\n'
-    )
-    text += '\n[inference]\nmodel = "qwen-tools"\n' if "inference" not in settings else ""
-    text = text.replace("[inference]\n", '[inference]\nmodel = "qwen-tools"\n', 1)
-    # Greedy sampling and a prompt that asks for no tool: the point is the path, not the model.
-    text += '\n[inference.sampling]\ntemperature = 0.0\n[loop]\ntools = "fake"\n'
+        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
     config_dir = Path(manifest.paths.config_dir)
-    (config_dir / manifest.paths.config_file).write_text(text)
+    (config_dir / manifest.paths.config_file).write_text("\n".join(lines) + "\n")
     (config_dir / "system.md").write_text(
         "You are Boxmaker. Answer in one short sentence of plain text. Never call a tool.\n"
     )

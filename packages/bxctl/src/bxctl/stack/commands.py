@@ -9,7 +9,9 @@ import click
 from .local import Layout, StackError, default_state, down, status, up
 
 _STATE = click.option(
-    "--state", type=click.Path(file_okay=False, path_type=Path), default=None,
+    "--state",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
     help="The local stack's directory (default: $BOXMAKER_STATE or ~/.local/state/boxmaker).",
 )
 
@@ -20,23 +22,50 @@ def _layout(state: Path | None) -> Layout:
 
 @click.command("up")
 @_STATE
-@click.option("--llama-server", "llama_server", required=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The llama-server binary (scripts/llama-server.sh binary prints it).")
-@click.option("--models", required=True, type=click.Path(exists=True, file_okay=False,
-              path_type=Path), help="The models directory (scripts/llama-server.sh models).")
-@click.option("--serving", "serving_src", default="serving",
-              type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="The directory with presets.ini and templates/ (default: ./serving).")
-@click.option("--grants", default="grants-examples",
-              type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="The grants directory brokerd reads (default: ./grants-examples).")
-@click.option("--model", default="qwen-tools", show_default=True,
-              help="The router preset loopd talks to.")
-@click.option("--chat/--no-chat", default=True, show_default=True,
-              help="Open a chat once everything is ready, and stop everything when it ends.")
-def up_command(state: Path | None, llama_server: Path, models: Path, serving_src: Path,
-               grants: Path, model: str, chat: bool) -> None:
+@click.option(
+    "--llama-server",
+    "llama_server",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The llama-server binary (scripts/llama-server.sh binary prints it).",
+)
+@click.option(
+    "--models",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The models directory (scripts/llama-server.sh models).",
+)
+@click.option(
+    "--serving",
+    "serving_src",
+    default="serving",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The directory with presets.ini and templates/ (default: ./serving).",
+)
+@click.option(
+    "--grants",
+    default="grants-examples",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The grants directory brokerd reads (default: ./grants-examples).",
+)
+@click.option(
+    "--model", default="qwen-tools", show_default=True, help="The router preset loopd talks to."
+)
+@click.option(
+    "--chat/--no-chat",
+    default=True,
+    show_default=True,
+    help="Open a chat once everything is ready, and stop everything when it ends.",
+)
+def up_command(
+    state: Path | None,
+    llama_server: Path,
+    models: Path,
+    serving_src: Path,
+    grants: Path,
+    model: str,
+    chat: bool,
+) -> None:
     """Start the whole harness locally: llama-server, inferproxy, memoryd, brokerd, loopd.
 
     Example (what scripts/up runs):
@@ -46,15 +75,25 @@ def up_command(state: Path | None, llama_server: Path, models: Path, serving_src
     """
     layout = _layout(state)
     try:
-        up(layout, llama_server=llama_server, models=models, serving_src=serving_src,
-           grants=grants, model=model, say=lambda line: click.echo(line, err=True))
+        up(
+            layout,
+            llama_server=llama_server,
+            models=models,
+            serving_src=serving_src,
+            grants=grants,
+            model=model,
+            say=lambda line: click.echo(line, err=True),
+        )
     except StackError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         raise click.Abort() from None
     if not chat:
-        click.echo(f"up: running; `bxctl chat --socket {layout.socket('loop')}`, "
-                   f"`bxctl down --state {layout.state}` to stop", err=True)
+        click.echo(
+            f"up: running; `bxctl chat --socket {layout.socket('loop')}`, "
+            f"`bxctl down --state {layout.state}` to stop",
+            err=True,
+        )
         return
     from ..chat import run_interactive  # the chat module is bxctl's; imported late, once needed
 
@@ -64,8 +103,10 @@ def up_command(state: Path | None, llama_server: Path, models: Path, serving_src
         pass
     finally:
         killed = down(layout)
-        click.echo("down: everything stopped" + (f" (killed: {', '.join(killed)})" if killed
-                                                 else ""), err=True)
+        click.echo(
+            "down: everything stopped" + (f" (killed: {', '.join(killed)})" if killed else ""),
+            err=True,
+        )
 
 
 @click.command("down")
@@ -80,8 +121,9 @@ def down_command(state: Path | None) -> None:
         click.echo(f"down: nothing is running in {layout.state}", err=True)
         return
     killed = down(layout)
-    click.echo("down: stopped" + (f" (had to kill: {', '.join(killed)})" if killed else ""),
-               err=True)
+    click.echo(
+        "down: stopped" + (f" (had to kill: {', '.join(killed)})" if killed else ""), err=True
+    )
 
 
 @click.command("status")

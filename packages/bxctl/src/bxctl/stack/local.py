@@ -107,8 +107,16 @@ backend = {q(backend)}
 """
 
 
-def prepare(layout: Layout, *, models: Path, serving_src: Path, grants: Path, model: str,
-            backend: str, bin_dir: Path) -> None:
+def prepare(
+    layout: Layout,
+    *,
+    models: Path,
+    serving_src: Path,
+    grants: Path,
+    model: str,
+    backend: str,
+    bin_dir: Path,
+) -> None:
     for directory in (layout.state, layout.run, layout.home, layout.logs, layout.serving):
         directory.mkdir(parents=True, exist_ok=True)
     layout.state.chmod(0o700)
@@ -123,8 +131,9 @@ def prepare(layout: Layout, *, models: Path, serving_src: Path, grants: Path, mo
     subprocess.run([str(bin_dir / "bx-tool"), "schemas", "--out", str(registry)], check=True)
     if not layout.config.exists():
         layout.config.write_text(
-            render_config(layout, grants=grants.resolve(), registry=registry, model=model,
-                          backend=backend)
+            render_config(
+                layout, grants=grants.resolve(), registry=registry, model=model, backend=backend
+            )
         )
 
 
@@ -143,7 +152,8 @@ def sandbox_backend() -> str:
     bwrap = shutil.which("bwrap")
     if bwrap:
         probe = subprocess.run(
-            [bwrap, "--unshare-all", "--ro-bind", "/", "/", "true"], capture_output=True,
+            [bwrap, "--unshare-all", "--ro-bind", "/", "/", "true"],
+            capture_output=True,
             check=False,
         )
         if probe.returncode == 0:
@@ -176,24 +186,48 @@ def _http_ok(sock: Path, path: str) -> bool:
         return False
 
 
-def up(layout: Layout, *, llama_server: Path, models: Path, serving_src: Path, grants: Path,
-       model: str = "qwen-tools", say: Callable[[str], None] = print) -> list[Started]:
+def up(
+    layout: Layout,
+    *,
+    llama_server: Path,
+    models: Path,
+    serving_src: Path,
+    grants: Path,
+    model: str = "qwen-tools",
+    say: Callable[[str], None] = print,
+) -> list[Started]:
     """Start everything and return what runs. On any failure, stop what was started."""
     running = [s for s in load(layout.record) if alive(s.pid)]
     if running:
         raise StackError(f"the local stack is already running ({layout.state}); `bxctl down` first")
     bin_dir = Path(sys.executable).parent
     backend = sandbox_backend()
-    prepare(layout, models=models, serving_src=serving_src, grants=grants, model=model,
-            backend=backend, bin_dir=bin_dir)
+    prepare(
+        layout,
+        models=models,
+        serving_src=serving_src,
+        grants=grants,
+        model=model,
+        backend=backend,
+        bin_dir=bin_dir,
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS")}
     started: list[Started] = []
     listener = NotifyListener(layout.run / "notify.sock")
     try:
         sock = layout.socket("llama")
         sock.unlink(missing_ok=True)  # llama-server leaves its socket behind and then can't bind
-        argv = [str(llama_server), "--models-preset", "presets.ini", "--models-max", "2",
-                "--offline", "--no-ui", "--host", str(sock)]
+        argv = [
+            str(llama_server),
+            "--models-preset",
+            "presets.ini",
+            "--models-max",
+            "2",
+            "--offline",
+            "--no-ui",
+            "--host",
+            str(sock),
+        ]
         proc = spawn("llama-server", argv, layout.logs, env, cwd=layout.serving)
         started.append(Started("llama-server", proc.pid, argv, str(sock)))
         save(layout.record, started)
@@ -211,8 +245,11 @@ def up(layout: Layout, *, llama_server: Path, models: Path, serving_src: Path, g
                 raise StackError(f"{role} did not get ready; see {layout.logs / (role + '.log')}")
             note = ""
             if role == "loopd":
-                note = " (network: loopback only)" if isolate else \
-                    " (NOT network-isolated: unshare is not allowed on this machine)"
+                note = (
+                    " (network: loopback only)"
+                    if isolate
+                    else " (NOT network-isolated: unshare is not allowed on this machine)"
+                )
             if role == "brokerd":
                 note = f" (sandbox: {backend})"
             say(f"up: {role}{note}")

@@ -62,13 +62,14 @@ class Paths(Model):
     config_dir: AbsolutePath  # the config file and system.md, read-only in every role
     config_file: PlainText  # the config file's name inside config_dir
     grants: AbsolutePath  # the owner's grants, read-only, for roles with "grants": true
+    jobs: AbsolutePath  # the owner's scheduled jobs, read-only, beside the grants
     credentials: AbsolutePath  # where $CREDENTIALS_DIRECTORY appears inside a container
 
 
 class Socket(Model):
     server: Name
-    clients: list[Name]
     mode: Annotated[Text, Field(pattern=r"^0[0-7]{3}$")]
+    clients: list[Name]  # roles that connect; the owner's bxctl on the host needs none
     config_keys: list[Annotated[Text, Field(pattern=r"^[a-z_]+\.[a-z_]+$")]]
 
 
@@ -140,7 +141,7 @@ class Manifest(Model):
         """
         sections: dict[str, dict[str, str]] = {
             "paths": {"home": self.paths.home, "run": self.paths.run},
-            "broker": {"grants": self.paths.grants},
+            "broker": {"grants": self.paths.grants, "jobs": self.paths.jobs},
         }
         for name, socket in sorted(self.sockets.items()):
             for key in socket.config_keys:

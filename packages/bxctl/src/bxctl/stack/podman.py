@@ -47,7 +47,7 @@ def volumes(manifest: Manifest, role_name: str, credentials: str | None) -> list
         mounts.append(_bind(f"{manifest.paths.home}/{state.dir}", "rw" if state.writable else "ro"))
     mounts.append(_bind(manifest.paths.config_dir, "ro"))
     if role.grants:
-        mounts.append(_bind(manifest.paths.grants, "ro"))
+        mounts += [_bind(manifest.paths.grants, "ro"), _bind(manifest.paths.jobs, "ro")]
     if credentials is not None:
         mounts.append(f"{credentials}:{manifest.paths.credentials}:ro")
     return mounts
