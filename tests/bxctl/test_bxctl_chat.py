@@ -166,3 +166,10 @@ def test_a_terminal_gets_a_live_bar_and_dimmed_reasoning():
     assert out == "Hi\n"
     assert "\r\x1b[K[" in err and "3/9 (cached 3)" in err and "running clock" in err
     assert f"{DIM}so" in err
+
+
+def test_tool_choice_is_sent_in_order(sock):
+    with FakeLoopd(sock, [[done("ok")]]) as loopd:
+        run(["--socket", str(sock), "--tool-choice", "required", "--tool-choice", "none",
+             "--say", "x"])
+    assert loopd.turns[0].tool_choice == ["required", "none"]

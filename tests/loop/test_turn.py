@@ -237,3 +237,10 @@ async def test_a_cache_loss_is_found_across_a_restart(tmp_path):
     inference.script.append(say("b", cache_n=0))
     await run_turn(make_loop(inference), reopened, "two", Events())
     assert record_types(reopened)[-1] == "cache_loss"
+
+
+async def test_tool_choice_applies_to_the_turns_completions_in_order(tmp_path):
+    session = new_session(tmp_path)
+    inference = ScriptedInference([call(("clock", "{}")), call(("clock", '{"a":1}')), say("x")])
+    await run_turn(make_loop(inference), session, "go", Events(), ["required", "none"])
+    assert [r.tool_choice for r in inference.requests] == ["required", "none", None]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -50,12 +50,13 @@ class ChatSession:
     creates it when loopd says it does not exist, so scripts can choose their ids."""
 
     def __init__(self, socket_path: Path, session: str, *, resume: bool, thinking: bool,
-                 on_frame: Callable[[Frame], None]):
+                 on_frame: Callable[[Frame], None], tool_choice: Sequence[str] = ()):
         self.socket_path = socket_path
         self.session = session
         self._resume = resume
         self._thinking = thinking
         self._on_frame = on_frame
+        self._tool_choice = list(tool_choice)
 
     def turn(self, content: str) -> TurnDone:
         try:
@@ -68,8 +69,10 @@ class ChatSession:
         return done
 
     def _turn(self, content: str, resume: bool) -> TurnDone:
-        turn = Turn(session=self.session, content=content, resume=resume,
-                    thinking=self._thinking)
+        turn = Turn.model_validate({
+            "session": self.session, "content": content, "resume": resume,
+            "thinking": self._thinking, "tool_choice": self._tool_choice,
+        })
         for frame in turn_frames(self.socket_path, turn):
             self._on_frame(frame)
             if frame.kind == wire.TURN_DONE:
@@ -99,8 +102,12 @@ def frame_printer(renderer: Renderer | None, json_out: TextIO | None) -> Callabl
 @click.option("--say", default=None, help="Run one turn with this text and exit: the answer on "
                                           "stdout, events and errors on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print every frame body as a JSON line.")
+@click.option("--tool-choice", "tool_choice", multiple=True,
+              type=click.Choice(["auto", "required", "none"]),
+              help="tool_choice for each completion of a turn, in order (repeat the option); "
+                   "auto after them. For steering small models.")
 def chat_command(socket_path: Path | None, session: str | None, no_thinking: bool,
-                 say: str | None, as_json: bool) -> None:
+                 say: str | None, as_json: bool, tool_choice: tuple[str, ...]) -> None:
     """Talk to loopd: one turn per line of stdin; EOF or /quit ends it.
 
     Examples:
@@ -127,7 +134,7 @@ def chat_command(socket_path: Path | None, session: str | None, no_thinking: boo
                                                  tty=sys.stdout.isatty())
         show = frame_printer(renderer, sys.stdout if as_json else None)
     chat = ChatSession(path, session_id, resume=session is not None, thinking=not no_thinking,
-                       on_frame=show)
+                       on_frame=show, tool_choice=tool_choice)
     if say is not None:
         _say(chat, say, renderer, as_json)
     else:

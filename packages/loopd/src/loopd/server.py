@@ -88,7 +88,7 @@ class LoopServer:
     async def _run_locked(self, turn: Turn, events: EventSink) -> Frame:
         try:
             session = self._session_for(turn)
-            done = await run_turn(self.loop, session, turn.content, events)
+            done = await run_turn(self.loop, session, turn.content, events, turn.tool_choice)
         except LoopError as exc:
             if not isinstance(exc, SessionBusy | SessionExists):
                 self._kept.pop(turn.session, None)

@@ -15,7 +15,7 @@ a failed request leaves no trace in the log.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bxcore.chat import ToolCall
@@ -66,14 +66,20 @@ class Loop:
     now: Callable[[], str] = now_rfc3339
 
 
-async def run_turn(loop: Loop, session: Session, content: str, events: EventSink) -> TurnDone:
-    """Run one turn to its answer. Raises TurnEnded when a limit or the model server stops it."""
+async def run_turn(
+    loop: Loop, session: Session, content: str, events: EventSink,
+    tool_choice: Sequence[str] = (),
+) -> TurnDone:
+    """Run one turn to its answer. Raises TurnEnded when a limit or the model server stops it.
+
+    ``tool_choice`` applies to the turn's completions in order, then the server's default."""
+    choices = iter(tool_choice)
     machine = TurnMachine()
     session.append(User(time=loop.now(), content=content))
     machine.process(UserAppended)
     budget = _Budget(loop.settings)
     while True:
-        completion = await _complete(loop, session, machine, events)
+        completion = await _complete(loop, session, machine, events, next(choices, None))
         if not completion.tool_calls:
             machine.process(Answered)
             return _done(completion)
@@ -90,11 +96,11 @@ async def run_turn(loop: Loop, session: Session, content: str, events: EventSink
 
 
 async def _complete(
-    loop: Loop, session: Session, machine: TurnMachine, events: EventSink
+    loop: Loop, session: Session, machine: TurnMachine, events: EventSink, tool_choice: str | None
 ) -> Completion:
     request = ChatRequest(
         messages=session.messages, tools=tuple(session.baseline.tools), slot=session.slot,
-        session=session.id,
+        session=session.id, tool_choice=tool_choice,
     )
     previous = session.last_usage
     try:

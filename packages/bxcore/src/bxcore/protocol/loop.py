@@ -24,6 +24,7 @@ TO_LOOPD = frozenset({TURN})
 FROM_LOOPD = frozenset({TURN_EVENT, TURN_DONE, ERROR})
 
 SessionKind = Literal["main", "background"]
+ToolChoice = Literal["auto", "required", "none"]
 
 
 class Turn(Model):
@@ -38,6 +39,10 @@ class Turn(Model):
     resume: Flag
     session_kind: SessionKind = "main"
     thinking: Flag = True  # false: the channel asks the model not to think for this turn
+    # tool_choice for the turn's completions in order ("auto", "required", "none"); "auto"
+    # after the list. Lets a channel (or a test with a small model) steer tool use; it is a
+    # request parameter, not part of the prompt, so requests still extend one another.
+    tool_choice: list[ToolChoice] = Field(default_factory=list, max_length=64)
 
 
 class Queued(Model):
@@ -132,6 +137,6 @@ class TurnDone(Model):
 __all__ = [
     "ERROR", "FROM_LOOPD", "TO_LOOPD", "TURN", "TURN_DONE", "TURN_EVENT",
     "CacheLossEvent", "Content", "Progress", "Queued", "Reasoning", "Retrying", "SessionKind",
-    "ThinkingCapped", "ToolCallStarted", "ToolResultEvent", "ToolWaitingEvent", "Turn",
-    "TurnDone", "TurnEvent", "TurnEventBody", "TurnUsage", "Waiting", "WireError",
+    "ThinkingCapped", "ToolCallStarted", "ToolChoice", "ToolResultEvent", "ToolWaitingEvent",
+    "Turn", "TurnDone", "TurnEvent", "TurnEventBody", "TurnUsage", "Waiting", "WireError",
 ]
