@@ -31,6 +31,7 @@ class CatchUp:
 @dataclass(frozen=True, kw_only=True)
 class Skip:
     reason: str  # a duplicate, or a malformed message; never message text
+    malformed: bool = False  # the peer sent something unreadable (worth a warning)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,14 +69,15 @@ class SequenceTracker:
             return self._hello(message)
         if message.seq is None:
             assert isinstance(message, Malformed)
-            return Skip(reason=f"malformed message: {message.reason}")
+            return Skip(reason=f"malformed message: {message.reason}", malformed=True)
         if message.seq < self.next_seq:
             return Skip(reason=f"duplicate event seq {message.seq} (expected {self.next_seq})")
         if message.seq > self.next_seq:
             return Gap(expected=self.next_seq, got=message.seq)
         self.next_seq += 1
         if isinstance(message, Malformed):
-            return Skip(reason=f"malformed event seq {message.seq}: {message.reason}")
+            return Skip(reason=f"malformed event seq {message.seq}: {message.reason}",
+                        malformed=True)
         return Deliver(event=message)
 
     def _hello(self, hello: Hello) -> Action:

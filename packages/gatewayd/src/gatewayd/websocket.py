@@ -140,7 +140,8 @@ class MattermostSocket:
                     self.tracker.connection_id = ""
                     raise MattermostUnavailable(f"catch-up failed: {exc}") from exc
             elif isinstance(action, Skip):
-                log.info("websocket: skipped %s", action.reason)
+                log.log(logging.WARNING if action.malformed else logging.INFO,
+                        "websocket: skipped %s", action.reason)
             elif isinstance(action, Gap):
                 log.warning("websocket: seq gap (expected %d, got %d); resuming",
                             action.expected, action.got)
