@@ -6,7 +6,6 @@ import asyncio
 import logging
 
 import pytest
-
 from bxcore.secrets import Secret
 from gatewayd.errors import MattermostRefused, MattermostUnavailable
 from gatewayd.rest import MattermostClient, retry_delay

@@ -106,7 +106,7 @@ class ApprovalServer:
         try:
             text = approval_text(request.id, request.tool, request.arguments, request.grant,
                                  request.expires)
-            for number, part in enumerate(split_message(text)):
+            for number, part in enumerate(split_message(text)):  # one part unless huge
                 await self._rest.create_post(channel_id, part, root_id=root,
                                              pending_post_id=f"approval:{request.id}:{number}")
         except MattermostError as exc:

@@ -92,7 +92,7 @@ class Throttle:
 def split_message(text: str, limit: int = MAX_POST_RUNES) -> list[str]:
     """Cut ``text`` into posts of at most ``limit`` runes (code points, as the server counts),
     after a paragraph break, else a line break, else a space, in the second half of the window.
-    Nothing is dropped: the parts joined are the text."""
+    Nothing is dropped: the parts joined are the text (no parts for an empty text)."""
     parts = []
     while len(text) > limit:
         window = text[:limit]
@@ -105,7 +105,7 @@ def split_message(text: str, limit: int = MAX_POST_RUNES) -> list[str]:
         parts.append(text[:cut])
         text = text[cut:]
     parts.append(text)
-    return [part for part in parts if part] or [NO_ANSWER]
+    return [part for part in parts if part]
 
 
 def approval_text(

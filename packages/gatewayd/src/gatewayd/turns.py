@@ -30,7 +30,7 @@ from bxcore.protocol.loop import (
 
 from .errors import MattermostError
 from .queue import Item, Queue
-from .render import PLACEHOLDER, Throttle, TurnView, split_message
+from .render import NO_ANSWER, PLACEHOLDER, Throttle, TurnView, split_message
 from .rest import MattermostClient
 
 log = logging.getLogger("gatewayd.turns")
@@ -146,7 +146,7 @@ class TurnRunner:
         return Outcome.DELIVERED
 
     async def _answer(self, item: Item, placeholder: str, content: str) -> None:
-        parts = split_message(content)
+        parts = split_message(content) or [NO_ANSWER]
         await self._edit(placeholder, parts[0])
         for number, part in enumerate(parts[1:], start=1):
             try:
