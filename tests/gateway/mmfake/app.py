@@ -49,6 +49,7 @@ class FakeMattermost:
         self.hub = Hub(lambda frame: self.violations.extend(self.spec.check_server_frame(frame)))
         self.client_frames: list[dict[str, Any]] = []
         self.edits: list[tuple[str, str]] = []  # (post id, new message) per patch
+        self.connects: list[dict[str, str]] = []  # the query of every WebSocket upgrade
 
     # -- what tests call ------------------------------------------------------------------
     def add_user(self, username: str, *, bot: bool = False) -> tuple[str, str]:
@@ -229,6 +230,7 @@ class FakeMattermost:
         if (await receive())["type"] != "websocket.connect":
             return
         query = dict(urllib.parse.parse_qsl(scope["query_string"].decode()))
+        self.connects.append(query)
         await send({"type": "websocket.accept"})
         try:
             user_id: str | None = self._authenticate(scope)
