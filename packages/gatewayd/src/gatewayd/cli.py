@@ -58,3 +58,7 @@ async def _serve(gateway: Gateway) -> None:
     except asyncio.CancelledError:
         notifier.notify("STOPPING=1")
         log.info("gatewayd stopped")
+
+
+if __name__ == "__main__":
+    main()
