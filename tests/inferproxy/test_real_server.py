@@ -16,7 +16,7 @@ pytestmark = pytest.mark.real_server
 
 @pytest.fixture(scope="module")
 def smol_through_proxy():
-    with start_single(SMOL) as server, proxied(server) as proxy:
+    with start_single(SMOL) as server, proxied(server.socket) as proxy:
         yield proxy
 
 

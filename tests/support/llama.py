@@ -21,7 +21,7 @@ What it does:
 - ``nonce()`` makes a prompt unique: the server's host-RAM prompt cache serves a prompt seen in
   an earlier request or test run, which would hide a cache miss a test wants to see.
 - ``unload_model()`` unloads a router model and waits until the router reports it unloaded.
-- ``proxied()`` puts a real inferproxy in front of a server, as loopd reaches it.
+- ``proxied()`` puts a real inferproxy in front of a server's socket, as loopd reaches it.
 
 Waits here are bounded (a server that never gets healthy fails the test with its log), but no
 test measures time with them.
@@ -213,12 +213,13 @@ def start_single(
 
 
 @contextlib.contextmanager
-def proxied(server: LlamaServer) -> Iterator[Path]:
-    """A real inferproxy forwarding a socket to ``server``; yields the proxy's socket path."""
+def proxied(upstream: Path) -> Iterator[Path]:
+    """A real inferproxy forwarding a new socket to the Unix socket ``upstream`` (a server's
+    ``.socket``); yields the proxy's socket path."""
     directory = Path(tempfile.mkdtemp(prefix="bx-proxy-"))
     config = directory / "config.toml"
     config.write_text(
-        f'[inferproxy]\nsocket = "{directory / "infer.sock"}"\nupstream = "unix:{server.socket}"\n'
+        f'[inferproxy]\nsocket = "{directory / "infer.sock"}"\nupstream = "unix:{upstream}"\n'
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "inferproxy", "serve", "--config", str(config)],
@@ -248,5 +249,5 @@ def llama_router() -> Iterator[LlamaServer]:
 @pytest.fixture(scope="session")
 def llama_router_proxy(llama_router: LlamaServer) -> Iterator[Path]:
     """inferproxy's socket in front of the session's router."""
-    with proxied(llama_router) as path:
+    with proxied(llama_router.socket) as path:
         yield path
