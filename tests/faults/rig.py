@@ -1,0 +1,71 @@
+"""The scripted-model stack with one fs.read grant over a granted tree: the rig most fault tests
+share. ``granted/`` may be read (auto); ``outside/`` is named by no grant."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .httpserve import UnixHTTPServer
+from .model import ScriptedModel
+from .stack import ROLES, FaultStack
+
+
+def read_grant(granted: Path) -> str:
+    return f"""tools = ["fs.read", "fs.list"]
+mode = "auto"
+classes = ["public", "private"]
+result_class = "private"
+
+[arguments.path]
+paths = ["{granted}/**"]
+
+[sandbox]
+mounts = [{{ path = "{granted}" }}]
+"""
+
+
+def directive(*calls: tuple[str, dict]) -> str:
+    """A turn the obedient model obeys: ``DO [[name, arguments], ...]``."""
+    return "DO " + json.dumps([[name, arguments] for name, arguments in calls])
+
+
+def via_call_tool(name: str, arguments: dict) -> tuple[str, dict]:
+    return ("call_tool", {"name": name, "arguments": arguments})
+
+
+@dataclass
+class Rig:
+    root: Path
+    model: ScriptedModel
+    stack: FaultStack
+
+    @property
+    def granted(self) -> Path:
+        return self.root / "granted"
+
+    @property
+    def outside(self) -> Path:
+        return self.root / "outside"
+
+
+@contextlib.contextmanager
+def scripted_rig(root: Path, *, roles: tuple[str, ...] = ROLES, extra_config: str = "",
+                 env: dict[str, str] | None = None, grants: dict[str, str] | None = None
+                 ) -> Iterator[Rig]:
+    (root / "granted").mkdir()
+    (root / "outside").mkdir()
+    (root / "granted" / "a.txt").write_text("alpha\n")
+    (root / "outside" / "secret.txt").write_text("outside the grants\n")
+    model = ScriptedModel()
+    with UnixHTTPServer(root / "model.sock", model.handle):
+        stack = FaultStack(root, root / "model.sock", roles=roles, extra_config=extra_config,
+                           env=env)
+        (stack.grants / "read.toml").write_text(read_grant(root / "granted"))
+        for name, text in (grants or {}).items():
+            (stack.grants / name).write_text(text)
+        with stack:
+            yield Rig(root=root, model=model, stack=stack)
