@@ -41,8 +41,7 @@ from bxcore.tools import ToolRequest, ToolResponse
 REPO = Path(__file__).resolve().parents[2]
 TOOLKIT_DIR = REPO / "packages" / "toolkit" / "src" / "toolkit"
 RECORDED = REPO / "tests" / "fixtures" / "sse" / "qwen_turn1.sse"
-CLOUD = "cloud.consult.test"
-RESOLVER = {CLOUD: "127.0.0.1"}  # the proxy resolves the fake's name itself: no DNS
+CLOUD = "cloud.consult.test"  # the proxy resolves this name itself (no DNS) to loopback
 LIVENESS_S = 2.0
 PAUSE_S = 0.6  # between the slow stream's events: under the liveness limit, longer in total
 
@@ -95,6 +94,10 @@ def _handler(cloud: FakeCloud) -> type[http.server.BaseHTTPRequestHandler]:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
+            if cloud.behaviour in ("slow", "stall"):
+                # As llama-server does: the client's socket then belongs to the response.
+                self.send_header("Connection", "close")
+                self.close_connection = True
             self.end_headers()
             for index, event in enumerate(events):
                 self._chunk(event)
@@ -222,7 +225,8 @@ class ConsultRig:
         return asyncio.run(self.broker.call(request, no_wait))
 
 
-def make_rig(tmp_path: Path, section: ConsultSection) -> ConsultRig:
+def make_rig(tmp_path: Path, section: ConsultSection, host: str = CLOUD) -> ConsultRig:
+    """A Broker for ``section``'s endpoint; the egress proxy resolves ``host`` to loopback."""
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed (scripts/setup installs it)")
     home, grants, scratch = tmp_path / "home", tmp_path / "grants", tmp_path / "scratch"
@@ -239,7 +243,7 @@ def make_rig(tmp_path: Path, section: ConsultSection) -> ConsultRig:
                         clock=lambda: datetime.now(UTC), gateway_socket=None,
                         waiting_interval=0.05)
     sandbox = BubblewrapSandbox(toolkit_dir=TOOLKIT_DIR, scratch_root=scratch,
-                                egress_resolver=RESOLVER)
+                                egress_resolver={host: "127.0.0.1"})
     egress = ConsultEgress(section, home / "egress")
     runner = Runner(backend=sandbox, memory=MemoryClient(tmp_path / "no-memory.sock"),
                     audit=audit, taints=taints, result_cap=65536, consult=egress)

@@ -90,6 +90,9 @@ def _stream(settings: dict[str, Any], body: bytes, headers: dict[str, str]) -> I
     try:
         try:
             connection.request("POST", target, body=body, headers=headers)
+            # Kept now: once a response that closes the connection is read, http.client hands
+            # its socket to the response and forgets it.
+            sock = connection.sock
             response = connection.getresponse()
         except TimeoutError:
             raise ToolError(f"{endpoint}: no answer within the first-byte limit of "
@@ -97,8 +100,8 @@ def _stream(settings: dict[str, Any], body: bytes, headers: dict[str, str]) -> I
         except OSError as exc:
             raise ToolError(f"cannot reach {endpoint}: {exc}") from None
         _check_status(endpoint, response)
-        assert connection.sock is not None
-        connection.sock.settimeout(settings["liveness_timeout"])  # the first byte came
+        assert sock is not None
+        sock.settimeout(settings["liveness_timeout"])  # the first byte came: liveness from now
         while True:
             try:
                 chunk = response.read1(READ_SIZE)
