@@ -114,3 +114,14 @@ def test_without_settings_or_a_network_grant_consult_says_what_is_missing(capsys
     status, out = bx_tool(capsys, {"question": "q", "history": []}, "--settings", settings)
     assert status == 2 and "unknown field 'history'" in out["error"]
     assert bx_tool(capsys, {"question": "q"}, "--settings", "[]")[0] == 2
+
+
+def test_docs_egress_lists_the_endpoint_and_every_field_of_the_egress_log():
+    from brokerd.egresslog import EgressRecord
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "egress.md").read_text()
+    assert "| The consult endpoint (`[consult] endpoint`" in text
+    section = text.split("## The consult egress log", 1)[1]
+    named = {name.strip("` ") for row in section.splitlines() if row.startswith("| `")
+             for name in row.split("|")[1].split(",")}
+    assert named == set(EgressRecord.model_fields)
