@@ -171,6 +171,8 @@ class FakeServer:
         self.slots = slots if slots is not None else [{"id": 0, "is_processing": False}]
         self.props = props or {}
         self.control_answer: dict[str, Any] = {"success": True}
+        self.routes: dict[str, Any] = {}  # more JSON endpoints: path -> answer
+        self.route_bodies: list[tuple[str, Any]] = []
         self.in_flight = 0  # chat responses not yet closed by the client
         self.most_in_flight = 0
 
@@ -186,6 +188,9 @@ class FakeServer:
             return httpx.Response(200, json=self.slots)
         if path == "/props":
             return httpx.Response(200, json=self.props)
+        if path in self.routes:
+            self.route_bodies.append((path, json.loads(request.content or b"null")))
+            return httpx.Response(200, json=self.routes[path])
         if path != "/v1/chat/completions":
             return httpx.Response(404, content=error_body("File Not Found", "not_found_error", 404))
         self.chat_bodies.append(json.loads(request.content))

@@ -22,7 +22,7 @@ Attempt = Callable[[ChatRequest, EventSink], Awaitable[Completion]]
 def backoff_delay(attempt: int, base: float, jitter: float) -> float:
     """Seconds before retry ``attempt`` (1-based): ``base * 2**(attempt-1)``, scaled by a jitter
     factor between 0.5 and 1.5 so that clients failed by one outage do not retry in step."""
-    return base * 2 ** (attempt - 1) * (0.5 + jitter)
+    return base * 2.0 ** (attempt - 1) * (0.5 + jitter)
 
 
 async def chat_with_retry(

@@ -155,9 +155,9 @@ def serving_checks(client: InferenceClient, props: Any, slots: Any) -> list[Chec
     ]
 
     ctx = props.get("default_generation_settings", {}).get("n_ctx")
-    slot_ctx = sorted({s.get("n_ctx") for s in slots if isinstance(s, dict)})
+    slot_ctx = sorted({str(s.get("n_ctx")) for s in slots if isinstance(s, dict)})
     ctx_problems = []
-    if slot_ctx != [ctx]:
+    if slot_ctx != [str(ctx)]:
         ctx_problems.append(f"/props n_ctx {ctx} but /slots n_ctx {slot_ctx}")
     if recorded.per_slot_context is not None and ctx != recorded.per_slot_context:
         ctx_problems.append(f"per-slot context {ctx}, recorded {recorded.per_slot_context}")
