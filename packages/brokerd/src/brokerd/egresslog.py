@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from bxcore._base import Count, Model, Text
 from bxcore.config import ConsultSection
@@ -32,7 +32,7 @@ from pydantic import StrictFloat, StrictInt, ValidationError
 from .errors import EgressLogError
 from .sandbox import ToolSettings
 
-CONSULT = "consult"
+CONSULT: Final = "consult"
 LOG_NAME = "consult.jsonl"
 
 
