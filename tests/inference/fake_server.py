@@ -171,6 +171,7 @@ class FakeServer:
         self.slots = slots if slots is not None else [{"id": 0, "is_processing": False}]
         self.props = props or {}
         self.control_answer: dict[str, Any] = {"success": True}
+        self.control_status = 200
         self.routes: dict[str, Any] = {}  # more JSON endpoints: path -> answer
         self.route_bodies: list[tuple[str, Any]] = []
         self.in_flight = 0  # chat responses not yet closed by the client
@@ -183,7 +184,7 @@ class FakeServer:
         path = request.url.path
         if path == "/v1/chat/completions/control":
             self.control_bodies.append(json.loads(request.content))
-            return httpx.Response(200, json=self.control_answer)
+            return httpx.Response(self.control_status, json=self.control_answer)
         if path == "/slots":
             return httpx.Response(200, json=self.slots)
         if path == "/props":

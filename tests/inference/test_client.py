@@ -312,6 +312,14 @@ async def test_a_refused_control_call_is_not_recorded_as_capped():
     assert result.thinking_capped is False and not sink.of(ThinkingCapped)
 
 
+async def test_a_failing_control_call_leaves_the_completion_whole():
+    fake = FakeServer([Reply.stream(completion(reasoning="a b c d", content="x"))])
+    fake.control_status = 500
+    fake.control_answer = {"error": {"code": 500, "message": "boom", "type": "server_error"}}
+    result, _ = await chat(fake, thinking_cap=2)
+    assert result.content == "x" and result.thinking_capped is False
+
+
 async def test_data_after_done_is_a_bad_stream():
     steps = [*completion(content="x"), sse(delta_chunk("chatcmpl-fake", {"content": "late"}))]
     fake = FakeServer([Reply.stream(steps)])

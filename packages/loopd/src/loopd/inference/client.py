@@ -134,7 +134,12 @@ class InferenceClient:
         """Whether the server reports the slot busy (another client); False if it cannot say,
         as while the router loads the model."""
         try:
-            slots = await self.get_json("/slots", autoload="false")
+            slots = await self._json(
+                "GET",
+                "/slots",
+                self.section.connect_timeout,
+                params={"model": self.section.model, "autoload": "false"},
+            )
         except InferenceError:
             return False
         if not isinstance(slots, list):
@@ -187,22 +192,31 @@ class InferenceClient:
         """Ask the server to close the running reasoning block; True if it did."""
         if completion_id is None:
             return False
-        answer = await self.post_json(CONTROL_PATH, reasoning_end_body(completion_id, self.section))
+        body = reasoning_end_body(completion_id, self.section)
+        try:
+            answer = await self._json(
+                "POST", CONTROL_PATH, self.section.liveness_timeout, json=body
+            )
+        except InferenceError:
+            return False  # the cap failed; the completion itself is still good
         return isinstance(answer, dict) and answer.get("success") is True
 
     async def get_json(self, path: str, **params: str) -> Any:
         """GET a JSON endpoint (``/props``, ``/slots``) of the configured model."""
         params.setdefault("model", self.section.model)
-        return await self._json("GET", path, params=params)
+        return await self._json("GET", path, self.section.first_byte_timeout, params=params)
 
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
-        return await self._json("POST", path, json=body)
+        return await self._json("POST", path, self.section.first_byte_timeout, json=body)
 
-    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _json(self, method: str, path: str, timeout: float, **kwargs: Any) -> Any:
         with _map_http_errors(f"{method} {path}", Unavailable):
-            response = await asyncio.wait_for(
-                self._http.request(method, path, **kwargs), self.section.first_byte_timeout
-            )
+            try:
+                response = await asyncio.wait_for(
+                    self._http.request(method, path, **kwargs), timeout
+                )
+            except TimeoutError:
+                raise Unavailable(f"{method} {path}: no answer within {timeout:g} s") from None
         if response.status_code != 200:
             error = parse_error_body(response.content)
             message = error.message if error else response.text[:300]
