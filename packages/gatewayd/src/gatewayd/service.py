@@ -52,6 +52,7 @@ class Settings:
     reconnect: tuple[float, float]
     ping_interval: float
     redeliver: tuple[float, float]
+    tool_choice: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: Config, secrets: SecretStore | None = None) -> Settings:
@@ -76,6 +77,7 @@ class Settings:
             reconnect=(section.reconnect_min, section.reconnect_max),
             ping_interval=section.ping_interval,
             redeliver=(section.redeliver_min, section.redeliver_max),
+            tool_choice=tuple(section.tool_choice),
         )
 
 
@@ -89,7 +91,8 @@ class Gateway:
         self.queue = Queue(settings.state / "queue.sqlite3")
         self.book = ApprovalBook()
         self.runner = TurnRunner(self.rest, self.queue, settings.loop_socket,
-                                 edit_interval=settings.edit_interval)
+                                 edit_interval=settings.edit_interval,
+                                 tool_choice=settings.tool_choice)
         self.approvals = ApprovalServer(settings.gateway_socket, self.book, self.rest, self.say)
         self.socket = MattermostSocket(
             settings.server, settings.token, on_event=self.on_event, on_catch_up=self.catch_up,

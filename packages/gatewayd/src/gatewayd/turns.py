@@ -58,6 +58,7 @@ class TurnRunner:
         *,
         edit_interval: float,
         read_timeout: float = 1800.0,
+        tool_choice: tuple[str, ...] = (),
         clock: Callable[[], float] = time.monotonic,
     ):
         self._rest = rest
@@ -66,6 +67,7 @@ class TurnRunner:
         self._edit_interval = edit_interval
         self._read_timeout = read_timeout
         self._clock = clock
+        self._tool_choice = list(tool_choice)
 
     async def deliver(self, item: Item) -> Outcome:
         placeholder = item.placeholder or await self._post_placeholder(item)
@@ -102,7 +104,8 @@ class TurnRunner:
     async def _converse(
         self, stream: FrameStream, item: Item, placeholder: str, resume: bool
     ) -> Outcome:
-        turn = Turn(session=item.session, content=item.content, resume=resume)
+        turn = Turn.model_validate({"session": item.session, "content": item.content,
+                                    "resume": resume, "tool_choice": self._tool_choice})
         view = TurnView()
         throttle = Throttle(self._edit_interval)
         throttle.due(self._clock())  # the placeholder itself was the first write

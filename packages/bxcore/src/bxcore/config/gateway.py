@@ -8,7 +8,7 @@ in ``channels``. Everyone else gets nothing.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -39,6 +39,9 @@ class GatewaySection(Section):
     ping_interval: Seconds = 30.0  # the app-level `ping` action, like the official client
     redeliver_min: Seconds = 1.0  # first wait before offering a DM to a busy or absent loopd again
     redeliver_max: Seconds = 30.0  # cap on that wait
+    # tool_choice sent with every turn, per completion in order (as `bxctl chat --tool-choice`):
+    # empty leaves it to the model; ["none"] keeps a small model to plain answers.
+    tool_choice: list[Literal["auto", "required", "none"]] = Field(default_factory=list)
 
     @field_validator("server")
     @classmethod

@@ -1,0 +1,155 @@
+"""The whole path for real: a DM in the fake Mattermost -> gatewayd -> the real ``loopd serve``
+-> a real inferproxy -> the real llama-server (the tiny Qwen with tool support), and back as an
+edit of the placeholder. A thread reply continues the session and hits the prompt cache; a DM
+sent while loopd is down is answered once it is back; an approval round trip runs in the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.llama import proxied, start_router
+
+from .harness import running, until
+from .scripted import ask_approval
+from .test_approvals import bot_says, request_for
+
+pytestmark = pytest.mark.real_server
+
+LOOPD = Path(sys.executable).with_name("loopd")
+TURN_WAIT = 300.0  # two cores, a 0.5B model: a generous bound on one answer
+
+
+class Loopd:
+    """``loopd serve`` as a process of its own, stopped with SIGTERM like systemd would."""
+
+    def __init__(self, directory: Path, infer_socket: Path):
+        self.directory = directory
+        self.config = directory / "loopd.toml"
+        self.config.write_text(
+            f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
+            f'[inference]\nsocket = "{infer_socket}"\nmodel = "qwen-tools"\nmax_tokens = 64\n'
+            f'liveness_timeout = 600.0\n[inference.sampling]\ntemperature = 0.0\n'
+        )
+        self.socket = directory / "run" / "loop.sock"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = (self.directory / "loopd.log").open("ab")
+        self.process = subprocess.Popen(
+            [str(LOOPD), "serve", "--config", str(self.config)], stdout=log, stderr=log,
+            stdin=subprocess.DEVNULL, env={k: v for k, v in os.environ.items()
+                                           if k != "NOTIFY_SOCKET"},
+        )
+
+    async def ready(self) -> None:
+        def bound() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"loopd exited: {self.log()}")
+            return self.socket.is_socket()
+
+        await until(bound, timeout=TURN_WAIT)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def log(self) -> str:
+        return (self.directory / "loopd.log").read_text(errors="replace")[-3000:]
+
+    def records(self, session: str) -> list[dict]:
+        path = self.directory / "home" / "sessions" / session / "0.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def inference() -> Iterator[Path]:
+    with start_router() as server, proxied(server.socket) as proxy:
+        yield proxy
+
+
+@contextlib.contextmanager
+def loopd_process(infer_socket: Path) -> Iterator[Loopd]:
+    directory = Path(tempfile.mkdtemp(prefix="gwl", dir="/tmp"))
+    loopd = Loopd(directory, infer_socket)
+    try:
+        yield loopd
+    finally:
+        loopd.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def answer_of(h, root: str) -> str | None:
+    """The placeholder's text once it holds a final answer (not a status line)."""
+    placeholders = [p for p in h.thread(root) if p["user_id"] == h.bot]
+    if not placeholders:
+        return None
+    text = placeholders[-1]["message"]
+    return None if text == "…" or text.startswith("_") else text
+
+
+def test_dms_through_the_real_loopd_and_llama_server(fake, inference):
+    with loopd_process(inference) as loopd:
+
+        async def scenario():
+            loopd.start()
+            await loopd.ready()
+            # The tiny model does not answer reliably with tools offered: keep it to plain
+            # text, as a small-model deployment would ([gateway] tool_choice).
+            async with running(fake, loop_up=False, loop_socket=loopd.socket,
+                               tool_choice=("none",)) as h:
+                # A DM starts a session; its answer is edited into the placeholder.
+                root = fake.user_posts(h.owner, h.dm, "Say hello in three words.")
+                await until(lambda: answer_of(h, root), timeout=TURN_WAIT)
+                assert not answer_of(h, root).startswith("⚠"), answer_of(h, root)
+                placeholder = next(p for p in h.thread(root) if p["user_id"] == h.bot)
+                assert placeholder["edit_at"] > 0
+
+                # A reply in the thread continues the session, and the server's cache is hit.
+                fake.user_posts(h.owner, h.dm, "Now say goodbye.", root_id=root)
+                await until(lambda: len([p for p in h.thread(root) if p["user_id"] == h.bot])
+                            == 2 and answer_of(h, root), timeout=TURN_WAIT)
+                records = loopd.records(f"mm-{root}")
+                assert [r["content"] for r in records if r["type"] == "user"] == [
+                    "Say hello in three words.", "Now say goodbye."]
+                usages = [r for r in records if r["type"] == "usage"]
+                assert usages[-1]["cache_n"] > 0
+                assert not [r for r in records if r["type"] == "cache_loss"]
+
+                # An approval round trip in that thread, brokerd scripted on gateway.sock.
+                request = request_for(f"mm-{root}")
+                asked = asyncio.create_task(
+                    ask_approval(h.gateway.settings.gateway_socket, request))
+                await until(lambda: any("Approval needed" in m for m in bot_says(h, root)))
+                fake.user_posts(h.owner, h.dm, f"!approve {request.id}", root_id=root)
+                assert (await asyncio.wait_for(asked, 30)).body["verdict"] == "approve"
+
+                # loopd goes down; a DM waits in the queue and is answered when it is back.
+                loopd.stop()
+                later = fake.user_posts(h.owner, h.dm, "Are you back?")
+                await until(lambda: any("not running" in m for m in bot_says(h, later)))
+                loopd.start()
+                await loopd.ready()
+                await until(lambda: answer_of(h, later), timeout=TURN_WAIT)
+                assert [r["content"] for r in loopd.records(f"mm-{later}")
+                        if r["type"] == "user"] == ["Are you back?"]
+
+        asyncio.run(scenario())
