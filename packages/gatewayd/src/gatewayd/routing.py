@@ -53,7 +53,7 @@ Route = Turn | Command | Ignore | Refuse
 
 def session_for(root_post_id: str) -> str:
     """The session of a thread: ``mm-<root post id>``, a valid bxcore SessionId."""
-    return check_session_id(SESSION_PREFIX + root_post_id)
+    return str(check_session_id(SESSION_PREFIX + root_post_id))
 
 
 def root_of_session(session: str) -> str | None:

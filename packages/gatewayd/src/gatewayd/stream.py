@@ -98,6 +98,6 @@ def backoff_delay(
     """
     if failures < 1:
         return 0.0
-    base = min(maximum, minimum * 2 ** min(failures - 1, 30))
-    jitter = (rng or random).uniform(0, base / 2)
+    base = min(maximum, minimum * float(2 ** min(failures - 1, 30)))
+    jitter = float((rng or random).uniform(0, base / 2))
     return min(maximum, base + jitter)
