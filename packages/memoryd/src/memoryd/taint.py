@@ -1,8 +1,7 @@
 """A session's taint as memoryd sees it: brokerd's taint file, and what the session log shows.
 
-brokerd owns ``broker/sessions/<id>.json`` (``{"session", "classes", "untrusted"}``, see
-brokerd/taint.py); memoryd only reads it, with its own narrow model of those three fields, since
-a role never imports another. A session with no file has seen no tool result yet.
+brokerd owns ``broker/sessions/<id>.json``; memoryd only reads it, through bxcore.taint, where
+the format is defined once for both. A session with no file has seen no tool result yet.
 
 memoryd combines it with the log's own ``tool_result`` records and the caller's report and takes
 the worst of them: a class above the ceiling or one untrusted read is enough to keep a session
@@ -14,18 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bxcore._base import Flag, Model
-from bxcore.ids import SessionId, check_session_id
+from bxcore.taint import TaintFileError as _Unreadable
+from bxcore.taint import read_taint
 from bxcore.tools import DataClass
-from pydantic import ValidationError
 
 from .errors import TaintFileError
-
-
-class _TaintFile(Model):
-    session: SessionId
-    classes: list[DataClass]
-    untrusted: Flag
 
 
 @dataclass(frozen=True)
@@ -44,18 +36,8 @@ CLEAN = SessionTaint()
 
 
 def read_taint_file(directory: Path, session: str) -> SessionTaint:
-    path = directory / f"{check_session_id(session)}.json"
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return CLEAN
-    except OSError as exc:
-        raise TaintFileError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        body = _TaintFile.model_validate_json(data)
-    except ValidationError as exc:
-        raise TaintFileError(f"{path}: not a taint file: {exc.errors()[0]['msg']}") from None
-    if body.session != session:
-        raise TaintFileError(f"{path}: names session {body.session!r}, not {session!r}")
-    highest = max(body.classes) if body.classes else DataClass.PUBLIC
-    return SessionTaint(highest, body.untrusted)
+        taint = read_taint(directory, session)
+    except _Unreadable as exc:
+        raise TaintFileError(str(exc)) from None
+    return SessionTaint(taint.highest or DataClass.PUBLIC, taint.untrusted)
