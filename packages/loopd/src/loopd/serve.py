@@ -63,6 +63,7 @@ class Role:
 
 def build_role(config: Config, config_path: Path, tools: str | None = None) -> Role:
     choice = tools or config.loop.tools
+    port: ToolPort
     if choice == "fake":
         fake = FakeTools()
         registry, port = Registry(fake.schemas), fake

@@ -102,6 +102,7 @@ class LoopServer:
         return Frame.of(wire.TURN_DONE, done, final=True)
 
     def _session_for(self, turn: Turn) -> Session:
+        session: Session | None
         if not turn.resume:
             if self.store.exists(turn.session):
                 raise SessionExists(f"session {turn.session} exists already")
@@ -114,6 +115,7 @@ class LoopServer:
             session = kept if kept is not None and kept.is_current() else None
             if session is None:
                 session = self.store.open(turn.session)
+        assert session is not None
         self._keep(session)
         return session
 

@@ -1,0 +1,144 @@
+"""The real stack for loopd's end-to-end test: llama-server on an ephemeral loopback TCP port
+(the tiny Qwen with the bare-JSON tool template), a real inferproxy in front of it, and
+``loopd serve`` in its own network namespace (``unshare -n``: only a loopback of its own), so it
+can reach the model only through inferproxy's socket. Every process is stopped by the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+from support.llama import QWEN, READY_WAIT, STOP_WAIT, TEMPLATES, llama_paths, require_llama
+
+BIN = Path(sys.executable).parent  # the venv's console scripts: loopd, bxctl
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _stop(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=STOP_WAIT)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _wait(ready, process: subprocess.Popen, what: str, log: Path) -> None:
+    deadline = time.monotonic() + READY_WAIT
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            text = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise RuntimeError(f"{what} did not start (exit {process.poll()}):\n{text}")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def tcp_llama(directory: Path) -> Iterator[int]:
+    """llama-server with the Qwen model on 127.0.0.1:<ephemeral port>; yields the port."""
+    require_llama()
+    binary, models = llama_paths()
+    (directory / "models").symlink_to(models)
+    (directory / "templates").symlink_to(TEMPLATES)
+    port = free_port()
+    log = directory / "llama.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(binary), "-m", f"models/{QWEN}", "--chat-template-file",
+             "templates/qwen2.5-bare-json-tools.jinja", "-np", "2", "-c", "8192", "-t", "2",
+             "--jinja", "--no-ui", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=directory, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        def healthy() -> bool:
+            with contextlib.suppress(httpx.TransportError):
+                return httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+            return False
+
+        _wait(healthy, process, "llama-server", log)
+        yield port
+    finally:
+        _stop(process)
+
+
+@contextlib.contextmanager
+def inferproxy(directory: Path, port: int) -> Iterator[Path]:
+    sock = directory / "infer.sock"
+    config = directory / "inferproxy.toml"
+    config.write_text(f'[inferproxy]\nsocket = "{sock}"\nupstream = "tcp://127.0.0.1:{port}"\n')
+    log = directory / "inferproxy.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "inferproxy", "serve", "--config", str(config)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        _wait(sock.is_socket, process, "inferproxy", log)
+        yield sock
+    finally:
+        _stop(process)
+
+
+def loopd_config(directory: Path, infer_sock: Path) -> Path:
+    """Greedy sampling, so the tiny model answers the same way on every run."""
+    path = directory / "config.toml"
+    path.write_text(
+        f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
+        f'[inference]\nsocket = "{infer_sock}"\nmax_tokens = 64\nliveness_timeout = 600.0\n'
+        f'[inference.sampling]\ntemperature = 0.0\n'
+    )
+    return path
+
+
+@contextlib.contextmanager
+def isolated_loopd(config: Path, loop_sock: Path, log: Path) -> Iterator[int]:
+    """``loopd serve`` in a new network namespace; yields its pid once loop.sock is bound."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            ["unshare", "-n", "--", str(BIN / "loopd"), "serve", "--config", str(config)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        _wait(loop_sock.is_socket, process, "loopd", log)
+        yield process.pid  # unshare execs loopd: the same process
+    finally:
+        _stop(process)
+
+
+def tcp_reachable_from(pid: int | None, port: int) -> str:
+    """Try 127.0.0.1:<port> from the network namespace of ``pid`` (None: from here)."""
+    probe = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 5)"
+             ".close()\n    print('connected')\nexcept OSError as exc:\n"
+             "    print(type(exc).__name__)\n")
+    command = [sys.executable, "-c", probe]
+    if pid is not None:
+        command = ["nsenter", "-t", str(pid), "-n", "--", *command]
+    return subprocess.run(command, capture_output=True, text=True, check=True,
+                          timeout=60).stdout.strip()
+
+
+def workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="bx-loop-"))  # short: socket paths fit 108 bytes
+
+
+def remove(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
