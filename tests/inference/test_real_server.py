@@ -6,6 +6,7 @@ an earlier run and hide the cache miss a test expects.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from bxcore.chat import SystemMessage, UserMessage
 from bxcore.config import InferenceSection
 from bxcore.config.inference import ServingSection
-from bxcore.protocol.loop import Progress, ThinkingCapped
+from bxcore.protocol.loop import Content, Progress, ThinkingCapped, Waiting
 from bxcore.util import sha256
 from loopd.inference import (
     ChatRequest,
@@ -165,3 +166,23 @@ async def test_the_baseline_is_counted_by_the_servers_tokenizer(llama_router, ll
     async with client(llama_router_proxy, "qwen-tools", baseline_budget=20) as small:
         with pytest.raises(OverBudget, match=f"{report.tokens} tokens, OVER the budget of 20"):
             await check_budget(small, system, (READ_FILE,))
+
+
+async def test_a_request_queued_behind_another_client_on_its_slot_is_told_so(llama_router_proxy):
+    """Another client (another process's gate) holds slot 0: the server sends nothing until the
+    slot is free, and the client reports ``waiting {slot_busy: true}`` meanwhile."""
+    long_answer = ask(
+        [UserMessage(content=f"{nonce()} Count from 1 to 100, one per line.")], max_tokens=64
+    )
+    other, ours = Sink(), Sink()
+    async with (
+        client(llama_router_proxy, "smol") as other_client,
+        client(llama_router_proxy, "smol", waiting_notice=0.05) as our_client,
+    ):
+        running = asyncio.create_task(other_client.chat(long_answer, other))
+        while not other.of(Content):
+            await asyncio.sleep(0.01)
+        mine = await our_client.chat(ask([UserMessage(content=f"{nonce()} Say hi.")]), ours)
+        await running
+    assert ours.events[0] == Waiting(slot_busy=True)
+    assert mine.predicted_n > 0
