@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -62,8 +63,7 @@ async def running(
             request_timeout=5.0, reconnect=(0.05, 0.3), ping_interval=30.0,
             redeliver=(0.05, 0.3),
         )
-        for key, value in overrides.items():
-            object.__setattr__(settings, key, value)
+        settings = dataclasses.replace(settings, **overrides)
         scripted = ScriptedLoop(settings.loop_socket)
         if loop_up:
             await scripted.start()
