@@ -13,15 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
-from bxcore.ids import new_session_id
-from bxcore.protocol import loop as loop_protocol
 from bxctl.stack import load_manifest, parse_manifest
 
 from .relay import TcpToUnix
@@ -30,6 +27,8 @@ from .rootless import NOBODY, WAIT, NotifySocket, RootlessPodman, chown_nobody
 images = pytest.importorskip("roles", reason="images/ must be on sys.path")  # see conftest
 llama = pytest.importorskip("support.llama")
 
+# Not run here: gatewayd needs a Mattermost server; brokerd's sandbox backend needs the toolkit
+# and a runtime inside its container, which is not wired yet (docs/deploy.md, known gaps).
 RUN_HERE = ["inferproxy", "memoryd", "loopd"]
 
 pytestmark = [
@@ -44,17 +43,20 @@ def manifest_under(root: Path):
     """The shipped manifest with its host paths moved under ``root`` (a mount keeps its path)."""
     data = json.loads(load_manifest().model_dump_json())
     data["paths"].update(home=f"{root}/home", run=f"{root}/run", config_dir=f"{root}/config",
-                         grants=f"{root}/grants")  # fmt: skip
+                         grants=f"{root}/grants", jobs=f"{root}/jobs")  # fmt: skip
     return parse_manifest(json.dumps(data), "test manifest")
 
 
 def write_config(manifest, upstream_port: int) -> None:
     """The config every container mounts: the manifest's socket paths, the test router's port,
     the tools loopd's self-test needs (qwen-tools), and the fake tool port (no brokerd here).
-    Greedy sampling and a prompt that asks for no tool: the point is the path, not the model."""
+    """
     settings = manifest.settings()
     settings.setdefault("inferproxy", {})["upstream"] = f"tcp://127.0.0.1:{upstream_port}"
-    settings.setdefault("inference", {})["model"] = "qwen-tools"
+    # A tiny model on a shared 2-core machine: generous liveness, short answers, greedy.
+    settings.setdefault("inference", {}).update(
+        model="qwen-tools", max_tokens=64, liveness_timeout=600.0
+    )
     settings["inference.sampling"] = {"temperature": 0.0}
     settings["loop"] = {"tools": "fake"}
     lines = []
@@ -64,16 +66,23 @@ def write_config(manifest, upstream_port: int) -> None:
     config_dir = Path(manifest.paths.config_dir)
     (config_dir / manifest.paths.config_file).write_text("\n".join(lines) + "\n")
     (config_dir / "system.md").write_text(
-        "You are Boxmaker. Answer in one short sentence of plain text. Never call a tool.\n"
+        "You are a terse assistant. Answer briefly, in plain text.\n"
     )
 
 
 @pytest.fixture(scope="module")
 def appliance():
     root = Path(tempfile.mkdtemp(prefix="bx-appliance-"))
+    try:
+        yield from _appliance(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _appliance(root: Path):
     root.chmod(0o755)
     manifest = manifest_under(root)
-    for directory in (root / "home", root / "run", root / "config", root / "grants"):
+    for directory in (root / name for name in ("home", "run", "config", "grants", "jobs")):
         directory.mkdir(mode=0o755)
     for name in manifest.sockets:
         (root / "run" / name).mkdir(mode=0o750)
@@ -105,7 +114,6 @@ def appliance():
         podman.close()
         for socket in notify.values():
             socket.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_every_role_reports_ready_to_its_notify_socket_from_inside_its_container(appliance):
@@ -147,17 +155,17 @@ def test_inferproxy_can_reach_that_same_port(appliance):
     assert done.stdout.splitlines()[-1] == "connected", done.stderr
 
 
-def test_a_chat_turn_goes_through_loopd_and_inferproxy_to_the_model(appliance):
-    """The turn is driven over loop.sock exactly as ``bxctl chat --say`` drives it."""
-    manifest = appliance["manifest"]
-    turn = loop_protocol.Turn(session=new_session_id(), content="Say hello to me.", resume=False)
-    frames = []
-    with SyncFrameSocket.connect(manifest.socket_path("loop"), loop_protocol.FROM_LOOPD) as sock:
-        sock.write(Frame(kind=loop_protocol.TURN, final=True, body=turn.model_dump(mode="json")))
-        while not frames or not frames[-1].final:
-            frames.append(sock.read(timeout=WAIT))
-    assert frames[-1].kind == loop_protocol.TURN_DONE, frames[-1]
-    assert frames[-1].body["content"].strip()
+def test_a_bxctl_chat_turn_goes_through_loopd_and_inferproxy_to_the_model(appliance):
+    """``--tool-choice none`` steers the tiny model to answer in text, as the loop's own real-stack
+    test does; greedy sampling makes the answer the same on every run."""
+    socket = appliance["manifest"].socket_path("loop")
+    done = subprocess.run(
+        ["bxctl", "chat", "--socket", socket, "--tool-choice", "none",
+         "--say", "Say hello in one short sentence."],
+        capture_output=True, text=True, check=False, timeout=WAIT * 4,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()  # the model's answer, and nothing else, on stdout
 
 
 def test_the_sockets_on_the_shared_volume_are_the_only_way_between_the_roles(appliance):
