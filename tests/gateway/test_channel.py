@@ -126,3 +126,18 @@ def test_an_allowlisted_channel_is_served(fake):
             await until(lambda: answers(h, root) == ["echo: status?"])
 
     asyncio.run(scenario())
+
+
+def test_neither_the_token_nor_a_dms_text_is_logged_even_at_debug(fake, caplog):
+    caplog.set_level(logging.DEBUG)
+    tokens: list[str] = []
+
+    async def scenario():
+        async with running(fake) as h:
+            tokens.extend(t for t, user in fake.data.tokens.items() if user == h.bot)
+            root = fake.user_posts(h.owner, h.dm, "my very private words")
+            await until(lambda: answers(h, root) == ["echo: my very private words"])
+
+    asyncio.run(scenario())
+    assert tokens and tokens[0] not in caplog.text
+    assert "my very private words" not in caplog.text
