@@ -12,12 +12,14 @@ the mid-stream cut a client sees from a real server dying.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import inspect
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -25,20 +27,20 @@ Handler = Callable[[httpx.Request], "httpx.Response | Awaitable[httpx.Response]"
 MAX_HEAD = 64 * 1024
 
 
-class UnixHTTPServer:
-    def __init__(self, path: Path, handler: Handler):
+class BackgroundServer(abc.ABC):
+    """An asyncio Unix-socket server on its own thread; subclasses say how to ``serve`` one
+    connection. Used as a context manager: bound on entry, closed (connections too) on exit."""
+
+    def __init__(self, path: Path):
         self.path = path
-        self.handler = handler
-        self.requests = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.base_events.Server | None = None
 
-    def __enter__(self) -> UnixHTTPServer:
+    def __enter__(self) -> Self:
         self.path.unlink(missing_ok=True)
         self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
-        future.result(timeout=30)
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=30)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -49,7 +51,7 @@ class UnixHTTPServer:
         self.path.unlink(missing_ok=True)
 
     async def _start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+        self._server = await asyncio.start_unix_server(self._guarded, path=str(self.path))
 
     async def _stop(self) -> None:
         assert self._server is not None
@@ -58,15 +60,9 @@ class UnixHTTPServer:
             if task is not asyncio.current_task():
                 task.cancel()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _guarded(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = await _read_request(reader)
-            if request is None:
-                return
-            self.requests += 1
-            answer = self.handler(request)
-            response = await answer if inspect.isawaitable(answer) else answer
-            await _write_response(response, writer)
+            await self.serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, httpx.HTTPError):
             pass  # the client went away, or the fake cut the stream on purpose
         finally:
@@ -74,8 +70,28 @@ class UnixHTTPServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    @abc.abstractmethod
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer one connection."""
 
-async def _read_request(reader: asyncio.StreamReader) -> httpx.Request | None:
+
+class UnixHTTPServer(BackgroundServer):
+    def __init__(self, path: Path, handler: Handler):
+        super().__init__(path)
+        self.handler = handler
+        self.requests = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await read_request(reader)
+        if request is None:
+            return
+        self.requests += 1
+        answer = self.handler(request)
+        response = await answer if inspect.isawaitable(answer) else answer
+        await _write_response(response, writer)
+
+
+async def read_request(reader: asyncio.StreamReader) -> httpx.Request | None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:

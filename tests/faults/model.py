@@ -62,12 +62,12 @@ def obedient(body: dict[str, Any]) -> Planned:
 def _answered(body: dict[str, Any], calls: list[tuple[str, str]]) -> bool:
     """A directive already obeyed: the model does it once, not in a loop (a tool result that
     repeats the directive it came from would otherwise run forever)."""
-    names = {name for name, _ in calls}
+    wanted = set(calls)
     for message in reversed(body["messages"][:-1]):
         if message.get("role") == "user":
             return False
         for call in message.get("tool_calls") or ():
-            if call["function"]["name"] in names:
+            if (call["function"]["name"], call["function"]["arguments"]) in wanted:
                 return True
     return False
 

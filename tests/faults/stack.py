@@ -56,7 +56,14 @@ def registry_file(path: Path) -> Path:
     return path
 
 
-def render_config(root: Path, model_socket: Path, grants: Path, extra: str = "") -> str:
+INFERENCE = {"model": "fake", "retries": 2, "retry_backoff": 0.05, "liveness_timeout": 5,
+             "first_byte_timeout": 10, "waiting_notice": 1}
+
+
+def render_config(root: Path, model_socket: Path, grants: Path, extra: str = "",
+                  inference: dict[str, object] | None = None) -> str:
+    settings = {**INFERENCE, **(inference or {})}
+    inference_lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in settings.items())
     return f"""[paths]
 home = {q(root / "home")}
 run = {q(root / "run")}
@@ -66,12 +73,7 @@ upstream = {q("unix:" + str(model_socket))}
 mode = 384
 
 [inference]
-model = "fake"
-retries = 2
-retry_backoff = 0.05
-liveness_timeout = 5
-first_byte_timeout = 10
-waiting_notice = 1
+{inference_lines}
 
 [inference.serving]
 slot_count = 2
@@ -91,7 +93,8 @@ approval_timeout = 5
 
 class FaultStack:
     def __init__(self, root: Path, model_socket: Path, *, roles: tuple[str, ...] = ROLES,
-                 extra_config: str = "", env: dict[str, str] | None = None):
+                 extra_config: str = "", env: dict[str, str] | None = None,
+                 inference: dict[str, object] | None = None):
         self.root = root
         self.roles = roles
         self.grants = root / "grants"
@@ -100,7 +103,8 @@ class FaultStack:
         for directory in (root / "home", root / "run", self.grants, self.logs):
             directory.mkdir(parents=True, exist_ok=True)
         registry_file(root / "registry.json")
-        self.config.write_text(render_config(root, model_socket, self.grants, extra_config))
+        self.config.write_text(
+            render_config(root, model_socket, self.grants, extra_config, inference))
         self.env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET",)}
         self.env.update(env or {})
         self.running: dict[str, Started] = {}

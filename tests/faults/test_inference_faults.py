@@ -1,0 +1,96 @@
+"""Inference faults: a fault proxy between inferproxy and the real llama-server (router mode,
+the tiny qwen) cuts streams, stalls before and after the first byte, answers 503 and 500, sends
+garbage, and the model is unloaded between turns.
+
+For every fault: no daemon dies; the turn ends in ``turn_done`` (a retry cured it) or in an
+``error`` frame whose message says what happened; the session takes a next turn; and retries
+are bounded by ``[inference] retries`` per completion (counted from the ``retrying`` events).
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.llama import start_router, unload_model
+
+from .faultproxy import (
+    CUT,
+    GARBAGE,
+    GARBAGE_SSE,
+    PASS,
+    STALL_AFTER,
+    STALL_BEFORE,
+    FaultProxy,
+    status,
+)
+from .stack import FaultStack
+
+pytestmark = pytest.mark.real_server
+
+RETRIES = 2
+# A cold prompt on this 2-core CPU is silent between progress events for well over 20 s, so the
+# timeouts are generous; the stall cases wait them out once each.
+INFERENCE = {"model": "qwen-tools", "retries": RETRIES, "retry_backoff": 0.2,
+             "liveness_timeout": 120, "first_byte_timeout": 60, "waiting_notice": 2,
+             "max_tokens": 24}
+
+# fault -> what must end the turn: "done" (a retry cures it) or words of the error message
+CASES = [
+    ([CUT], "done"),
+    ([status(503)], "done"),
+    ([CUT] * (RETRIES + 1), "peer closed connection"),
+    ([status(503)] * (RETRIES + 1), "503"),
+    ([status(500)], "HTTP 500"),
+    ([GARBAGE_SSE], "stream"),
+    ([GARBAGE], "inferproxy"),
+    ([STALL_AFTER], "liveness_timeout"),
+    ([STALL_BEFORE], "first_byte_timeout"),
+]
+
+
+def events_of(frames, kind):
+    return [f.body["event"] for f in frames if f.kind == "turn_event"
+            and f.body["event"]["type"] == kind]
+
+
+def test_every_fault_ends_the_turn_clearly_and_the_session_goes_on(short_dir):
+    with start_router() as server:
+        proxy = FaultProxy(short_dir / "faults.sock", server.socket)
+        with proxy, FaultStack(short_dir, proxy.path, roles=("inferproxy", "loopd"),
+                               inference=INFERENCE) as stack:
+            first = stack.turn("f", "Say hello in one word.", resume=False)[-1]
+            assert first.kind == "turn_done", first
+            retries_seen, wrong = [], []
+            for number, (faults, expected) in enumerate(CASES):
+                proxy.faults = list(faults)
+                frames = stack.turn("f", f"Say the number {number}.", resume=True, timeout=400)
+                end = frames[-1]
+                retried = len(events_of(frames, "retrying"))
+                retries_seen.append(retried)
+                assert retried <= RETRIES, (faults, frames)
+                if expected == "done":
+                    ok = end.kind == "turn_done" and end.body["content"] and retried == len(faults)
+                else:
+                    ok = end.kind == "error" and expected in end.body["message"]
+                if not ok:
+                    wrong.append((faults, retried, end))
+                assert proxy.faults == [] or faults[0] in (STALL_BEFORE, STALL_AFTER)
+                for role in ("inferproxy", "loopd"):
+                    assert stack.running[role].pid and _alive(stack, role), stack.log(role)
+                proxy.faults = [PASS]
+                after = stack.turn("f", "Say yes.", resume=True)[-1]
+                assert after.kind == "turn_done", (faults, after, stack.log("loopd"))
+
+            assert wrong == []
+            unload_model(server, "qwen-tools")
+            frames = stack.turn("f", "Say hello again.", resume=True)
+            assert frames[-1].kind == "turn_done", frames[-1]
+            lost = events_of(frames, "cache_loss")
+            print(f"inference faults: {len(CASES)} cases, {proxy.tally.chats} chat requests, "
+                  f"injected {proxy.tally.injected}, retries per case {retries_seen}, "
+                  f"cache_loss after unload: {lost}")
+
+
+def _alive(stack, role) -> bool:
+    from bxctl.stack.processes import alive
+
+    return alive(stack.running[role].pid)
