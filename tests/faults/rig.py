@@ -14,18 +14,25 @@ from .model import ScriptedModel
 from .stack import ROLES, FaultStack
 
 
-def read_grant(granted: Path) -> str:
-    return f"""tools = ["fs.read", "fs.list"]
-mode = "auto"
+def grant(tools: list[str], mode: str, result_class: str, *, argument: tuple[str, str, str],
+          sandbox: str) -> str:
+    """A grant file: ``argument`` is (name, "paths" or "hosts", pattern)."""
+    name, kind, pattern = argument
+    return f"""tools = {json.dumps(tools)}
+mode = "{mode}"
 classes = ["public", "private"]
-result_class = "private"
-
-[arguments.path]
-paths = ["{granted}/**"]
-
+result_class = "{result_class}"
+[arguments.{name}]
+{kind} = ["{pattern}"]
 [sandbox]
-mounts = [{{ path = "{granted}" }}]
+{sandbox}
 """
+
+
+def read_grant(granted: Path) -> str:
+    return grant(["fs.read", "fs.list"], "auto", "private",
+                 argument=("path", "paths", f"{granted}/**"),
+                 sandbox=f'mounts = [{{ path = "{granted}" }}]')
 
 
 def directive(*calls: tuple[str, dict]) -> str:

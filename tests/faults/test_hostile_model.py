@@ -20,7 +20,7 @@ from bxcore.framestream import SyncFrameSocket
 from bxcore.protocol import loop as wire
 from inference.fake_server import completion
 
-from .rig import directive, scripted_rig, via_call_tool
+from .rig import directive, grant, scripted_rig, via_call_tool
 
 pytestmark = pytest.mark.sandbox
 CANARY = "CANARY-outside-7f3a"
@@ -56,27 +56,13 @@ def web_page(text: str):
 
 
 def fetch_grant(port: int) -> str:
-    return f"""tools = ["http.fetch"]
-mode = "auto"
-classes = ["public", "private"]
-result_class = "public"
-[arguments.url]
-hosts = ["127.0.0.1"]
-[sandbox]
-hosts = ["127.0.0.1:{port}"]
-"""
+    return grant(["http.fetch"], "auto", "public", argument=("url", "hosts", "127.0.0.1"),
+                 sandbox=f'hosts = ["127.0.0.1:{port}"]')
 
 
 def write_grant(inbox: Path) -> str:
-    return f"""tools = ["fs.write"]
-mode = "ask"
-classes = ["public", "private"]
-result_class = "private"
-[arguments.path]
-paths = ["{inbox}/**"]
-[sandbox]
-mounts = [{{ path = "{inbox}", write = true }}]
-"""
+    return grant(["fs.write"], "ask", "private", argument=("path", "paths", f"{inbox}/**"),
+                 sandbox=f'mounts = [{{ path = "{inbox}", write = true }}]')
 
 
 def tool_results(home: Path, session: str) -> list[dict]:
