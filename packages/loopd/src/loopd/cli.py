@@ -34,6 +34,7 @@ def serve(config_path: Path, tools: str | None) -> None:
     Example: loopd serve --config /etc/boxmaker/config.toml
     """
     logging.basicConfig(level=logging.INFO, format="loopd: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
     try:
         config = load_config(config_path)
         status = asyncio.run(run_serve(config, config_path, tools=tools))
