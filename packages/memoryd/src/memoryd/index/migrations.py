@@ -62,11 +62,15 @@ def connect(path: Path, migrations: Sequence[Migration], *, wal: bool) -> sqlite
     after the path, not the file) would not survive, so it uses a rollback journal (wal=False).
     """
     try:
+        # The index holds session text: owner-only, like every state file. SQLite gives its
+        # journal files the database file's mode, so setting it here covers them too.
+        path.touch(mode=0o600, exist_ok=True)
+        path.chmod(0o600)
         # Autocommit mode: every transaction is explicit (``transaction``), DDL included.
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")
         conn.execute("PRAGMA synchronous=NORMAL")
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
         raise IndexCorrupt(f"{path}: cannot open: {exc}") from exc
     migrate(conn, migrations, path)
     return conn
