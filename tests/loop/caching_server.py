@@ -1,6 +1,6 @@
 """A fake llama-server with a prompt cache, as an httpx transport, for the extension property.
 
-It renders a request's prompt as the canonical JSON of its tools, then of each message, and
+It renders a request's prompt as the JSON of its tools, then of each message, as sent, and
 counts one token per character. Each slot holds the last prompt plus what was generated (the
 assistant message the next request should replay); ``cache_n`` is the length of the common
 prefix of a new prompt with what the slot holds, exactly as a prefix cache reuses tokens. So if
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from bxcore.canonical import canonical_text
 from inference.fake_server import delta_chunk, progress_chunk, sse, usage_chunk
 
 
@@ -32,8 +31,11 @@ class Planned:
 
 
 def render(body: dict[str, Any]) -> str:
-    return canonical_text(body.get("tools", [])) + "".join(
-        canonical_text(message) for message in body["messages"]
+    """The prompt as the server would see it: the JSON exactly as sent, keys in the order the
+    request has them (a chat template renders a tool's parameters in their given order, so a
+    reordered key is a changed prompt)."""
+    return json.dumps(body.get("tools", []), ensure_ascii=False) + "".join(
+        json.dumps(message, ensure_ascii=False) for message in body["messages"]
     )
 
 
@@ -68,7 +70,7 @@ class CachingServer:
             assistant["reasoning_content"] = planned.reasoning
         if calls:
             assistant["tool_calls"] = calls
-        generated = canonical_text(assistant)
+        generated = json.dumps(assistant, ensure_ascii=False)
         self.slots[slot] = prompt + generated
         return httpx.Response(
             200, headers={"content-type": "text/event-stream"},

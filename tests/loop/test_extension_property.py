@@ -93,6 +93,10 @@ def test_every_request_extends_the_one_before(tmp_path_factory, plans):
         assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
         assert later["tools"] == earlier["tools"]
         assert later["messages"][0] == earlier["messages"][0]
+        # Key order too: the server renders JSON as sent, so a reordered key is another prompt.
+        assert json.dumps(later["tools"]) == json.dumps(earlier["tools"])
+        prefix = later["messages"][: len(earlier["messages"])]
+        assert json.dumps(prefix) == json.dumps(earlier["messages"])
     records = SessionStore(home).open("prop").records
     assert "cache_loss" not in [r.type for r in records]
     assert all(len(r.content.encode()) <= CAP for r in records if isinstance(r, ToolResult))

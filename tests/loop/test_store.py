@@ -166,3 +166,11 @@ def test_a_session_notices_a_log_changed_under_it(tmp_path):
     with session.log_path.open("ab") as log:
         log.write(encode_record(User(time=FIXED_TIME, content="written elsewhere")))
     assert not session.is_current()
+
+
+def test_a_new_session_uses_its_baseline_as_a_resumed_one_will(tmp_path):
+    """Key order included: the request after a restart must render exactly as before it."""
+    session = new_session(tmp_path)
+    reopened = SessionStore(tmp_path).open("s1")
+    dumped = [json.dumps(t.model_dump(mode="json")) for t in session.baseline.tools]
+    assert dumped == [json.dumps(t.model_dump(mode="json")) for t in reopened.baseline.tools]

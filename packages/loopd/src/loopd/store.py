@@ -147,8 +147,11 @@ class SessionStore:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         fsync_dir(self.root)
+        # The session uses the baseline as read back from its file, as a resumed one will:
+        # canonical JSON sorts keys, and a tool's parameters in another key order render as
+        # another prompt, so the first request after a restart would miss the cache.
         return Session(
-            session_id=session_id, epoch=0, directory=final, baseline=baseline,
+            session_id=session_id, epoch=0, directory=final, baseline=Baseline.from_json(data),
             records=[start], size=len(line),
         )
 
