@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import os
 import platform
-import re
 import socket
 import sys
 import tempfile
@@ -28,14 +27,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
+import report  # noqa: E402
 from bxcore.chat import SystemMessage, UserMessage  # noqa: E402
 from bxcore.config import InferenceSection  # noqa: E402
 from loopd.inference import ChatRequest, InferenceClient  # noqa: E402
 from support.llama import SMOL, proxied, start_single  # noqa: E402
 
-DOC = ROOT / "docs" / "performance.md"
-SECTION = re.compile(r"<!-- bench:inference -->.*?<!-- /bench:inference -->", re.DOTALL)
 PROMPTS = ["Name a color.", "Name an animal.", "Name a fruit.", "Say hello.", "Count to three."]
 TRANSFER = 256 * 1024 * 1024
 
@@ -176,12 +175,8 @@ on the shared cores, so their difference is noise; the first event shows the pro
 
 
 def write_section(text: str) -> None:
-    current = DOC.read_text() if DOC.exists() else "# Performance\n"
-    if SECTION.search(current):
-        updated = SECTION.sub(lambda _: text, current)
-    else:
-        updated = current.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.write_text(updated)
+    body = text.removeprefix("<!-- bench:inference -->").removesuffix("<!-- /bench:inference -->")
+    report.write_section("inference", body)
 
 
 def main() -> None:
