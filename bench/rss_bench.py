@@ -14,7 +14,7 @@ through ``call_tool``: so every session has a request through inferproxy, a tool
 and audited by brokerd and run in a fresh sandbox, and appends to its log. VmRSS is sampled
 every 0.1 s while the turns run; the table shows the peak sample, the kernel's high-water mark
 (VmHWM) and what stays resident afterwards. Writes its section of docs/performance.md
-(bench:memory_rss).
+(bench:rss).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def main() -> None:
     args = parser.parse_args()
     figures, facts = run(args.sessions)
     text = render(figures, facts, args.sessions)
-    print(text if args.no_write else write_section("memory_rss", text))
+    print(text if args.no_write else write_section("rss", text))
 
 
 if __name__ == "__main__":
