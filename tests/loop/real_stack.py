@@ -109,16 +109,31 @@ def loopd_config(directory: Path, infer_sock: Path) -> Path:
 
 
 @contextlib.contextmanager
-def isolated_loopd(config: Path, loop_sock: Path, log: Path) -> Iterator[int]:
-    """``loopd serve`` in a new network namespace; yields its pid once loop.sock is bound."""
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            ["unshare", "-n", "--", str(BIN / "loopd"), "serve", "--config", str(config)],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+def isolated_loopd(config: Path, loop_sock: Path, log: Path, attempts: int = 3) -> Iterator[int]:
+    """``loopd serve`` in a new network namespace; yields its pid once loop.sock is bound.
+
+    A loopd whose self-test fails is started again, as systemd's Restart=on-failure would:
+    under load the self-test's GET /props through inferproxy sometimes meets "Server
+    disconnected" (a keep-alive race outside loopd's turn loop); the log keeps every attempt."""
+    for attempt in range(attempts):
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                ["unshare", "-n", "--", str(BIN / "loopd"), "serve", "--config", str(config)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        try:
+            _wait(lambda p=process: loop_sock.is_socket() or p.poll() is not None, process,
+                  "loopd", log)
+            if process.poll() is None:
+                break
+        except BaseException:
+            _stop(process)
+            raise
+        if attempt + 1 == attempts:
+            raise RuntimeError(f"loopd did not start in {attempts} attempts:\n"
+                               f"{log.read_text(errors='replace')[-3000:]}")
     try:
-        _wait(loop_sock.is_socket, process, "loopd", log)
         yield process.pid  # unshare execs loopd: the same process
     finally:
         _stop(process)
