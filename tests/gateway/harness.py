@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
+import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,24 @@ async def running(
                 await task
             await scripted.stop()
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+SCENARIO_LIMIT = 240.0  # a hung scenario fails with every task's stack instead of hanging CI
+
+
+def run(scenario: Coroutine[Any, Any, Any], limit: float = SCENARIO_LIMIT) -> Any:
+    """``asyncio.run`` with a bound: on a hang, print where every task waits, then fail."""
+
+    async def guarded() -> Any:
+        task = asyncio.ensure_future(scenario)
+        done, _ = await asyncio.wait({task}, timeout=limit)
+        if not done:
+            for other in asyncio.all_tasks():
+                if other is not asyncio.current_task():
+                    print(f"task {other.get_name()}: {other.get_coro()}", file=sys.stderr)
+                    other.print_stack(limit=12, file=sys.stderr)
+            task.cancel()
+            raise AssertionError(f"the scenario hung for {limit} s; task stacks on stderr")
+        return task.result()
+
+    return asyncio.run(guarded())

@@ -10,7 +10,7 @@ import secrets
 
 from bxcore.protocol.approval import APPROVAL_ANSWER, ERROR, ApprovalAnswer, ApprovalRequest
 
-from .harness import running, until
+from .harness import run, running, until
 from .scripted import ask_approval
 
 
@@ -48,7 +48,7 @@ def test_an_approval_round_trip_in_the_sessions_thread(fake):
             await until(lambda: any("already answered" in m for m in bot_says(h, root)))
             assert [t.content for t in h.loop.turns] == ["clean the build dir"]
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_wrong_thread_unknown_id_and_strangers_are_refused_with_a_reply(fake):
@@ -77,7 +77,7 @@ def test_wrong_thread_unknown_id_and_strangers_are_refused_with_a_reply(fake):
             answer = (await asyncio.wait_for(asked, 15)).parse(ApprovalAnswer)
             assert (answer.verdict, answer.by) == ("deny", h.owner)
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_an_approval_brokerd_gives_up_on_expires_and_is_then_refused(fake):
@@ -94,7 +94,7 @@ def test_an_approval_brokerd_gives_up_on_expires_and_is_then_refused(fake):
             await until(lambda: any("already answered or has expired" in m
                                     for m in bot_says(h, root)))
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_session_without_a_thread_is_refused_on_gateway_sock(fake):
@@ -104,4 +104,4 @@ def test_a_session_without_a_thread_is_refused_on_gateway_sock(fake):
                                        request_for("20261130-074512-3f9a1c2b"))
             assert frame.kind == ERROR and frame.body["code"] == "bad_request"
 
-    asyncio.run(scenario())
+    run(scenario())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .harness import running, until
+from .harness import run, running, until
 
 
 def answers(h, root):
@@ -29,7 +29,7 @@ def test_a_dm_starts_a_session_and_its_answer_replaces_the_placeholder(fake):
             assert (h.loop.turns[1].session, h.loop.turns[1].resume) == (f"mm-{root}", True)
             assert reply in {p["id"] for p in h.thread(root)}
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_progress_and_tool_calls_are_shown_while_the_turn_runs(fake):
@@ -50,7 +50,7 @@ def test_progress_and_tool_calls_are_shown_while_the_turn_runs(fake):
             await until(lambda: answers(h, root) == ["echo: slow one"])
             assert "echo:" in shown()
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_dm_sent_while_loopd_is_down_is_answered_once_when_it_comes_back(fake):
@@ -65,7 +65,7 @@ def test_a_dm_sent_while_loopd_is_down_is_answered_once_when_it_comes_back(fake)
             assert len(h.loop.turns) == 1
             assert h.gateway.queue.pending_count() == 0
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_dm_for_a_busy_session_waits_and_is_delivered_once(fake):
@@ -76,7 +76,7 @@ def test_a_dm_for_a_busy_session_waits_and_is_delivered_once(fake):
             await until(lambda: answers(h, root) == ["echo: hello"])
             assert [t.content for t in h.loop.turns] == ["hello"]
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_long_answer_is_split_into_several_replies(fake):
@@ -91,7 +91,7 @@ def test_a_long_answer_is_split_into_several_replies(fake):
             assert all(len(part) <= 16383 for part in parts)
             assert "".join(parts) == long_answer
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_strangers_and_other_channels_get_nothing_and_the_refusal_is_logged_without_text(
@@ -111,7 +111,7 @@ def test_strangers_and_other_channels_get_nothing_and_the_refusal_is_logged_with
             assert [t.content for t in h.loop.turns] == ["only this one"]
             assert {p["channel_id"] for p in h.bot_posts()} == {h.dm}
 
-    asyncio.run(scenario())
+    run(scenario())
     assert "user is not allowlisted" in caplog.text
     assert "channel is not allowlisted" in caplog.text
     assert "secret plans" not in caplog.text and "open channel" not in caplog.text
@@ -125,7 +125,7 @@ def test_an_allowlisted_channel_is_served(fake):
             root = fake.user_posts(h.owner, bot_placeholder["id"], "status?")
             await until(lambda: answers(h, root) == ["echo: status?"])
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_neither_the_token_nor_a_dms_text_is_logged_even_at_debug(fake, caplog):
@@ -138,6 +138,6 @@ def test_neither_the_token_nor_a_dms_text_is_logged_even_at_debug(fake, caplog):
             root = fake.user_posts(h.owner, h.dm, "my very private words")
             await until(lambda: answers(h, root) == ["echo: my very private words"])
 
-    asyncio.run(scenario())
+    run(scenario())
     assert tokens and tokens[0] not in caplog.text
     assert "my very private words" not in caplog.text

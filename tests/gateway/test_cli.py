@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .harness import until
+from .harness import run, until
 from .mmfake import serve
 from .scripted import ScriptedLoop
 
@@ -95,7 +95,7 @@ def test_serve_notifies_ready_answers_a_dm_and_stops_cleanly_on_sigterm(fake):
                 shutil.rmtree(directory, ignore_errors=True)
             assert token not in log and "through the real daemon" not in log
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_bad_allowlist_is_an_error_naming_the_file_and_line(tmp_path):

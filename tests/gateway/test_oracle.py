@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import until
+from .harness import run, until
 from .mmfake import serve
 
 CLIENT_VERSION = "11.9.0"
@@ -84,7 +84,7 @@ def test_the_official_client_connects_resumes_and_resyncs_against_the_fake(fake,
                 await node.wait()
                 reader.cancel()
 
-    asyncio.run(scenario())
+    run(scenario())
     seen = [(x["event"], x["seq"], x.get("message")) for x in lines if x["type"] == "event"]
     assert seen[:4] == [("hello", 0, None), ("posted", 1, "m0"), ("posted", 2, "m1"),
                         ("posted", 3, "m2")]

@@ -23,7 +23,7 @@ import pytest
 from gatewayd.render import NO_ANSWER
 from support.llama import QWEN, proxied, start_single
 
-from .harness import running, until
+from .harness import run, running, until
 from .scripted import ask_approval
 from .test_approvals import bot_says, request_for
 
@@ -162,4 +162,4 @@ def test_dms_through_the_real_loopd_and_llama_server(fake, inference):
                 assert [r["content"] for r in loopd.records(f"mm-{later}")
                         if r["type"] == "user"] == ["Are you back?"]
 
-        asyncio.run(scenario())
+        run(scenario())

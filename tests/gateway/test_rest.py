@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
@@ -10,6 +9,7 @@ from bxcore.secrets import Secret
 from gatewayd.errors import MattermostRefused, MattermostUnavailable
 from gatewayd.rest import MattermostClient, retry_delay
 
+from .harness import run
 from .mmfake import serve
 
 
@@ -42,7 +42,7 @@ def test_the_calls_gatewayd_makes(fake):
             assert {p.id for p in since.in_order()} == {root, reply.id}
             await mm.aclose()
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_bad_token_is_refused_and_never_appears_in_logs_or_errors(fake, caplog):
@@ -57,7 +57,7 @@ def test_a_bad_token_is_refused_and_never_appears_in_logs_or_errors(fake, caplog
             await mm.aclose()
             return caught.value
 
-    error = asyncio.run(scenario())
+    error = run(scenario())
     assert error.status == 401 and error.error_id == "api.context.session_expired.app_error"
     assert "s3cr3t" not in str(error) and "s3cr3t" not in caplog.text
 
@@ -77,7 +77,7 @@ def test_a_thread_reply_to_a_reply_is_refused_with_the_servers_error_id(fake):
             await mm.aclose()
             return caught.value
 
-    assert asyncio.run(scenario()).error_id == "api.post.create_post.root_id.app_error"
+    assert run(scenario()).error_id == "api.post.create_post.root_id.app_error"
 
 
 def test_429_waits_retry_after_and_5xx_is_retried(fake):
@@ -95,7 +95,7 @@ def test_429_waits_retry_after_and_5xx_is_retried(fake):
             assert (await mm.me()).id == bot
             await mm.aclose()
 
-    asyncio.run(scenario())
+    run(scenario())
     assert [s for m, p, s in fake.requests] == [429, 503, 503, 200]
     assert waits[0] == 1.0  # Retry-After from the text/plain 429 of http_429.txt
     assert len(waits) == 3
@@ -112,7 +112,7 @@ def test_retries_are_bounded(fake):
                 await mm.me()
             await mm.aclose()
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_post_whose_reply_is_slow_is_retried_without_a_duplicate(fake):
@@ -129,7 +129,7 @@ def test_a_post_whose_reply_is_slow_is_retried_without_a_duplicate(fake):
             await mm.aclose()
             return post
 
-    post = asyncio.run(scenario())
+    post = run(scenario())
     assert [p["id"] for p in fake.posts_by(bot)] == [post.id]
 
 
@@ -146,7 +146,7 @@ def test_a_retry_while_the_first_is_still_saving_gets_the_same_post(fake):
             await mm.aclose()
             return post
 
-    post = asyncio.run(scenario())
+    post = run(scenario())
     assert [p["id"] for p in fake.posts_by(bot)] == [post.id]
     assert ("POST", "/api/v4/posts", 500) in fake.requests
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from .harness import running, until
+from .harness import run, running, until
 
 
 def answered(h) -> list[str]:
@@ -25,7 +25,7 @@ def test_a_dropped_socket_resumes_and_the_missed_event_is_replayed(fake):
             assert h.gateway.socket.connections == 2
             assert h.gateway.socket.tracker.connection_id == connection_id  # resumed, no hello
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_after_a_server_restart_the_lost_dm_is_caught_up_over_rest(fake):
@@ -41,7 +41,7 @@ def test_after_a_server_restart_the_lost_dm_is_caught_up_over_rest(fake):
             assert any(path.endswith("/posts") and method == "GET"
                        for method, path, _ in fake.requests)
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_seq_gap_makes_it_reconnect_and_resume(fake):
@@ -52,7 +52,7 @@ def test_a_seq_gap_makes_it_reconnect_and_resume(fake):
             await until(lambda: answered(h) == ["after a gap"])
             await until(lambda: h.gateway.socket.connections >= 2)
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_duplicated_and_reordered_events_deliver_each_dm_once(fake):
@@ -67,7 +67,7 @@ def test_duplicated_and_reordered_events_deliver_each_dm_once(fake):
             await asyncio.sleep(0.3)
             assert answered(h) == ["dup", "first", "second"]
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_malformed_events_are_skipped_and_the_daemon_carries_on(fake, caplog):
@@ -82,7 +82,7 @@ def test_malformed_events_are_skipped_and_the_daemon_carries_on(fake, caplog):
             fake.user_posts(h.owner, h.dm, "still here")
             await until(lambda: answered(h) == ["ok", "still here"])
 
-    asyncio.run(scenario())
+    run(scenario())
     assert "data.post is not JSON" in caplog.text
     assert "no id, no user" not in caplog.text
 
@@ -96,7 +96,7 @@ def test_an_unanswered_ping_closes_the_socket_and_it_reconnects(fake):
             fake.user_posts(h.owner, h.dm, "after the ping timeout")
             await until(lambda: answered(h) == ["after the ping timeout"])
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_the_bots_own_posts_and_edits_are_ignored(fake):
@@ -110,4 +110,4 @@ def test_the_bots_own_posts_and_edits_are_ignored(fake):
                        for c in fake.hub.connections.values() for _, t in c.dead)
             assert answered(h) == ["hi"]
 
-    asyncio.run(scenario())
+    run(scenario())

@@ -49,9 +49,6 @@ class ApprovalBook:
         self._pending[request.id] = pending
         return pending
 
-    def is_pending(self, approval_id: str) -> bool:
-        return approval_id in self._pending
-
     def close(self, approval_id: str) -> None:
         """The approval is over (answered, expired, or brokerd went away): its id is used."""
         if self._pending.pop(approval_id, None) is not None:

@@ -185,8 +185,11 @@ class Gateway:
             self._wake.clear()
             for item in self.queue.heads(time.time(), busy=set(self._running)):
                 self._running[item.session] = asyncio.create_task(self._deliver(item))
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # meets the event being set, and the dispatcher would outlive SIGTERM.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.settings.redeliver[0])
+                async with asyncio.timeout(self.settings.redeliver[0]):
+                    await self._wake.wait()
 
     async def _deliver(self, item: Item) -> None:
         try:
