@@ -1,0 +1,130 @@
+"""`bxctl up` / `status` / `chat` / `doctor` / `down`: the newcomer's whole harness, for real.
+
+llama-server (router mode, the project's presets), inferproxy, memoryd, brokerd (bubblewrap or
+podman) and loopd (in its own network namespace) start and report READY=1; a turn is answered by
+the tiny model; `down` leaves no process, socket or record behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bxctl.stack.notify import NotifyListener
+from bxctl.stack.processes import Started, alive, stop
+from support.llama import llama_paths, require_llama
+
+REPO = Path(__file__).resolve().parents[2]
+BXCTL = str(Path(sys.executable).parent / "bxctl")
+
+
+def bxctl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([BXCTL, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, check=False)
+
+
+@pytest.mark.real_server
+def test_up_chat_doctor_down_leaves_nothing_behind(tmp_path):
+    require_llama()
+    binary, models = llama_paths()
+    state = tmp_path / "stack"
+    up = bxctl("up", "--no-chat", "--state", str(state), "--llama-server", str(binary),
+               "--models", str(models))
+    try:
+        assert up.returncode == 0, up.stderr
+        for role in ("llama-server", "inferproxy", "memoryd", "brokerd", "loopd"):
+            assert f"up: {role}" in up.stderr
+
+        status = bxctl("status", "--state", str(state))
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert status.stdout.count("running") == 5
+
+        again = bxctl("up", "--no-chat", "--state", str(state), "--llama-server", str(binary),
+                      "--models", str(models))
+        assert again.returncode == 1 and "already running" in again.stderr
+
+        pids = {line.split()[0]: int(line.split()[2]) for line in status.stdout.splitlines()}
+        if "network: loopback only" in up.stderr:
+            assert os.readlink(f"/proc/{pids['loopd']}/ns/net") != os.readlink("/proc/self/ns/net")
+
+        chat = bxctl("chat", "--socket", str(state / "run" / "loop.sock"), "--say",
+                     "Say hello in one short sentence.")
+        assert chat.returncode == 0, chat.stderr
+        assert chat.stdout.strip()
+
+        doctor = bxctl("doctor", "--config", str(state / "config.toml"))
+        assert "ok   socket loop" in doctor.stdout
+        assert "ok   audit chain" in doctor.stdout
+        assert "ok   grant files" in doctor.stdout
+    finally:
+        down = bxctl("down", "--state", str(state))
+    assert down.returncode == 0, down.stderr
+    assert not (state / "stack.json").exists()
+    assert sorted(p.name for p in (state / "run").iterdir() if p.is_socket()) == []
+    for pid in pids.values():
+        assert not alive(pid)
+
+
+def test_down_with_nothing_running_says_so(tmp_path):
+    result = bxctl("down", "--state", str(tmp_path))
+    assert result.returncode == 0 and "nothing is running" in result.stderr
+
+
+def test_status_with_nothing_running_fails_with_what_to_do(tmp_path):
+    result = bxctl("status", "--state", str(tmp_path))
+    assert result.returncode == 1 and "bxctl up" in result.stderr
+
+
+_READY_CHILD = """
+import os, socket, sys, time
+addr = os.environ["NOTIFY_SOCKET"]
+time.sleep(float(sys.argv[1]))
+socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"READY=1\\nSTATUS=up", addr)
+time.sleep(60)
+"""
+
+
+def test_readiness_comes_from_the_daemons_own_notify_message(tmp_path):
+    listener = NotifyListener(tmp_path / "notify.sock")
+    env = {**os.environ, "NOTIFY_SOCKET": str(listener.path)}
+    child = subprocess.Popen([sys.executable, "-c", _READY_CHILD, "0.2"], env=env,
+                             start_new_session=True)
+    try:
+        assert listener.wait_ready({child.pid}, timeout=60) == child.pid
+    finally:
+        listener.close()
+        stop([Started("child", child.pid, [], None)], grace=5)
+    assert not alive(child.pid)
+
+
+def test_a_daemon_that_dies_before_ready_is_not_waited_for(tmp_path):
+    listener = NotifyListener(tmp_path / "notify.sock")
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    asked: list[bool] = []
+
+    def still_alive() -> bool:
+        asked.append(child.poll() is None)
+        return asked[-1]
+
+    try:
+        assert listener.wait_ready({child.pid}, timeout=600, alive=still_alive) is None
+        assert asked and asked[-1] is False  # it gave up because the daemon died
+    finally:
+        listener.close()
+
+
+def test_stop_kills_what_ignores_sigterm_and_removes_its_socket(tmp_path):
+    sock = tmp_path / "x.sock"
+    sock.write_text("")
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import signal,time; signal.signal(signal.SIGTERM, "
+         "signal.SIG_IGN); print('ok', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, start_new_session=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == b"ok"
+    killed = stop([Started("stubborn", child.pid, [], str(sock))], grace=0.5)
+    assert killed == ["stubborn"]
+    assert not alive(child.pid) and not sock.exists()
