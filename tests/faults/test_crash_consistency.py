@@ -25,7 +25,7 @@ from .rig import directive, scripted_rig, via_call_tool
 pytestmark = pytest.mark.sandbox
 
 VICTIMS = ("loopd", "brokerd", "memoryd")
-TRIALS = by_profile(6, 210)
+TRIALS = int(os.environ.get("CRASH_TRIALS", by_profile(6, 210)))
 SEED = int(os.environ.get("CRASH_SEED", "1108"))
 
 
