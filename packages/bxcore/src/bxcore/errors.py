@@ -6,7 +6,8 @@
     ├── StreamClosed        the peer closed the stream cleanly between frames
     ├── IncompleteFrame     the peer closed the stream in the middle of a frame
     ├── ConfigError         a config file is unreadable or invalid; names the file and key
-    └── SecretError         a secret is missing or unsafe; never contains the secret's value
+    ├── SecretError         a secret is missing or unsafe; never contains the secret's value
+    └── DaemonError         a daemon cannot serve its socket (bxcore.daemon); names the path
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class ConfigError(BoxmakerError):
 
 class SecretError(BoxmakerError):
     pass
+
+
+class DaemonError(BoxmakerError):
+    """A role cannot bind or serve its socket: the path is unsafe, taken, or not bindable."""
 
 
 class ErrorCode(StrEnum):

@@ -1,0 +1,310 @@
+"""The shell every role's daemon shares: its Unix server socket, systemd notifications, and one
+way to stop on SIGTERM or SIGINT.
+
+    async def main(config: Config) -> None:
+        notifier = Notifier()
+        async with listening(path, handle, mode=0o660, group="boxmaker"):
+            notifier.ready(f"serving {path}")           # only after the socket is bound
+            await wait_forever()                        # or the role's own loops
+
+    stopped_by = asyncio.run(run_until_signalled(main(config), on_stop=notifier.stopping))
+
+The socket (``bind_unix_socket``):
+
+- is born with its final mode: the umask is narrowed around ``bind()``, and the group is set
+  and the mode checked before ``listen()``, so until then a client's ``connect()`` is refused
+  and there is no moment when wider permissions accept anyone;
+- replaces a stale file from a crash (nobody listening), but refuses a live socket (another
+  daemon serves it) and any file that is not a socket;
+- refuses a directory every user may write without the sticky bit: anyone could remove the
+  socket and put their own in its place, where clients would then send their requests;
+- is removed at exit only if the file is still the one this process bound.
+
+The umask is process-wide: bind before starting threads that create files.
+
+Stopping (``run_until_signalled``): the first SIGTERM or SIGINT cancels the role's main
+coroutine, whose ``finally`` blocks and ``async with`` exits then run (close the listener, remove
+the socket, flush state); a second signal while that runs is only logged. Signals do nothing
+else: no handler touches state, one supervising coroutine does the cancelling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import grp
+import logging
+import os
+import signal
+import socket
+import stat
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+import sdnotify  # type: ignore[import-untyped]
+
+from .errors import DaemonError
+
+log = logging.getLogger("bxcore.daemon")
+
+DEFAULT_MODE = 0o600  # the owner only: a single-user local stack
+BACKLOG = 128
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
+
+
+# --- the socket -------------------------------------------------------------------------------
+
+
+def resolve_group(group: str | int) -> int:
+    """A group name, or a gid given as an int or a decimal string, as a gid."""
+    if isinstance(group, int):
+        return group
+    if group.isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise DaemonError(f"no such group {group!r}") from None
+
+
+def check_socket_directory(directory: Path) -> None:
+    """Refuse a directory where another user could replace the socket."""
+    try:
+        info = directory.stat()
+    except OSError as exc:
+        raise DaemonError(
+            f"{directory}: cannot use as the socket's directory: {exc.strerror or exc}"
+        ) from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise DaemonError(f"{directory}: not a directory")
+    if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+        raise DaemonError(
+            f"{directory}: every user may write it and it has no sticky bit, so anyone could "
+            "replace the socket; use a directory only this role can write (e.g. "
+            "RuntimeDirectory=)"
+        )
+
+
+def remove_stale_socket(path: Path) -> None:
+    """Remove a socket file nobody listens on; refuse one that is live or not a socket."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise DaemonError(f"{path}: exists and is not a socket; refusing to replace it")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            path.unlink(missing_ok=True)  # a crash left it behind
+            return
+        except OSError as exc:
+            raise DaemonError(
+                f"{path}: cannot tell whether it is stale: {exc.strerror or exc}"
+            ) from None
+    raise DaemonError(f"{path}: another process is serving on it")
+
+
+def bind_unix_socket(
+    path: Path, *, mode: int = DEFAULT_MODE, group: str | int | None = None, backlog: int = BACKLOG
+) -> socket.socket:
+    """A listening ``AF_UNIX`` stream socket at ``path`` with ``mode`` and, if given, ``group``.
+
+    Raises DaemonError naming the path for every refusal and failure.
+    """
+    if not 0 <= mode <= 0o777:
+        raise DaemonError(f"{path}: mode {mode:o} is not a permission mode")
+    gid = None if group is None else resolve_group(group)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    check_socket_directory(path.parent)
+    remove_stale_socket(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        previous = os.umask(0o777 & ~mode)
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(previous)
+    except OSError as exc:
+        sock.close()
+        raise DaemonError(f"{path}: cannot bind: {exc.strerror or exc}") from None
+    try:
+        _finish_before_listen(path, mode, gid, group)
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        path.unlink(missing_ok=True)
+        raise
+    return sock
+
+
+def _finish_before_listen(path: Path, mode: int, gid: int | None, group: object) -> None:
+    """Group and mode, while connect() is still refused."""
+    if gid is not None:
+        try:
+            os.chown(path, -1, gid)
+        except OSError as exc:
+            raise DaemonError(
+                f"{path}: cannot give it to group {group!r} (is this process in "
+                f"that group?): {exc.strerror or exc}"
+            ) from None
+    if stat.S_IMODE(path.lstat().st_mode) != mode:
+        # A default ACL on the directory overrides the umask; put it right before listen().
+        os.chmod(path, mode)
+
+
+@contextlib.asynccontextmanager
+async def listening(
+    path: Path,
+    handler: Handler,
+    *,
+    mode: int = DEFAULT_MODE,
+    group: str | int | None = None,
+    limit: int = 2**16,
+) -> AsyncIterator[asyncio.Server]:
+    """Serve ``handler`` on a socket bound by ``bind_unix_socket``; on exit stop accepting and
+    remove the socket file. Connections already open are left to their handlers."""
+    sock = bind_unix_socket(path, mode=mode, group=group)
+    identity = path.lstat()
+    try:
+        server = await asyncio.start_unix_server(handler, sock=sock, limit=limit)
+    except BaseException:
+        sock.close()
+        _unlink_if_same(path, identity)
+        raise
+    try:
+        yield server
+    finally:
+        server.close()
+        await server.wait_closed()
+        _unlink_if_same(path, identity)
+
+
+def _unlink_if_same(path: Path, identity: os.stat_result) -> None:
+    """Unlink ``path`` only if it is still the file we bound: a successor (a restart racing this
+    exit) may already have bound its own socket there."""
+    with contextlib.suppress(FileNotFoundError):
+        now = path.lstat()
+        if (now.st_dev, now.st_ino) == (identity.st_dev, identity.st_ino):
+            path.unlink()
+
+
+# --- systemd ----------------------------------------------------------------------------------
+
+
+class Notifier:
+    """sd_notify messages (READY=1, STATUS=, STOPPING=1, WATCHDOG=1); each is a no-op when the
+    process was not started with a NOTIFY_SOCKET."""
+
+    def __init__(self, send: Callable[[str], None] | None = None):
+        self._send = send or sdnotify.SystemdNotifier().notify
+
+    def ready(self, status: str | None = None) -> None:
+        self._send("READY=1" if status is None else f"READY=1\nSTATUS={_one_line(status)}")
+
+    def status(self, text: str) -> None:
+        self._send(f"STATUS={_one_line(text)}")
+
+    def stopping(self, status: str | None = None) -> None:
+        self._send("STOPPING=1" if status is None else f"STOPPING=1\nSTATUS={_one_line(status)}")
+
+    def watchdog(self) -> None:
+        self._send("WATCHDOG=1")
+
+    async def keep_watchdog(self, environ: Mapping[str, str] | None = None) -> None:
+        """Send WATCHDOG=1 at half the interval systemd asks for, until cancelled; returns at
+        once when systemd asks for none (no WATCHDOG_USEC, or one meant for another pid)."""
+        interval = watchdog_interval(os.environ if environ is None else environ)
+        if interval is None:
+            return
+        while True:
+            self.watchdog()
+            await asyncio.sleep(interval / 2)
+
+
+def watchdog_interval(environ: Mapping[str, str]) -> float | None:
+    """Seconds of systemd's watchdog (WATCHDOG_USEC), if it is meant for this process."""
+    usec = environ.get("WATCHDOG_USEC", "")
+    pid = environ.get("WATCHDOG_PID", "")
+    if not usec.isdigit() or int(usec) == 0:
+        return None
+    if pid and pid != str(os.getpid()):
+        return None
+    return int(usec) / 1_000_000
+
+
+def _one_line(text: str) -> str:
+    # A newline would start another assignment in the notification.
+    return " ".join(text.splitlines())
+
+
+# --- stopping ---------------------------------------------------------------------------------
+
+
+async def run_until_signalled(
+    main: Coroutine[Any, Any, object],
+    *,
+    on_stop: Callable[[], None] | None = None,
+    signals: tuple[signal.Signals, ...] = STOP_SIGNALS,
+) -> signal.Signals | None:
+    """Run ``main`` until it returns or the first of ``signals`` arrives; then cancel it and wait
+    for its cleanup. Returns the signal that stopped it, or None when it returned by itself.
+    An exception from ``main`` (or from its cleanup) propagates unchanged."""
+    loop = asyncio.get_running_loop()
+    received: asyncio.Future[signal.Signals] = loop.create_future()
+
+    def on_signal(number: signal.Signals) -> None:
+        if received.done():
+            log.info("%s while stopping: already stopping", number.name)
+        else:
+            received.set_result(number)
+
+    for number in signals:
+        loop.add_signal_handler(number, on_signal, number)
+    work: asyncio.Future[Any] = asyncio.ensure_future(main)
+    either: set[asyncio.Future[Any]] = {work, received}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            work.result()
+            return None
+        number = received.result()
+        log.info("%s: stopping", number.name)
+        if on_stop is not None:
+            on_stop()
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        return number
+    finally:
+        if not work.done():  # we were cancelled ourselves
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+        for number in signals:
+            loop.remove_signal_handler(number)
+
+
+async def wait_forever() -> NoReturn:
+    """The body of a main whose work happens in its listeners: wait to be cancelled."""
+    await asyncio.get_running_loop().create_future()
+    raise AssertionError("unreachable: the future is never resolved")
+
+
+__all__ = [
+    "BACKLOG",
+    "DEFAULT_MODE",
+    "Notifier",
+    "bind_unix_socket",
+    "check_socket_directory",
+    "listening",
+    "remove_stale_socket",
+    "resolve_group",
+    "run_until_signalled",
+    "wait_forever",
+    "watchdog_interval",
+]
