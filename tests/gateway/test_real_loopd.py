@@ -55,22 +55,17 @@ class Loopd:
                                            if k != "NOTIFY_SOCKET"},
         )
 
-    async def ready(self, attempts: int = 3) -> None:
-        """Wait for loop.sock. A loopd whose self-test fails is started again, as systemd's
-        Restart=on-failure would: under load the self-test's GET /props through inferproxy
-        sometimes meets "Server disconnected" (a keep-alive race outside gatewayd)."""
-        for attempt in range(attempts):
-            def bound() -> bool:
-                assert self.process is not None
-                return self.process.poll() is not None or self.socket.is_socket()
+    async def ready(self) -> None:
+        """Wait for loop.sock; a loopd that exits instead (a failed self-test) fails the test."""
 
-            await until(bound, timeout=TURN_WAIT)
+        def bound() -> bool:
             assert self.process is not None
-            if self.process.poll() is None:
-                return
-            if attempt + 1 < attempts:
-                self.start()
-        raise AssertionError(f"loopd exited: {self.log()}")
+            return self.process.poll() is not None or self.socket.is_socket()
+
+        await until(bound, timeout=TURN_WAIT)
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"loopd exited: {self.log()}")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

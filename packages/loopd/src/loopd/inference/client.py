@@ -35,6 +35,21 @@ from .sse import END, NEED_DATA, Message, SSEParser
 T = TypeVar("T")
 BASE_URL = "http://inferproxy"  # the host is never resolved: every byte goes to the socket
 CONTEXT_FULL = "exceed_context_size_error"
+# llama-server closes a connection idle for 5 s (it answers "Keep-Alive: timeout=5"), and httpx's
+# pool also keeps one for 5 s: with equal limits the pool reuses a connection just as the server
+# closes it, and the close reaches us late through inferproxy on a busy machine. Giving up idle
+# connections much sooner leaves the close seconds to arrive (tests/inferproxy/test_keepalive.py).
+KEEPALIVE_EXPIRY = 2.0
+# What a request sent into a connection the server had already closed ends in: EOF instead of a
+# response ("Server disconnected without sending a response"), or a reset. A GET is idempotent,
+# so it is sent once more, on a new connection (the pool drops the dead one).
+STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+def unix_transport(socket: str | Path) -> httpx.AsyncHTTPTransport:
+    """HTTP over inferproxy's socket, with the pool's keep-alive below the server's."""
+    limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY)
+    return httpx.AsyncHTTPTransport(uds=str(socket), limits=limits)
 
 
 @contextlib.contextmanager
@@ -64,7 +79,7 @@ class InferenceClient:
         if transport is None:
             if socket is None:
                 raise ValueError("InferenceClient needs a socket path or a transport")
-            transport = httpx.AsyncHTTPTransport(uds=str(socket))
+            transport = unix_transport(socket)
         self.section = section
         self.gate = gate or SlotGate()
         self._sleep = sleep
@@ -212,9 +227,7 @@ class InferenceClient:
     async def _json(self, method: str, path: str, timeout: float, **kwargs: Any) -> Any:
         with _map_http_errors(f"{method} {path}", Unavailable):
             try:
-                response = await asyncio.wait_for(
-                    self._http.request(method, path, **kwargs), timeout
-                )
+                response = await self._request(method, path, timeout, **kwargs)
             except TimeoutError:
                 raise Unavailable(f"{method} {path}: no answer within {timeout:g} s") from None
         if response.status_code != 200:
@@ -230,3 +243,15 @@ class InferenceClient:
             raise ServerRejected(
                 f"{method} {path}: the answer is not JSON: {exc}", status=response.status_code
             ) from None
+
+    async def _request(
+        self, method: str, path: str, timeout: float, **kwargs: Any
+    ) -> httpx.Response:
+        """One request, each attempt within ``timeout``; a GET that met a connection the server
+        had closed is sent once more."""
+        try:
+            return await asyncio.wait_for(self._http.request(method, path, **kwargs), timeout)
+        except STALE_CONNECTION:
+            if method != "GET":
+                raise
+        return await asyncio.wait_for(self._http.request(method, path, **kwargs), timeout)
