@@ -97,8 +97,13 @@ def fake_registry() -> Registry:
     return Registry(FakeTools.schemas)
 
 
-def sample_baseline() -> Baseline:
-    return Baseline(system=SYSTEM, tools=fake_registry().core_schemas())
+def sample_baseline(summary: str | None = None) -> Baseline:
+    return Baseline(system=SYSTEM, tools=fake_registry().core_schemas(), summary=summary)
+
+
+async def fixed_baselines(session: str, epoch: int, summary: str | None) -> Baseline:
+    """A BaselineSource whose identity never changes: the same system text every epoch."""
+    return sample_baseline(summary)
 
 
 def make_loop(

@@ -24,7 +24,7 @@ from bxcore.records import (
 from bxcore.util import sha256
 from hypothesis import given
 from hypothesis import strategies as st
-from loopd.baseline import Baseline, messages
+from loopd.baseline import SUMMARY_HEADING, Baseline, messages, read_identity_files
 from loopd.errors import BaselineError
 
 from .support import FIXED_TIME, fake_registry
@@ -32,31 +32,51 @@ from .support import FIXED_TIME, fake_registry
 T = FIXED_TIME
 
 
-def test_assemble_trims_the_system_text_and_appends_core_md(tmp_path):
+def test_assemble_trims_the_system_text_and_appends_the_identity_after_a_blank_line(tmp_path):
     system = tmp_path / "system.md"
     system.write_text("Be brief.\n\n  \n")
+    tools = fake_registry().core_schemas()
+    baseline = Baseline.assemble(system=system, identity="\n## soul.md\nAda's.  \n", tools=tools)
+    assert baseline.system == "Be brief.\n\n## soul.md\nAda's."
+    assert [t.name for t in baseline.tools] == ["clock", "find_tool", "call_tool"]
+    assert baseline.summary is None
+
+
+def test_identity_files_mode_reads_core_md_trimmed(tmp_path):
     core = tmp_path / "memory" / "core.md"
     core.parent.mkdir()
     core.write_text("\n  The owner is Ada.  \n\n")
-    tools = fake_registry().core_schemas()
-    baseline = Baseline.assemble(system=system, identity=[core], tools=tools)
-    assert baseline.system == "Be brief.\n\nThe owner is Ada."
-    assert [t.name for t in baseline.tools] == ["clock", "find_tool", "call_tool"]
+    assert read_identity_files([core, tmp_path / "missing.md"]) == "The owner is Ada."
 
 
 @pytest.mark.parametrize("core_text", [None, "", "  \n\t\n"])
-def test_a_missing_or_blank_core_md_adds_nothing(tmp_path, core_text):
+def test_a_missing_or_blank_identity_adds_nothing(tmp_path, core_text):
     system = tmp_path / "system.md"
     system.write_text("Be brief.")
     core = tmp_path / "core.md"
     if core_text is not None:
         core.write_text(core_text)
-    assert Baseline.assemble(system=system, identity=[core], tools=[]).system == "Be brief."
+    identity = read_identity_files([core])
+    assert Baseline.assemble(system=system, identity=identity, tools=[]).system == "Be brief."
 
 
 def test_a_missing_system_md_names_the_file(tmp_path):
     with pytest.raises(BaselineError, match=r"system\.md: cannot read"):
-        Baseline.assemble(system=tmp_path / "system.md", identity=[], tools=[])
+        Baseline.assemble(system=tmp_path / "system.md", identity="", tools=[])
+
+
+def test_a_first_epoch_baseline_file_has_no_summary_key():
+    """Epoch-0 files keep the bytes they had before compaction existed."""
+    assert b"summary" not in Baseline(system="S", tools=[]).to_json()
+
+
+def test_the_summary_opens_the_epoch_as_a_user_message_after_the_system_message():
+    baseline = Baseline(system="S", tools=[], summary="We fixed the CI.")
+    assert Baseline.from_json(baseline.to_json()) == baseline
+    replayed = messages(baseline, [User(time=T, content="next")])
+    assert replayed[0] == SystemMessage(content="S")
+    assert replayed[1] == UserMessage(content=f"{SUMMARY_HEADING}\n\nWe fixed the CI.")
+    assert replayed[2] == UserMessage(content="next")
 
 
 def test_json_round_trip_and_hash():

@@ -18,7 +18,7 @@ from loopd.inference.errors import ServerStreamError, SessionFull
 from loopd.server import LoopServer
 from loopd.store import SessionStore
 
-from .support import Events, ScriptedInference, call, make_loop, sample_baseline, say
+from .support import Events, ScriptedInference, call, fixed_baselines, make_loop, say
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +40,7 @@ class Gate:
 def make_server(home, inference, **settings) -> LoopServer:
     return LoopServer(
         store=SessionStore(home), loop=make_loop(inference, **settings),
-        new_baseline=sample_baseline, slots=SlotSection(main=0, background=1),
+        new_baseline=fixed_baselines, slots=SlotSection(main=0, background=1),
     )
 
 
@@ -198,8 +198,12 @@ async def test_a_channel_that_leaves_mid_turn_does_not_cut_the_turn(tmp_path):
     assert [r.type for r in types] == ["session_start", "user", "assistant", "usage"]
 
 
-async def test_a_turn_without_thinking_is_refused_until_the_client_can_do_it(tmp_path):
-    server = make_server(tmp_path, ScriptedInference([]))
-    refused = await server.run(turn().model_copy(update={"thinking": False}), Events())
-    assert refused.body["code"] == "bad_request"
-    assert not (tmp_path / "sessions").exists()
+async def test_a_turn_without_thinking_asks_every_completion_not_to_think(tmp_path):
+    inference = ScriptedInference([call(("clock", "{}")), say("Noon."), say("Later.")])
+    server = make_server(tmp_path, inference)
+    done = await server.run(turn().model_copy(update={"thinking": False}), Events())
+    assert done.kind == "turn_done"
+    assert [r.thinking for r in inference.requests] == [False, False]
+    following = await server.run(turn(resume=True), Events())
+    assert following.kind == "turn_done"
+    assert inference.requests[-1].thinking is True  # the switch holds for its own turn only

@@ -25,7 +25,7 @@ from loopd.tools import FakeTools, Registry, ToolRunner
 from loopd.turn import Loop, TurnSettings
 
 from .caching_server import CachingServer, Planned
-from .support import FIXED_TIME, Events, sample_baseline
+from .support import FIXED_TIME, Events, fixed_baselines
 
 CAP = 200
 
@@ -61,7 +61,7 @@ def loop_server(home, server: CachingServer) -> tuple[LoopServer, InferenceClien
         settings=TurnSettings(tool_iterations=3, tool_result_cap=CAP), now=lambda: FIXED_TIME,
     )
     store = SessionStore(home)
-    return LoopServer(store=store, loop=loop, new_baseline=sample_baseline,
+    return LoopServer(store=store, loop=loop, new_baseline=fixed_baselines,
                       slots=SlotSection()), client
 
 

@@ -31,11 +31,11 @@ def config_file(tmp_path, extra: str = "") -> tuple:
     return path, parse_config(text, path, tmp_path)
 
 
-async def passing(_baseline):
+async def passing():
     return True, "ok   all: fine"
 
 
-async def failing(_baseline):
+async def failing():
     return False, "FAIL tool_call: no tool call was parsed"
 
 
@@ -120,12 +120,13 @@ def test_the_broker_port_needs_a_registry(tmp_path):
         build_role(config, path)
 
 
-def test_a_new_baseline_reads_core_md_under_home(tmp_path):
+async def test_with_memory_off_a_new_baseline_reads_core_md_under_home(tmp_path):
     path, config = config_file(tmp_path)
+    assert config.loop.memory_source() == "off"  # the fake port: no memoryd in the picture
     core = tmp_path / "home" / "memory" / "core.md"
     core.parent.mkdir(parents=True)
     core.write_text("The owner is Ada.")
-    baseline = build_role(config, path).baseline()
+    baseline = await build_role(config, path).baselines("s1", 0, None)
     assert baseline.system.endswith("\n\nThe owner is Ada.")
     assert baseline.system.startswith("You are Boxmaker")  # the shipped prompt comes first
     assert [t.name for t in baseline.tools] == ["clock", "find_tool", "call_tool"]

@@ -113,7 +113,7 @@ def test_a_log_must_start_with_its_own_session_start(tmp_path):
 def test_resume_takes_the_baseline_from_its_file_not_from_system_md(tmp_path):
     system = tmp_path / "system.md"
     system.write_text("First system prompt.\n")
-    baseline = Baseline.assemble(system=system, identity=[], tools=[])
+    baseline = Baseline.assemble(system=system, identity="", tools=[])
     SessionStore(tmp_path).create("s1", baseline, slot=0, time=FIXED_TIME)
     system.write_text("An edited system prompt.\n")
     reopened = SessionStore(tmp_path).open("s1")

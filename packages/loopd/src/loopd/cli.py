@@ -10,7 +10,13 @@ import click
 from bxcore.config import load_config
 from bxcore.errors import BoxmakerError
 
+from .serve import check as run_check
 from .serve import serve as run_serve
+
+config_option = click.option(
+    "--config", "config_path", required=True,
+    type=click.Path(dir_okay=False, path_type=Path), help="The Boxmaker config file (TOML).",
+)
 
 
 @click.group()
@@ -20,10 +26,7 @@ def main() -> None:
 
 
 @main.command()
-@click.option(
-    "--config", "config_path", required=True,
-    type=click.Path(dir_okay=False, path_type=Path), help="The Boxmaker config file (TOML).",
-)
+@config_option
 @click.option(
     "--tools", type=click.Choice(["fake", "broker"]), default=None,
     help="Which port answers tool calls; overrides [loop] tools.",
@@ -41,3 +44,36 @@ def serve(config_path: Path, tools: str | None) -> None:
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
     raise SystemExit(status)
+
+
+def _check(config_path: Path, which: str) -> None:
+    logging.basicConfig(level=logging.WARNING, format="loopd: %(message)s")
+    try:
+        status = asyncio.run(run_check(load_config(config_path), config_path, which))
+    except BoxmakerError as exc:
+        raise click.ClickException(str(exc)) from None
+    raise SystemExit(status)
+
+
+@main.command()
+@config_option
+def selftest(config_path: Path) -> None:
+    """Run the startup self-test against the configured model server and print its report:
+    tool-call round trip, cache hit, slots, context, chat template, speculative decoding.
+    Exit 1 if any check fails.
+
+    Example: loopd selftest --config /etc/boxmaker/config.toml
+    """
+    _check(config_path, "selftest")
+
+
+@main.command()
+@config_option
+def budget(config_path: Path) -> None:
+    """Count a new session's baseline (system.md, the identity from memoryd, the core tool
+    schemas) with the server's tokenizer and compare it with [inference] baseline_budget.
+    Exit 1 if it is over, or if memoryd cannot give the identity.
+
+    Example: loopd budget --config /etc/boxmaker/config.toml
+    """
+    _check(config_path, "budget")

@@ -5,11 +5,14 @@
     │   ├── NoSuchSession       resume of a session that does not exist
     │   ├── SessionExists       a new session with an id that is taken
     │   ├── SessionBusy         another turn of this session is running
+    │   ├── EpochClosed         an append to an epoch whose log ends with epoch_end (a bug)
     │   └── CorruptSession      a file of the session is unreadable or invalid; names file and line
     │       └── TornLog         the log's last line is incomplete (a write was cut short)
     ├── BaselineError           system.md, an identity file or a baseline file cannot be read;
     │                           names the file
     ├── RegistryError           the tool registry file is unreadable or invalid; names the file
+    ├── MemoryUnavailable       memoryd cannot give a new epoch its identity (code unavailable):
+    │                           the epoch does not start, the turn is refused, nothing is lost
     ├── TurnEnded               a turn stopped before its answer: carries the wire ErrorCode
     │                           (turn_limit, session_full, inference); the session stays usable
     └── IllegalTransition       a bug: the turn loop asked its state machine for a move the table
@@ -43,6 +46,10 @@ class SessionBusy(SessionError):
     code = ErrorCode.SESSION_BUSY
 
 
+class EpochClosed(SessionError):
+    pass
+
+
 class CorruptSession(SessionError):
     """The files of a session are not what loopd wrote. Nothing is repaired: the owner looks."""
 
@@ -57,6 +64,10 @@ class BaselineError(LoopError):
 
 class RegistryError(LoopError):
     pass
+
+
+class MemoryUnavailable(LoopError):
+    code = ErrorCode.UNAVAILABLE
 
 
 class TurnEnded(LoopError):

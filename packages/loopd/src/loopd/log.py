@@ -1,8 +1,9 @@
 """The session log's bytes, as a pure codec: records to lines and lines to records.
 
 A log is one canonical-JSON record per line, each line ending in ``\\n``. Its first record is the
-``session_start`` of its epoch and no other line is one. A log whose last line has no newline was
-cut short by a crash and is refused (``TornLog``); any other bad line is refused too
+``session_start`` of its epoch and no other line is one; an ``epoch_end`` (compaction closed the
+epoch) can only be its last line and names the epoch after it. A log whose last line has no
+newline was cut short by a crash and is refused (``TornLog``); any other bad line is refused too
 (``CorruptSession``). Both name the file and the line: nothing is repaired silently.
 """
 
@@ -69,3 +70,11 @@ def _check_shape(records: list[Record], source: str, *, session: str, epoch: int
     for number, record in enumerate(records[1:], 2):
         if isinstance(record, SessionStart):
             raise CorruptSession(f"{source}: line {number}: a second session_start")
+        if isinstance(record, EpochEnd):
+            if number != len(records):
+                raise CorruptSession(f"{source}: line {number}: epoch_end is not the last line")
+            if record.next_epoch != epoch + 1:
+                raise CorruptSession(
+                    f"{source}: line {number}: epoch_end names epoch {record.next_epoch}, "
+                    f"not {epoch + 1}"
+                )

@@ -24,22 +24,21 @@ from bxcore.config import Config
 from bxcore.errors import ConfigError
 from bxcore.util import now_rfc3339
 
-from .baseline import Baseline
+from .checks import budget_report, selftest_report, startup_checks
+from .epochs import Baselines, EpochSettings
 from .inference.api import Inference
-from .inference.budget import count_baseline_tokens
 from .inference.client import InferenceClient
-from .inference.errors import InferenceError
-from .inference.selftest import self_test
+from .memory import IdentityFiles, Memory, MemoryLink
 from .server import LoopServer
 from .store import SessionStore
-from .tools import FakeTools, Registry, ToolPort, ToolRunner, load_registry
+from .tools import FakeTools, Registry, ToolPort, ToolRunner, load_registry, with_memory_tools
 from .tools.broker import BrokerPort
 from .turn import Loop, TurnSettings
 
 log = logging.getLogger("loopd")
 
 DEFAULT_SYSTEM = Path(__file__).with_name("system.md")
-StartupCheck = Callable[[Baseline], Awaitable[tuple[bool, str]]]
+StartupCheck = Callable[[], Awaitable[tuple[bool, str]]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,19 +49,18 @@ class Role:
     system: Path
     registry: Registry
     port: ToolPort
+    memory: Memory
 
-    def baseline(self) -> Baseline:
-        """A new session's baseline, read afresh: edits apply to sessions started after them."""
-        home = self.config.paths.home
-        return Baseline.assemble(
-            system=self.system,
-            identity=[home / name for name in self.config.baseline.identity],
-            tools=self.registry.core_schemas(),
-        )
+    @property
+    def baselines(self) -> Baselines:
+        """Each epoch's baseline, built afresh: edits apply to epochs started after them."""
+        return Baselines(system=self.system, tools=self.registry.core_schemas(),
+                         memory=self.memory)
 
 
 def build_role(config: Config, config_path: Path, tools: str | None = None) -> Role:
     choice = tools or config.loop.tools
+    memory = memory_for(config)
     port: ToolPort
     if choice == "fake":
         fake = FakeTools()
@@ -71,10 +69,20 @@ def build_role(config: Config, config_path: Path, tools: str | None = None) -> R
         if config.loop.registry is None:
             raise ConfigError(f"{config_path}: loop.registry: the broker port needs a registry")
         registry = load_registry(config.loop.registry)
+        if isinstance(memory, MemoryLink):  # the memory tools reach memoryd through brokerd
+            registry = with_memory_tools(registry)
         port = BrokerPort(config.broker.socket or config.socket("broker"))
     return Role(
-        config=config, system=system_path(config, config_path), registry=registry, port=port
+        config=config, system=system_path(config, config_path), registry=registry, port=port,
+        memory=memory,
     )
+
+
+def memory_for(config: Config) -> Memory:
+    if config.loop.memory_source() == "memoryd":
+        return MemoryLink(config.memory.socket or config.socket("memory"))
+    home = config.paths.home
+    return IdentityFiles([home / name for name in config.baseline.identity])
 
 
 def system_path(config: Config, config_path: Path) -> Path:
@@ -104,31 +112,34 @@ def remove_stale_socket(path: Path) -> None:
     raise ConfigError(f"{path}: another loopd is serving on it")
 
 
-async def inference_checks(client: InferenceClient, baseline: Baseline) -> tuple[bool, str]:
-    """The inference self-test, then the baseline budget, as one report."""
-    report = await self_test(client)
-    lines = [report.describe()]
-    ok = report.ok
-    try:
-        budget = await count_baseline_tokens(client, baseline.system, tuple(baseline.tools))
-    except InferenceError as exc:
-        ok = False
-        lines.append(f"FAIL baseline_budget: cannot count the baseline's tokens: {exc}")
-    else:
-        ok = ok and budget.ok
-        lines.append(f"{'ok  ' if budget.ok else 'FAIL'} baseline_budget: {budget.describe()}")
-    return ok, "\n".join(lines)
-
-
 async def serve(config: Config, config_path: Path, *, tools: str | None = None) -> int:
     """The real thing: the inference client over inferproxy's socket, then ``run``."""
     role = build_role(config, config_path, tools)
     socket_path = config.inference.socket or config.socket("infer")
     client = InferenceClient(config.inference, socket=socket_path)
     try:
-        return await run(role, client, lambda baseline: inference_checks(client, baseline))
+        return await run(role, client, lambda: startup_checks(client, role.baselines))
     finally:
         await client.aclose()
+        await role.memory.aclose()
+
+
+async def check(config: Config, config_path: Path, which: str) -> int:
+    """``loopd selftest`` / ``loopd budget``: one named report on stdout; 0 if it passed."""
+    role = build_role(config, config_path)
+    client = InferenceClient(config.inference, socket=config.inference.socket or
+                             config.socket("infer"))
+    try:
+        if which == "selftest":
+            report = await selftest_report(client)
+        else:
+            report = await budget_report(client, role.baselines, identity_required=isinstance(
+                role.memory, MemoryLink))
+    finally:
+        await client.aclose()
+        await role.memory.aclose()
+    print(report.text())
+    return 0 if report.ok else 1
 
 
 async def run(
@@ -138,7 +149,7 @@ async def run(
     """Serve until ``stop`` is set (SIGTERM or SIGINT by default). Returns the exit status."""
     path = role.config.loop_socket
     remove_stale_socket(path)
-    ok, report = await checks(role.baseline())
+    ok, report = await checks()
     print(report, file=sys.stderr)
     if not ok:
         print("loopd: the self-test failed; not starting", file=sys.stderr)
@@ -147,9 +158,13 @@ async def run(
         inference=inference, tools=ToolRunner(role.registry, role.port),
         settings=TurnSettings.from_config(role.config), now=now_rfc3339,
     )
+    epochs = EpochSettings.from_config(role.config)
+    if epochs.compact_at_tokens is None:
+        log.warning("[inference.serving] per_slot_context is not recorded: sessions are never "
+                    "compacted, and end with session_full when their slot is full")
     server = LoopServer(
-        store=SessionStore(role.config.paths.home), loop=loop, new_baseline=role.baseline,
-        slots=role.config.inference.slots,
+        store=SessionStore(role.config.paths.home), loop=loop, new_baseline=role.baselines,
+        slots=role.config.inference.slots, memory=role.memory, epochs=epochs,
     )
     stop = stop or _stop_on_signals()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,11 @@ its next turn on reading it is never refused.
 
 Open sessions are kept (their records mirror the log) so a turn does not re-read its log. Before
 a kept session is used its log's size is checked; a log that changed under it is read again.
+
+Inside the lock, before the turn: a new session gets its epoch-0 baseline (identity from
+memoryd); a session due for compaction is compacted (epochs.py), and a closed one gets its next
+epoch. After the turn, whatever it ended with, the records it appended are reported to memoryd in
+the background, so the final frame never waits for memoryd.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
 
 from bxcore.config.inference import SlotSection
 from bxcore.errors import ErrorCode, StreamClosed, WireError
@@ -24,9 +28,10 @@ from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnEvent, TurnEventBody
 
-from .baseline import Baseline
+from .epochs import BaselineSource, EpochSettings, close_epoch, needs_compaction, open_epoch
 from .errors import LoopError, SessionBusy, SessionExists
 from .inference.api import EventSink
+from .memory import IdentityFiles, Memory
 from .store import Session, SessionStore
 from .turn import Loop, run_turn
 
@@ -39,13 +44,16 @@ KEPT_SESSIONS = 64  # open sessions kept in memory; the least recently used is d
 
 class LoopServer:
     def __init__(
-        self, *, store: SessionStore, loop: Loop, new_baseline: Callable[[], Baseline],
-        slots: SlotSection, kept_sessions: int = KEPT_SESSIONS,
+        self, *, store: SessionStore, loop: Loop, new_baseline: BaselineSource,
+        slots: SlotSection, memory: Memory | None = None,
+        epochs: EpochSettings | None = None, kept_sessions: int = KEPT_SESSIONS,
     ):
         self.store = store
         self.loop = loop
         self._new_baseline = new_baseline
         self._slots = slots
+        self.memory = memory or IdentityFiles(())
+        self.epochs = epochs or EpochSettings()
         self._busy: set[str] = set()
         self._kept: OrderedDict[str, Session] = OrderedDict()
         self._kept_max = kept_sessions
@@ -72,10 +80,6 @@ class LoopServer:
 
     async def run(self, turn: Turn, events: EventSink) -> Frame:
         """The final frame for one turn. The session's lock is held only inside."""
-        if not turn.thinking:
-            # The inference client has no per-request switch for thinking yet; saying so beats
-            # running the turn with thinking on behind the channel's back.
-            return error_frame(ErrorCode.BAD_REQUEST, "this loopd cannot turn thinking off yet")
         if turn.session in self._busy:
             busy = SessionBusy(f"session {turn.session} is running a turn")
             return error_frame(busy.code, str(busy))
@@ -87,8 +91,9 @@ class LoopServer:
 
     async def _run_locked(self, turn: Turn, events: EventSink) -> Frame:
         try:
-            session = self._session_for(turn)
-            done = await run_turn(self.loop, session, turn.content, events, turn.tool_choice)
+            session = await self._session_for(turn)
+            session = await self._current_epoch(session, events, thinking=turn.thinking)
+            done = await self._turn(session, turn, events)
         except LoopError as exc:
             if not isinstance(exc, SessionBusy | SessionExists):
                 self._kept.pop(turn.session, None)
@@ -101,13 +106,45 @@ class LoopServer:
             return error_frame(ErrorCode.INTERNAL, f"session {turn.session}: {exc}")
         return Frame.of(wire.TURN_DONE, done, final=True)
 
-    def _session_for(self, turn: Turn) -> Session:
+    async def _turn(self, session: Session, turn: Turn, events: EventSink) -> wire.TurnDone:
+        """Run the turn; whatever it ends with, report what it appended to memoryd."""
+        start = len(session.records)
+        try:
+            return await run_turn(
+                self.loop, session, turn.content, events, turn.tool_choice, thinking=turn.thinking
+            )
+        finally:
+            self._report(session, start)
+
+    def _report(self, session: Session, start: int) -> None:
+        records = session.records[start:]
+        self.memory.turn_finished(session.id, session.epoch, start + 1, records)
+
+    async def _current_epoch(self, session: Session, events: EventSink, *, thinking: bool
+                             ) -> Session:
+        """The session in the epoch the turn runs in: compacted first if it is due, and moved
+        on to its next epoch if it is closed. The lock is held: no turn of it runs meanwhile."""
+        if needs_compaction(session, self.epochs):
+            start = len(session.records)
+            if await close_epoch(self.loop, session, events, self.epochs, thinking=thinking):
+                self._report(session, start)
+        if session.closed:
+            self._kept.pop(session.id, None)
+            session = await open_epoch(
+                self.store, session, self._new_baseline, time=self.loop.now()
+            )
+            log.info("session %s: epoch %d started", session.id, session.epoch)
+            self._keep(session)
+        return session
+
+    async def _session_for(self, turn: Turn) -> Session:
         session: Session | None
         if not turn.resume:
             if self.store.exists(turn.session):
                 raise SessionExists(f"session {turn.session} exists already")
+            baseline = await self._new_baseline(turn.session, 0, None)
             session = self.store.create(
-                turn.session, self._new_baseline(), slot=self.slot_for(turn.session_kind),
+                turn.session, baseline, slot=self.slot_for(turn.session_kind),
                 time=self.loop.now(),
             )
         else:

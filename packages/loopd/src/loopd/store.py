@@ -5,8 +5,10 @@ memory, mirroring the file exactly, so building a request never re-reads the log
 the truth, and every append reaches the disk (write, fsync) before the record joins the mirror
 and before anything that depends on it is sent.
 
-Only epoch 0 is written today. The layout already numbers epochs, and ``open`` continues in the
-highest-numbered log, so compaction can add ``<n>.baseline.json``/``<n>.jsonl`` beside them.
+Compaction closes an epoch's log with ``epoch_end`` (the log is kept) and ``start_epoch`` adds
+``<n>.baseline.json`` and ``<n>.jsonl`` beside it. ``open`` continues in the highest-numbered
+log; if that log is closed (loopd stopped, or memoryd was unreachable, between the two steps), the
+session opens closed and the caller starts the next epoch from the summary in it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import shutil
 from pathlib import Path
 
 from bxcore.ids import check_session_id
-from bxcore.records import SessionStart, ToolResult, Usage
+from bxcore.records import EpochEnd, SessionStart, ToolResult, Usage
 from bxcore.util import fsync_dir, sha256
 
 from .baseline import Baseline, ChatMessage, messages, replay
-from .errors import CorruptSession, NoSuchSession, SessionExists
+from .errors import CorruptSession, EpochClosed, NoSuchSession, SessionExists
 from .log import Record, encode_record, parse_log
 
 _LOG_NAME = re.compile(r"(0|[1-9][0-9]{0,8})\.jsonl")
@@ -51,6 +53,7 @@ class Session:
         self.epoch = epoch
         self.slot = start.slot
         self.baseline = baseline
+        self.directory = directory
         self.log_path = log_path(directory, epoch)
         self._records = records
         self._messages = messages(baseline, records)
@@ -77,6 +80,11 @@ class Session:
     def last_usage(self) -> Usage | None:
         return self._last_usage
 
+    @property
+    def closed(self) -> bool:
+        """True once the log ends with ``epoch_end``: the session goes on in the next epoch."""
+        return isinstance(self._records[-1], EpochEnd)
+
     def take_call(self) -> int:
         """The next ``ToolRequest.call``: one more than any call this session has made."""
         number = self._next_call
@@ -88,6 +96,9 @@ class Session:
         caller must drop it and open the session again, which reads what reached the disk."""
         if self._broken:
             raise CorruptSession(f"{self.log_path}: an earlier append failed; reopen the session")
+        if self.closed:
+            raise EpochClosed(f"{self.log_path}: the epoch is closed; the session goes on in the "
+                              f"next one")
         line = encode_record(record)
         self._broken = True
         _append_durably(self.log_path, line)
@@ -132,11 +143,7 @@ class SessionStore:
         staging = self.root / f".new-{session_id}-{secrets.token_hex(4)}"
         staging.mkdir(mode=0o700)
         try:
-            data = baseline.to_json()
-            start = SessionStart(
-                time=time, session=session_id, epoch=0, slot=slot, baseline=sha256(data)
-            )
-            line = encode_record(start)
+            data, start, line = _epoch_start(session_id, 0, baseline, slot=slot, time=time)
             _write_new(baseline_path(staging, 0), data)
             _write_new(log_path(staging, 0), line)
             fsync_dir(staging)
@@ -153,6 +160,27 @@ class SessionStore:
         return Session(
             session_id=session_id, epoch=0, directory=final, baseline=Baseline.from_json(data),
             records=[start], size=len(line),
+        )
+
+    def start_epoch(self, closed: Session, baseline: Baseline, *, time: str) -> Session:
+        """The epoch after ``closed`` (whose log ends with ``epoch_end``), on the same slot.
+
+        The baseline file is written first, then the log, each complete before it is renamed
+        into place: a crash between them leaves a baseline file no log claims, which the next
+        attempt replaces, and ``open`` still finds the closed epoch."""
+        if not closed.closed:
+            raise CorruptSession(f"{closed.log_path}: the epoch is not closed")
+        epoch = closed.epoch + 1
+        data, start, line = _epoch_start(closed.id, epoch, baseline, slot=closed.slot, time=time)
+        _replace(baseline_path(closed.directory, epoch), data)
+        target = log_path(closed.directory, epoch)
+        if target.exists():
+            raise CorruptSession(f"{target}: exists already; epoch {epoch} was started before")
+        _replace(target, line)
+        fsync_dir(closed.directory)
+        return Session(
+            session_id=closed.id, epoch=epoch, directory=closed.directory,
+            baseline=Baseline.from_json(data), records=[start], size=len(line),
         )
 
     def open(self, session_id: str) -> Session:
@@ -179,6 +207,16 @@ class SessionStore:
         )
 
 
+def _epoch_start(
+    session_id: str, epoch: int, baseline: Baseline, *, slot: int, time: str
+) -> tuple[bytes, SessionStart, bytes]:
+    """An epoch's baseline file bytes, its session_start, and that record's line."""
+    data = baseline.to_json()
+    start = SessionStart(time=time, session=session_id, epoch=epoch, slot=slot,
+                         baseline=sha256(data))
+    return data, start, encode_record(start)
+
+
 def _current_epoch(directory: Path) -> int:
     epochs = [int(m.group(1)) for p in directory.iterdir() if (m := _LOG_NAME.fullmatch(p.name))]
     if not epochs:
@@ -200,6 +238,17 @@ def _write_new(path: Path, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``data`` to a hidden file, make it durable, and rename it over ``path``."""
+    staging = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    try:
+        _write_new(staging, data)
+        os.rename(staging, path)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
 
 
 def _append_durably(path: Path, line: bytes) -> None:

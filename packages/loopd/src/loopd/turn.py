@@ -68,18 +68,23 @@ class Loop:
 
 async def run_turn(
     loop: Loop, session: Session, content: str, events: EventSink,
-    tool_choice: Sequence[str] = (),
+    tool_choice: Sequence[str] = (), *, thinking: bool = True,
 ) -> TurnDone:
     """Run one turn to its answer. Raises TurnEnded when a limit or the model server stops it.
 
-    ``tool_choice`` applies to the turn's completions in order, then the server's default."""
+    ``tool_choice`` applies to the turn's completions in order, then the server's default;
+    ``thinking`` false asks the server not to think in any of them."""
     choices = iter(tool_choice)
     machine = TurnMachine()
     session.append(User(time=loop.now(), content=content))
     machine.process(UserAppended)
     budget = _Budget(loop.settings)
     while True:
-        completion = await _complete(loop, session, machine, events, next(choices, None))
+        request = ChatRequest(
+            messages=session.messages, tools=tuple(session.baseline.tools), slot=session.slot,
+            session=session.id, tool_choice=next(choices, None), thinking=thinking,
+        )
+        completion = await _complete(loop, session, machine, events, request)
         if not completion.tool_calls:
             machine.process(Answered)
             return _done(completion)
@@ -96,18 +101,23 @@ async def run_turn(
 
 
 async def _complete(
-    loop: Loop, session: Session, machine: TurnMachine, events: EventSink, tool_choice: str | None
+    loop: Loop, session: Session, machine: TurnMachine, events: EventSink, request: ChatRequest
 ) -> Completion:
-    request = ChatRequest(
-        messages=session.messages, tools=tuple(session.baseline.tools), slot=session.slot,
-        session=session.id, tool_choice=tool_choice,
-    )
-    previous = session.last_usage
     try:
         completion = await loop.inference.chat(request, events)
     except InferenceError as exc:
         machine.process(Stopped)
         raise TurnEnded(_inference_code(exc), str(exc)) from exc
+    await record_completion(loop, session, completion, events)
+    return completion
+
+
+async def record_completion(
+    loop: Loop, session: Session, completion: Completion, events: EventSink
+) -> None:
+    """Append a final completion's ``Assistant`` and ``Usage``, and ``CacheLoss`` if the slot
+    lost what the session's previous completion left in it."""
+    previous = session.last_usage
     session.append(
         Assistant(
             time=loop.now(),
@@ -127,7 +137,6 @@ async def _complete(
     if loss is not None:
         session.append(CacheLoss(time=loop.now(), expected=loss.expected, got=loss.got))
         await events(loss)
-    return completion
 
 
 class _Budget:

@@ -19,10 +19,25 @@ class LoopSection(Section):
     # The registry for the broker port: a JSON array of tool schemas with a "core" flag, as the
     # toolkit publishes it. The fake port brings its own.
     registry: ConfigPath | None = None
+    # Where a new epoch's identity comes from, and who hears of finished turns: "memoryd" asks
+    # memory.sock (and refuses to start an epoch while memoryd cannot be reached); "off" reads
+    # the [baseline] identity files and tells nobody. Left out: "memoryd" with the broker port,
+    # "off" with the fake one (the fake port cannot reach memory tools anyway).
+    memory: Literal["memoryd", "off"] | None = None
+    # Compaction: when a turn ends with the slot holding at least this share of
+    # [inference.serving] per_slot_context, the session is compacted before its next turn.
+    compact_at: Annotated[float, Field(gt=0, le=1)] = 0.75
+    summary_tokens: Annotated[int, Field(ge=16)] = 1024  # cap on the compaction summary
+
+    def memory_source(self) -> Literal["memoryd", "off"]:
+        if self.memory is not None:
+            return self.memory
+        return "memoryd" if self.tools == "broker" else "off"
 
 
 class BaselineSection(Section):
     system: ConfigPath | None = None  # system.md; default: beside the config file
     # Identity files appended to the system text, in order, when not empty; relative paths are
-    # taken under [paths] home. memoryd's identity files replace the default in M5.
+    # taken under [paths] home. Read only with [loop] memory = "off": otherwise memoryd's
+    # identity snapshot (soul.md, memory.md, user.md) takes their place.
     identity: list[str] = Field(default_factory=lambda: ["memory/core.md"])

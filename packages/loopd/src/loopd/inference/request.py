@@ -4,6 +4,12 @@ Every request streams with ``return_progress`` (prompt processing then produces 
 liveness timer counts), pins its slot with ``id_slot``, asks for ``cache_prompt``, names the router
 model, sends the sampling settings (the server's default temperature is 1.0), asks for the usage
 chunk, and carries ``reasoning_control`` so the thinking cap can end a reasoning block.
+
+A request that must not think (``bxctl chat --no-thinking``) says so twice, because templates
+differ (measured in docs/decisions.md, "Thinking off"): ``chat_template_kwargs.enable_thinking``
+false, which Qwen3-family templates such as Ornith's turn into a closed, empty think block; and
+``reasoning_budget_tokens`` 0, which makes the server close at once a think block the template
+forces open (serving/templates/chatml-think-open.jinja ignores the template switch).
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ def request_body(request: ChatRequest, section: InferenceSection) -> dict[str, A
         body["tools"] = [tool.as_openai_tool() for tool in request.tools]
     if request.tool_choice is not None:
         body["tool_choice"] = request.tool_choice
+    if not request.thinking:
+        body["chat_template_kwargs"] = {"enable_thinking": False}
+        body["reasoning_budget_tokens"] = 0
     max_tokens = request.max_tokens or section.max_tokens
     if max_tokens is not None:
         body["max_tokens"] = max_tokens

@@ -14,6 +14,7 @@ from pathlib import Path
 from bxcore.canonical import canonical_text
 from bxcore.chat import ToolSchema
 from bxcore.frames import describe_validation
+from bxcore.protocol.memory import MEMORY_TOOL_SCHEMAS, MEMORY_TOOLS
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import RegistryError
@@ -60,6 +61,10 @@ class Registry:
         if taken:
             raise RegistryError(f"tool names listed twice or reserved by loopd: {taken}")
         self._schemas = {schema.name: schema for schema in schemas}
+
+    def schemas(self) -> list[ToolSchema]:
+        """Every tool of the registry, core or not, in the order given."""
+        return list(self._schemas.values())
 
     def core_schemas(self) -> list[ToolSchema]:
         """The epoch's tools array: the core tools of the port, then find_tool and call_tool."""
@@ -110,6 +115,17 @@ def load_registry(path: Path) -> Registry:
         return Registry(schemas)
     except RegistryError as exc:
         raise RegistryError(f"{path}: {exc}") from None
+
+
+def with_memory_tools(registry: Registry) -> Registry:
+    """The registry plus memoryd's ``recall``, ``ask_memory`` and ``memory``, their schemas from
+    bxcore (a registry file's own entries for those names are replaced). They are not core, so
+    find_tool finds them and call_tool reaches them through the port, i.e. brokerd, like any
+    tool; a registry file may still list one with ``core: true`` to put it in the tools array."""
+    listed = registry.schemas()
+    core = {s.name: s.core for s in listed if s.name in MEMORY_TOOLS}
+    memory = [s.model_copy(update={"core": core.get(s.name, False)}) for s in MEMORY_TOOL_SCHEMAS]
+    return Registry([*(s for s in listed if s.name not in MEMORY_TOOLS), *memory])
 
 
 def _loop_names() -> set[str]:

@@ -1,0 +1,70 @@
+"""The startup checks as named reports: the inference self-test (inference contract 9 and 10) and
+the baseline budget (contract 1). ``loopd serve`` runs both before it binds loop.sock; ``loopd
+selftest`` and ``loopd budget`` run one each, for ``bxctl doctor``. Each report's last line says
+how it ended, so a caller that shows one line shows the verdict.
+
+The budget counts the baseline a new session would get now: system.md, the identity (memoryd's
+snapshot, asked for under a probe session of its own, so no real session's frozen snapshot is
+touched), and the core tool schemas. At start-up memoryd may not be up yet (it is a separate
+role); the budget is then counted without the identity and says so, and sessions are refused
+until memoryd answers. ``loopd budget`` instead fails without it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from .epochs import Baselines
+from .errors import MemoryUnavailable
+from .inference.budget import count_baseline_tokens
+from .inference.client import InferenceClient
+from .inference.errors import InferenceError
+from .inference.selftest import self_test
+from .memory import IdentityFiles
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    ok: bool
+    lines: tuple[str, ...]
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+async def selftest_report(client: InferenceClient) -> Report:
+    report = await self_test(client)
+    failed = [check.name for check in report.failures]
+    verdict = (f"self-test: ok, {len(report.checks)} checks passed" if report.ok
+               else f"self-test: FAILED: {', '.join(failed)}")
+    return Report(ok=report.ok, lines=(report.describe(), verdict))
+
+
+async def budget_report(
+    client: InferenceClient, baselines: Baselines, *, identity_required: bool
+) -> Report:
+    probe = f"budget-probe-{secrets.token_hex(4)}"
+    note = "with the identity from memoryd"
+    try:
+        baseline = await baselines(probe, 0, None)
+    except MemoryUnavailable as exc:
+        if identity_required:
+            return Report(ok=False, lines=(f"FAIL baseline_budget: no identity: {exc}",))
+        baseline = await Baselines(system=baselines.system, tools=baselines.tools,
+                                   memory=IdentityFiles(()))(probe, 0, None)
+        note = f"WITHOUT the identity ({exc})"
+    try:
+        budget = await count_baseline_tokens(client, baseline.system, tuple(baseline.tools))
+    except InferenceError as exc:
+        return Report(ok=False,
+                      lines=(f"FAIL baseline_budget: cannot count the baseline's tokens: {exc}",))
+    mark = "ok  " if budget.ok else "FAIL"
+    return Report(ok=budget.ok, lines=(f"{mark} baseline_budget: {budget.describe()}, {note}",))
+
+
+async def startup_checks(client: InferenceClient, baselines: Baselines) -> tuple[bool, str]:
+    """What ``serve`` runs before it binds: the self-test, then the budget."""
+    tested = await selftest_report(client)
+    budget = await budget_report(client, baselines, identity_required=False)
+    return tested.ok and budget.ok, "\n".join((*tested.lines, *budget.lines))

@@ -1,0 +1,139 @@
+"""Compaction as an epoch change (inference contract 4), and where each epoch's baseline comes from.
+
+When a turn ends with the slot holding at least ``compact_at_tokens``, the session is compacted
+before its next turn starts, while no turn runs (the server holds the session's lock):
+
+1. ``close_epoch``: one completion on the session's slot whose request is the epoch's whole
+   message array plus ``COMPACT_INSTRUCTION`` as the newest message, so the server reuses the
+   cache and processes only the instruction. If it gives a summary, the log gets ``User`` (the
+   instruction), ``Assistant`` (the summary, exactly as returned), ``Usage`` and ``epoch_end``:
+   the old epoch's replay stays exact, and its log is kept. If it fails, nothing is appended and
+   the turn runs in the old epoch (compaction is tried again before the next one).
+2. ``open_epoch``: a new baseline, built now (system.md and the identity as they are now, from
+   memoryd), plus the summary, and the new epoch's files on the same slot. If memoryd cannot be
+   reached the epoch does not start (``MemoryUnavailable``); the session stays closed, and the
+   next turn finishes the change from the summary in the closed log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bxcore.chat import ToolSchema, UserMessage
+from bxcore.config import Config
+from bxcore.protocol.loop import Content, Reasoning, TurnEventBody
+from bxcore.records import Assistant, EpochEnd, User
+
+from .baseline import Baseline
+from .errors import CorruptSession
+from .inference.api import ChatRequest, EventSink
+from .inference.errors import InferenceError
+from .memory import Memory
+from .store import Session, SessionStore
+from .turn import Loop, record_completion
+
+log = logging.getLogger("loopd")
+
+COMPACT_INSTRUCTION = (
+    "[compaction] This conversation is about to be compacted: what came before will be "
+    "replaced by the summary you write now. Write it for yourself, to carry on from: what the "
+    "owner asked for and what is still open, what was decided and done, the facts you will need "
+    "and where each came from (say which came from tools, files or the web), and what you were "
+    "about to do next. Plain text, no tool calls."
+)
+
+BaselineSource = Callable[[str, int, "str | None"], Awaitable[Baseline]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochSettings:
+    compact_at_tokens: int | None = None  # None: never compact by itself
+    summary_tokens: int = 1024
+
+    @classmethod
+    def from_config(cls, config: Config) -> EpochSettings:
+        context = config.inference.serving.per_slot_context
+        limit = None if context is None else int(config.loop.compact_at * context)
+        return cls(compact_at_tokens=limit, summary_tokens=config.loop.summary_tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baselines:
+    """Builds each epoch's baseline afresh: system.md, then the identity text, then tools."""
+
+    system: Path
+    tools: Sequence[ToolSchema]
+    memory: Memory
+
+    async def __call__(self, session: str, epoch: int, summary: str | None) -> Baseline:
+        identity = await self.memory.identity(session, epoch)
+        return Baseline.assemble(
+            system=self.system, identity=identity, tools=self.tools, summary=summary
+        )
+
+
+def needs_compaction(session: Session, settings: EpochSettings) -> bool:
+    """True if the session's last completion left the slot at or above the limit."""
+    usage = session.last_usage
+    limit = settings.compact_at_tokens
+    if limit is None or usage is None or session.closed:
+        return False
+    return usage.cache_n + usage.prompt_n + usage.predicted_n >= limit
+
+
+async def close_epoch(
+    loop: Loop, session: Session, events: EventSink, settings: EpochSettings, *,
+    thinking: bool = True,
+) -> bool:
+    """Ask for the summary and close the epoch with it. False (nothing appended) if the model
+    server failed or the summary came back empty."""
+    instruction = UserMessage(content=COMPACT_INSTRUCTION)
+    request = ChatRequest(
+        messages=(*session.messages, instruction), tools=tuple(session.baseline.tools),
+        slot=session.slot, session=session.id, max_tokens=settings.summary_tokens,
+        tool_choice="none", thinking=thinking,
+    )
+    try:
+        completion = await loop.inference.chat(request, _progress_only(events))
+    except InferenceError as exc:
+        log.warning("session %s: compaction failed, the turn runs in epoch %d: %s",
+                    session.id, session.epoch, exc)
+        return False
+    if not (completion.content or "").strip() or completion.tool_calls:
+        log.warning("session %s: the compaction summary came back empty; epoch %d goes on",
+                    session.id, session.epoch)
+        return False
+    session.append(User(time=loop.now(), content=COMPACT_INSTRUCTION))
+    await record_completion(loop, session, completion, _progress_only(events))
+    session.append(EpochEnd(time=loop.now(), next_epoch=session.epoch + 1))
+    return True
+
+
+def summary_of(closed: Session) -> str:
+    """The summary a closed epoch ends with: its last assistant message's content."""
+    last = next((r for r in reversed(closed.records) if isinstance(r, Assistant)), None)
+    if last is None or not (last.content or "").strip():
+        raise CorruptSession(f"{closed.log_path}: closed without a summary before epoch_end")
+    return last.content or ""
+
+
+async def open_epoch(
+    store: SessionStore, closed: Session, new_baseline: BaselineSource, *, time: str
+) -> Session:
+    """The next epoch of a closed session: the baseline as it is now, plus the summary."""
+    baseline = await new_baseline(closed.id, closed.epoch + 1, summary_of(closed))
+    return store.start_epoch(closed, baseline, time=time)
+
+
+def _progress_only(events: EventSink) -> EventSink:
+    """The channel sees the summary's progress, queueing and retries, not its text: the text is
+    for the next epoch, not the answer to the turn."""
+
+    async def forward(event: TurnEventBody) -> None:
+        if not isinstance(event, Content | Reasoning):
+            await events(event)
+
+    return forward
