@@ -18,8 +18,9 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from ..errors import ConfigError
-from ._common import BASE_DIR, ConfigPath, Seconds, Section
+from ._common import BASE_DIR, ConfigPath, Seconds, Section, SocketMode
 from ._core import ChannelSection, PathsSection, SecretSpec
+from ._sockets import ServedSocket, served_sockets
 from .broker import BrokerSection
 from .consult import ConsultSection
 from .gateway import GatewaySection
@@ -48,6 +49,11 @@ class Config(Section):
     @property
     def loop_socket(self) -> Path:
         return self.channel.socket or self.socket("loop")
+
+    def served(self, name: str) -> ServedSocket:
+        """A served socket ("loop", "infer", "broker", "approve", "memory", "gateway"): its
+        path, mode and group as configured."""
+        return served_sockets(self)[name]
 
 
 def parse_config(text: str, source: str | Path, base_dir: Path | None = None) -> Config:
@@ -108,9 +114,26 @@ def describe(exc: ValidationError, source: str | Path) -> str:
 
 
 __all__ = [
-    "BaselineSection", "BrokerSection", "ChannelSection", "Config", "ConfigPath",
-    "ConsultSection", "GatewaySection", "InferenceSection", "InferproxySection", "LoopSection",
+    "BaselineSection",
+    "BrokerSection",
+    "ChannelSection",
+    "Config",
+    "ConfigPath",
+    "ConsultSection",
+    "GatewaySection",
+    "InferenceSection",
+    "InferproxySection",
+    "LoopSection",
     "MemorySection",
-    "PathsSection", "Seconds", "SecretSpec", "Section", "config_from_dict", "describe",
-    "load_config", "parse_config",
+    "PathsSection",
+    "Seconds",
+    "SecretSpec",
+    "Section",
+    "ServedSocket",
+    "SocketMode",
+    "config_from_dict",
+    "describe",
+    "load_config",
+    "parse_config",
+    "served_sockets",
 ]

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ._common import ConfigPath, Section
+from ._common import ConfigPath, Section, SocketMode
 
 
 def _default_home() -> Path:
@@ -38,3 +38,6 @@ class ChannelSection(Section):
     """loop.sock, where channels drive turns."""
 
     socket: ConfigPath | None = None  # default: <paths.run>/loop.sock
+    # gatewayd and the owner's bxctl connect: on a host with a user per role, 0660 and a group
+    mode: SocketMode = 0o600
+    group: str | None = None  # the group allowed to connect; default: the process's own

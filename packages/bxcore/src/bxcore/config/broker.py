@@ -17,13 +17,17 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ._common import ConfigPath, Seconds, Section
+from ._common import ConfigPath, Seconds, Section, SocketMode
 
 
 class BrokerSection(Section):
     socket: ConfigPath | None = None  # default: <paths.run>/broker.sock
+    mode: SocketMode = 0o600  # broker.sock: loopd connects
+    group: str | None = None  # the group allowed to connect; default: the process's own
     grants: ConfigPath | None = None  # the owner's grants directory; default: /etc/boxmaker/grants
     approve_socket: ConfigPath | None = None  # bxctl approve; default: <paths.run>/approve.sock
+    approve_mode: SocketMode = 0o600  # approve.sock: the owner's bxctl connects
+    approve_group: str | None = None
     gateway_socket: ConfigPath | None = None  # gatewayd's; default: <paths.run>/gateway.sock
     jobs: ConfigPath | None = None  # scheduled jobs; default: /etc/boxmaker/jobs
     # Who may answer an approval: Mattermost user ids (as gatewayd reports them) and

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from ._common import ConfigPath, Seconds, Section
+from ._common import ConfigPath, Seconds, Section, SocketMode
 
 MATTERMOST_ID = re.compile(r"[a-z0-9]{26}")
 
@@ -31,6 +31,8 @@ class GatewaySection(Section):
     channels: list[str] = Field(default_factory=list)  # non-DM channel ids served besides DMs
     state: ConfigPath | None = None  # the queue lives here; default: <paths.home>/gateway
     socket: ConfigPath | None = None  # gateway.sock for brokerd; default: <paths.run>/gateway.sock
+    mode: SocketMode = 0o600  # brokerd connects
+    group: str | None = None  # the group allowed to connect; default: the process's own
     edit_interval: Seconds = 2.0  # at most one placeholder edit per this many seconds
     retries: Annotated[int, Field(ge=0, le=20)] = 5  # REST retries on 429, 5xx, timeouts
     request_timeout: Seconds = 30.0  # each REST read and write

@@ -6,14 +6,14 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from ._common import ConfigPath, Seconds, Section
+from ._common import ConfigPath, Seconds, Section, SocketMode
 
 
 class InferproxySection(Section):
     """inferproxy: one Unix socket in, one fixed upstream out."""
 
     socket: ConfigPath | None = None  # default: <paths.run>/infer.sock
-    mode: Annotated[int, Field(ge=0, le=0o777)] = 0o660
+    mode: SocketMode = 0o660
     group: str | None = None  # the group allowed to connect (loopd's)
     # tcp://host:port or unix:/path/to/llama.sock
     upstream: str = "tcp://127.0.0.1:8080"

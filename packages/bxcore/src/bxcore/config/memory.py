@@ -24,7 +24,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from ..tools import DataClass
-from ._common import ConfigPath, Seconds, Section
+from ._common import ConfigPath, Seconds, Section, SocketMode
 
 HONCHO_ID = re.compile(r"[a-zA-Z0-9_-]{1,512}")
 
@@ -80,6 +80,8 @@ class HonchoSection(Section):
 
 class MemorySection(Section):
     socket: ConfigPath | None = None  # default: <paths.run>/memory.sock
+    mode: SocketMode = 0o600  # loopd and brokerd connect
+    group: str | None = None  # the group allowed to connect; default: the process's own
     ceiling: DataClass = DataClass.PRIVATE
     stage_identity_writes: bool = False
     recall_max_k: Annotated[int, Field(ge=1, le=100)] = 20
