@@ -29,7 +29,15 @@ from bxcore.frames import Frame
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnDone
 from bxctl.chat import turn_frames
-from bxctl.stack.local import READY_TIMEOUT, Layout, down, render_config, sandbox_backend, up
+from bxctl.stack.local import (
+    READY_TIMEOUT,
+    Layout,
+    StackError,
+    down,
+    render_config,
+    sandbox_backend,
+    up,
+)
 from bxctl.stack.notify import NotifyListener
 from bxctl.stack.processes import Started, save, spawn, stop
 from loopd.log import Record
@@ -37,6 +45,7 @@ from loopd.store import SessionStore
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_LLAMA = ROOT / "bench" / "fake_llama.py"
+START_ATTEMPTS = 3
 
 
 class RigError(Exception):
@@ -169,6 +178,12 @@ class Stack:
         return proc_memory(self.pid(name))
 
 
+def _log_tail(layout: Layout, name: str, lines: int = 12) -> list[str]:
+    path = layout.logs / f"{name}.log"
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return [line for line in text.splitlines() if "HTTP Request" not in line][-lines:]
+
+
 def proc_memory(pid: int) -> tuple[int, int]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -187,10 +202,20 @@ def running_stack(
     layout = Layout(directory / "state")
     layout.state.mkdir(parents=True)
     layout.config.write_text(bench_config(layout, grants, settings))
-    started = up(
-        layout, llama_server=llama_server, models=models, serving_src=serving, grants=grants,
-        model=settings.model, say=lambda line: print(line, file=sys.stderr),
-    )
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            started = up(
+                layout, llama_server=llama_server, models=models, serving_src=serving,
+                grants=grants, model=settings.model, say=lambda line: print(line, file=sys.stderr),
+            )
+            break
+        except StackError as exc:
+            # Said, never hidden: loopd's self-test has failed here on a /tokenize that the
+            # router dropped ("Server disconnected") under load; the figures need a stack.
+            tail = "\n".join(_log_tail(layout, "loopd"))
+            print(f"start {attempt} failed: {exc}\n{tail}", file=sys.stderr)
+            if attempt == START_ATTEMPTS:
+                raise
     try:
         yield Stack(layout, started)
     finally:
