@@ -24,13 +24,22 @@ from bxcore.errors import BoxmakerError, WireError
 from bxcore.frames import Frame, FrameError
 from bxcore.framestream import FrameStream
 from bxcore.protocol import memory as wire
-from bxcore.protocol.memory import IdentitySnapshot, TurnFinished, render_identity
+from bxcore.protocol.memory import (
+    IDENTITY_ORDER,
+    IdentitySnapshot,
+    TurnFinished,
+    render_identity,
+)
+from bxcore.sanitizer import Refused, check
 
 from .baseline import read_identity_files
 from .errors import MemoryUnavailable
 from .log import Record
 
 log = logging.getLogger("loopd")
+
+WITHHELD_REASON_REFUSED = "it failed memoryd's check; memoryd's log says why"
+TEXT_REFUSED = "it failed loopd's sanitizer check when the baseline was built"
 
 CONNECT_TIMEOUT = 5.0  # seconds; memoryd is local
 ANSWER_TIMEOUT = 30.0  # seconds for one answer; memoryd reads three small files or indexes a turn
@@ -80,7 +89,10 @@ class MemoryLink:
                 f"memoryd answered for session {snapshot.session} epoch {snapshot.epoch}, "
                 f"not {session} epoch {epoch}"
             )
-        return render_identity(snapshot)
+        names = tuple(file.name for file in snapshot.files)
+        if names != IDENTITY_ORDER:
+            raise MemoryUnavailable(f"memoryd's snapshot lists {names}, not {IDENTITY_ORDER}")
+        return render_identity(checked(snapshot))
 
     def turn_finished(self, session: str, epoch: int, first_line: int,
                       records: Sequence[Record]) -> None:
@@ -118,6 +130,20 @@ class MemoryLink:
     async def aclose(self) -> None:
         if self._reports:
             await asyncio.gather(*self._reports, return_exceptions=True)
+
+
+def checked(snapshot: IdentitySnapshot) -> IdentitySnapshot:
+    """The snapshot with every text it puts into the prompt checked once more, here where the
+    prompt is built: a file text, or memoryd's reason for withholding one (which may quote the
+    very markup it refused), that fails the sanitizer is replaced by a fixed notice."""
+    files = []
+    for file in snapshot.files:
+        if file.withheld is not None and isinstance(check(file.withheld), Refused):
+            file = file.model_copy(update={"withheld": WITHHELD_REASON_REFUSED})
+        elif file.withheld is None and isinstance(check(file.text), Refused):
+            file = file.model_copy(update={"text": "", "withheld": TEXT_REFUSED})
+        files.append(file)
+    return snapshot.model_copy(update={"files": files})
 
 
 class IdentityFiles:
