@@ -9,16 +9,16 @@ starts, denies every call, and says so loudly.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib.util
 import logging
-import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import sdnotify
 from bxcore.config import Config
+from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
+from bxcore.protocol.approval import TO_APPROVE_SOCKET
+from bxcore.protocol.broker import TO_BROKERD
 from bxcore.secrets import SecretStore
 
 from .approvals import ApprovalBook, ApprovalDesk
@@ -28,7 +28,7 @@ from .grantstore import GrantStore
 from .memory import MemoryClient
 from .runner import Runner
 from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
-from .server import start
+from .server import connection, handlers
 from .service import Broker
 from .taint import TaintStore
 
@@ -56,10 +56,12 @@ def backend_for(config: Config) -> Sandbox:
     section = config.broker
     if section.backend == "podman":
         if section.podman_image is None or section.containers_conf is None:
-            raise SandboxUnavailable("[broker] backend = 'podman' needs podman_image and "
-                                     "containers_conf")
-        return PodmanSandbox(PodmanSetup(image=section.podman_image,
-                                         containers_conf=section.containers_conf))
+            raise SandboxUnavailable(
+                "[broker] backend = 'podman' needs podman_image and containers_conf"
+            )
+        return PodmanSandbox(
+            PodmanSetup(image=section.podman_image, containers_conf=section.containers_conf)
+        )
     toolkit = section.toolkit_dir or _installed_toolkit()
     return BubblewrapSandbox(toolkit_dir=toolkit)
 
@@ -81,38 +83,54 @@ def build(config: Config, backend: Sandbox) -> Broker:
     audit = AuditLog(audit_dir(config), rotate_bytes=section.audit_rotate_bytes)
     taints = TaintStore(taint_dir(config))
     book = ApprovalBook(frozenset(section.approvers), timedelta(seconds=section.approval_timeout))
-    desk = ApprovalDesk(book, clock=now,
-                        gateway_socket=section.gateway_socket or config.socket("gateway"),
-                        waiting_interval=section.waiting_interval)
-    consult = None if config.consult is None else ConsultEgress(config.consult,
-                                                                 egress_dir(config))
-    runner = Runner(backend=backend,
-                    memory=MemoryClient(config.memory.socket or config.socket("memory")),
-                    audit=audit, taints=taints, result_cap=section.result_cap, consult=consult)
+    desk = ApprovalDesk(
+        book,
+        clock=now,
+        gateway_socket=section.gateway_socket or config.socket("gateway"),
+        waiting_interval=section.waiting_interval,
+    )
+    consult = None if config.consult is None else ConsultEgress(config.consult, egress_dir(config))
+    runner = Runner(
+        backend=backend,
+        memory=MemoryClient(config.memory.socket or config.socket("memory")),
+        audit=audit,
+        taints=taints,
+        result_cap=section.result_cap,
+        consult=consult,
+    )
     grants = GrantStore(section.grants_dir())
     grants.current()  # load now, so a broken or empty grants directory is reported at start
-    return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
-                  secrets=secrets, clock=now,
-                  configured={CONSULT: consult.settings} if consult is not None else None)
+    return Broker(
+        grants=grants,
+        audit=audit,
+        taints=taints,
+        desk=desk,
+        runner=runner,
+        secrets=secrets,
+        clock=now,
+        configured={CONSULT: consult.settings} if consult is not None else None,
+    )
 
 
-async def serve(config: Config, backend: Sandbox) -> None:
+async def serve(config: Config, backend: Sandbox, source: str | Path = "config") -> None:
+    """Until SIGTERM or SIGINT; ``source`` (the config file) names it in errors."""
     broker = build(config, backend)
-    broker_socket = config.broker.socket or config.socket("broker")
-    approve_socket = config.broker.approve_socket or config.socket("approve")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    servers = await start(broker, broker_socket, approve_socket)
-    try:
-        sdnotify.SystemdNotifier().notify(f"READY=1\nSTATUS=serving {broker_socket}")
-        log.info("serving %s and %s", broker_socket, approve_socket)
-        await stop.wait()
-        log.info("stopping")
-    finally:
-        for server in servers:
-            server.close()
-        for path in (broker_socket, approve_socket):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+    served = config.served("broker"), config.served("approve")
+    groups = [socket.gid(source) for socket in served]
+    notifier = Notifier()
+
+    async def main() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            for socket, group, kinds, handle in zip(
+                served, groups, (TO_BROKERD, TO_APPROVE_SOCKET), handlers(broker), strict=True
+            ):
+                handler = connection(socket.path, kinds, handle)
+                await stack.enter_async_context(
+                    listening(socket.path, handler, mode=socket.mode, group=group)
+                )
+            notifier.ready(f"serving {served[0].path}")
+            log.info("serving %s and %s", served[0].path, served[1].path)
+            await wait_forever()
+
+    await run_until_signalled(main(), on_stop=notifier.stopping)
+    log.info("stopped")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from bxcore import daemon
 from bxcore.errors import BoxmakerError, ErrorCode, FrameError, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
@@ -100,10 +100,10 @@ async def handle_approval(broker: Broker, stream: FrameStream, uid: int) -> None
     await stream.write(Frame.of(approval_wire.APPROVAL_ACK, ack, final=True))
 
 
-async def bind(path: Path, kinds: frozenset[str], handle: Handler) -> asyncio.AbstractServer:
-    """Listen on ``path`` with mode 0600 from the first moment (a stale file is removed)."""
+def connection(path: Path, kinds: frozenset[str], handle: Handler) -> daemon.Handler:
+    """One connection: the frame stream around it, closed whatever the handler does."""
 
-    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = FrameStream(reader, writer, kinds)
         try:
             await handle(stream, writer)
@@ -112,26 +112,39 @@ async def bind(path: Path, kinds: frozenset[str], handle: Handler) -> asyncio.Ab
         finally:
             await stream.close()
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    old = os.umask(0o177)
-    try:
-        server = await asyncio.start_unix_server(connection, str(path))
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    return server
+    return serve_one
 
 
-async def start(broker: Broker, broker_socket: Path, approve_socket: Path
-                ) -> list[asyncio.AbstractServer]:
+def handlers(broker: Broker) -> tuple[Handler, Handler]:
+    """(broker.sock's, approve.sock's)."""
+
     async def tool_call(stream: FrameStream, _writer: asyncio.StreamWriter) -> None:
         await handle_tool_call(broker, stream)
 
     async def approval(stream: FrameStream, writer: asyncio.StreamWriter) -> None:
         await handle_approval(broker, stream, peer_uid(writer))
 
+    return tool_call, approval
+
+
+async def bind(
+    path: Path,
+    kinds: frozenset[str],
+    handle: Handler,
+    *,
+    mode: int = daemon.DEFAULT_MODE,
+    group: int | None = None,
+) -> asyncio.AbstractServer:
+    """Listen on ``path`` (bxcore.daemon: born with ``mode``, a stale file replaced)."""
+    sock = daemon.bind_unix_socket(path, mode=mode, group=group)
+    return await asyncio.start_unix_server(connection(path, kinds, handle), sock=sock)
+
+
+async def start(
+    broker: Broker, broker_socket: Path, approve_socket: Path
+) -> list[asyncio.AbstractServer]:
+    """Both sockets with the default mode; the daemon binds them with the configured ones."""
+    tool_call, approval = handlers(broker)
     return [
         await bind(broker_socket, broker_wire.TO_BROKERD, tool_call),
         await bind(approve_socket, approval_wire.TO_APPROVE_SOCKET, approval),

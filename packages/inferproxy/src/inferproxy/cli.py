@@ -8,56 +8,32 @@ A bad config, an unknown group or a socket that cannot be bound exit 1 with a me
 from __future__ import annotations
 
 import asyncio
-import grp
 import logging
-import os
-import signal
 from pathlib import Path
 
 import click
-import sdnotify
-from bxcore.config import Config, load_config
-from bxcore.errors import ConfigError
+from bxcore.config import ServedSocket, load_config
+from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
+from bxcore.errors import BoxmakerError, ConfigError
 
-from .proxy import Proxy, Upstream, bind_unix
-
-
-def _socket_path(config: Config) -> Path:
-    return config.inferproxy.socket or config.socket("infer")
+from .proxy import CHUNK, Proxy, Upstream
 
 
-def _group_id(config: Config, source: Path) -> int | None:
-    name = config.inferproxy.group
-    if name is None:
-        return None
-    try:
-        return grp.getgrnam(name).gr_gid
-    except KeyError:
-        raise ConfigError(f"{source}: inferproxy.group: no such group {name!r}") from None
+async def _run(proxy: Proxy, served: ServedSocket, gid: int | None, watchdog: bool) -> None:
+    notifier = Notifier()
 
+    async def main() -> None:
+        async with (
+            proxy.cutting_connections_on_exit(),
+            listening(served.path, proxy.handle, mode=served.mode, group=gid, limit=CHUNK),
+            asyncio.TaskGroup() as tasks,
+        ):
+            notifier.ready()
+            if watchdog:
+                tasks.create_task(notifier.keep_watchdog())
+            await wait_forever()
 
-async def _watchdog(notifier: sdnotify.SystemdNotifier, interval: float) -> None:
-    while True:
-        notifier.notify("WATCHDOG=1")
-        await asyncio.sleep(interval)
-
-
-async def _run(proxy: Proxy, watchdog: bool) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    notifier = sdnotify.SystemdNotifier()
-    async with asyncio.TaskGroup() as group:
-        if watchdog and os.environ.get("WATCHDOG_USEC", "").isdigit():
-            interval = int(os.environ["WATCHDOG_USEC"]) / 2_000_000
-            pinger = group.create_task(_watchdog(notifier, interval))
-        else:
-            pinger = None
-        await proxy.serve(stop, lambda: notifier.notify("READY=1"))
-        notifier.notify("STOPPING=1")
-        if pinger is not None:
-            pinger.cancel()
+    await run_until_signalled(main(), on_stop=notifier.stopping)
 
 
 @click.group()
@@ -81,18 +57,13 @@ def serve(config_path: Path) -> None:
     """
     try:
         config = load_config(config_path)
-        gid = _group_id(config, config_path)
+        served = config.served("infer")
+        gid = served.gid(config_path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     section = config.inferproxy
-    path = _socket_path(config)
+    logging.info("listening on %s, forwarding to %s", served.path, section.upstream)
     try:
-        sock = bind_unix(path, section.mode, gid)
-    except OSError as exc:
-        raise click.ClickException(f"cannot listen on {path}: {exc.strerror or exc}") from None
-    logging.info("listening on %s, forwarding to %s", path, section.upstream)
-    try:
-        asyncio.run(_run(Proxy(sock, Upstream(section.upstream)), section.watchdog))
-    finally:
-        if path.is_socket():
-            path.unlink()
+        asyncio.run(_run(Proxy(Upstream(section.upstream)), served, gid, section.watchdog))
+    except BoxmakerError as exc:
+        raise click.ClickException(str(exc)) from None

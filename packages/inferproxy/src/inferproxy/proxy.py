@@ -8,13 +8,10 @@ half-close (``write_eof``), so a client may finish sending and still read the an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
-import socket
-import stat
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 log = logging.getLogger("inferproxy")
 CHUNK = 64 * 1024
@@ -44,47 +41,25 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         writer.write_eof()
 
 
-def bind_unix(path: Path, mode: int, gid: int | None) -> socket.socket:
-    """Bind and set mode and group before listen(), so no client ever sees other permissions.
-    A stale socket file is removed; any other file in the way is an error."""
-    if path.is_socket():
-        path.unlink()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(str(path))
-        os.chmod(path, stat.S_IMODE(mode))
-        if gid is not None:
-            os.chown(path, -1, gid)
-        sock.listen(128)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 class Proxy:
-    def __init__(self, sock: socket.socket, upstream: Upstream):
-        self._sock = sock
+    def __init__(self, upstream: Upstream):
         self._upstream = upstream
         self._handlers: set[asyncio.Task[None]] = set()
         self.active = 0
         self.total = 0
 
-    async def serve(self, stop: asyncio.Event, ready: Callable[[], None]) -> None:
-        """Forward until ``stop`` is set, then close the listener and cut open connections."""
-        server = await asyncio.start_unix_server(self._handle, sock=self._sock, limit=CHUNK)
-        ready()
+    @contextlib.asynccontextmanager
+    async def cutting_connections_on_exit(self) -> AsyncIterator[None]:
+        """On exit, cut the connections still open: an answer still streaming ends at once."""
         try:
-            await stop.wait()
+            yield
         finally:
-            server.close()
             for task in list(self._handlers):
                 task.cancel()
             await asyncio.gather(*self._handlers, return_exceptions=True)
-            await server.wait_closed()
             log.info("stopped after %d connections", self.total)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)

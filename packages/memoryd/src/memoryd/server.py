@@ -1,7 +1,8 @@
-"""``memoryd serve``: memory.sock (mode 0600), READY=1 once bound, SIGTERM ends it.
+"""``memoryd serve``: memory.sock ([memory] mode and group, bxcore.daemon), READY=1 once bound,
+SIGTERM ends it.
 
-One task group: the listener, the Honcho sync loop, and the signal wait. One connection per
-request; each read and write has its own timeout.
+One task group: the listener and the Honcho sync loop, cancelled by bxcore.daemon on SIGTERM or
+SIGINT. One connection per request; each read and write has its own timeout.
 """
 
 from __future__ import annotations
@@ -9,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
 from pathlib import Path
 
-import sdnotify  # type: ignore[import-untyped]
 from bxcore.config import Config
+from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
 from bxcore.errors import BoxmakerError
 from bxcore.framestream import FrameStream
 from bxcore.protocol.memory import TO_MEMORYD
@@ -26,50 +25,40 @@ READ_TIMEOUT = 30.0
 
 
 def socket_path(config: Config) -> Path:
-    return config.memory.socket or config.socket("memory")
+    return config.served("memory").path
 
 
-async def serve(config: Config) -> None:
+async def serve(config: Config, source: str | Path = "config") -> None:
+    """Until SIGTERM or SIGINT; ``source`` (the config file) names it in errors."""
     service = MemoryService(config)
-    path = socket_path(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    try:
+    served = config.served("memory")
+    group = served.gid(source)
+    notifier = Notifier()
+
+    async def main() -> None:
         service.catch_up()
-        async with asyncio.TaskGroup() as group:
-            server = await _listen(service, path)
-            sdnotify.SystemdNotifier().notify("READY=1")
-            log.info("memoryd listening on %s", path)
-            sync_task = group.create_task(_sync_loop(service))
-            await stop.wait()
-            server.close()
-            await server.wait_closed()
-            sync_task.cancel()
+
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await _connection(service, reader, writer)
+
+        async with (
+            listening(served.path, connection, mode=served.mode, group=group),
+            asyncio.TaskGroup() as group_of_tasks,
+        ):
+            notifier.ready()
+            log.info("memoryd listening on %s", served.path)
+            group_of_tasks.create_task(_sync_loop(service))
+            await wait_forever()
+
+    try:
+        await run_until_signalled(main(), on_stop=notifier.stopping)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
         await service.aclose()
 
 
-async def _listen(service: MemoryService, path: Path) -> asyncio.Server:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()  # a stale socket from a previous run
-    old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
-    try:
-        server = await asyncio.start_unix_server(
-            lambda r, w: _connection(service, r, w), path=str(path)
-        )
-    finally:
-        os.umask(old_umask)
-    os.chmod(path, 0o600)
-    return server
-
-
-async def _connection(service: MemoryService, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
+async def _connection(
+    service: MemoryService, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
     stream = FrameStream(reader, writer, kinds=TO_MEMORYD)
     try:
         frame = await stream.read(timeout=READ_TIMEOUT)
