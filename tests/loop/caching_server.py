@@ -1,5 +1,8 @@
 """A fake llama-server with a prompt cache, as an httpx transport, for the extension property.
 
+A compaction request (its newest message is loopd's compaction instruction) is answered with a
+summary numbered in order (so no two epochs open alike), without taking a step of the script.
+
 It renders a request's prompt as the JSON of its tools, then of each message, as sent, and
 counts one token per character. Each slot holds the last prompt plus what was generated (the
 assistant message the next request should replay); ``cache_n`` is the length of the common
@@ -19,6 +22,7 @@ from typing import Any
 
 import httpx
 from inference.fake_server import delta_chunk, progress_chunk, sse, usage_chunk
+from loopd.epochs import COMPACT_INSTRUCTION
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class CachingServer:
         self.bodies: list[dict[str, Any]] = []
         self.slots: dict[int, str] = {}
         self._calls = 0
+        self.summaries = 0
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -58,7 +63,11 @@ class CachingServer:
     def handle(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         self.bodies.append(body)
-        planned = self.script.pop(0) if self.script else Planned(content="(end of script)")
+        if body["messages"][-1].get("content") == COMPACT_INSTRUCTION:
+            self.summaries += 1
+            planned = Planned(content=f"Summary {self.summaries}.")
+        else:
+            planned = self.script.pop(0) if self.script else Planned(content="(end of script)")
         prompt = render(body)
         slot = body["id_slot"]
         cache_n = common_prefix(prompt, self.slots.get(slot, ""))

@@ -1,10 +1,13 @@
 """The inference contract's append-only rule, as a property over generated conversations.
 
 Each conversation (user texts, completions with and without tool calls, tool results over the
-cap, restarts of loopd between turns) is driven through the loop and the real inference client
-against a caching fake server. For every consecutive pair of request bodies the server got, the
-later message array starts with the earlier one (as JSON values), and ``tools`` and the first
-message never change; the log has no CacheLoss. Hypothesis prints the failing conversation.
+cap, restarts of loopd between turns, compactions before turns) is driven through the loop and
+the real inference client against a caching fake server. Within an epoch, for every consecutive
+pair of request bodies the server got, the later message array starts with the earlier one (as
+JSON values), and ``tools`` and the first message never change; the compaction request is one
+such extension. A new epoch's requests are strict extensions of its own first one, which is the
+system message, the summary, and the turn's user message. No log has a CacheLoss. Hypothesis
+prints the failing conversation.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from bxcore.protocol.loop import Turn
 from bxcore.records import ToolResult
 from hypothesis import given
 from hypothesis import strategies as st
+from loopd.baseline import SUMMARY_HEADING
+from loopd.epochs import EpochSettings
 from loopd.inference.client import InferenceClient
+from loopd.log import parse_log
 from loopd.server import LoopServer
 from loopd.store import SessionStore
 from loopd.tools import FakeTools, Registry, ToolRunner
@@ -49,6 +55,7 @@ turn_plan = st.tuples(
     st.builds(lambda text, r: Planned(content=text, reasoning=r),
               st.text(min_size=1, max_size=30), reasoning),
     st.booleans(),  # restart loopd before this turn
+    st.booleans(),  # compact before this turn (if the session has a completion)
 )
 
 
@@ -69,10 +76,11 @@ async def converse(home, plans) -> CachingServer:
     server = CachingServer()
     loop, client = loop_server(home, server)
     try:
-        for number, (text, rounds, answer, restart) in enumerate(plans):
+        for number, (text, rounds, answer, restart, compact) in enumerate(plans):
             if restart:
                 await client.aclose()
                 loop, client = loop_server(home, server)
+            loop.epochs = EpochSettings(compact_at_tokens=1 if compact else None)
             server.script = [*rounds, answer]
             final = await loop.run(
                 Turn(session="prop", content=text, resume=number > 0), Events()
@@ -83,20 +91,46 @@ async def converse(home, plans) -> CachingServer:
     return server
 
 
+def opening(body: dict) -> list[dict]:
+    """What every request of one epoch starts with: the system message, and from the second
+    epoch on the compaction summary after it."""
+    messages = body["messages"]
+    summary = len(messages) > 1 and str(messages[1].get("content")).startswith(SUMMARY_HEADING)
+    return messages[:2] if summary else messages[:1]
+
+
+def epochs_of(bodies: list[dict]) -> list[list[dict]]:
+    """Consecutive requests grouped by the epoch they belong to."""
+    return [list(group) for _, group in itertools.groupby(bodies, key=opening)]
+
+
 @given(st.lists(turn_plan, min_size=1, max_size=4))
 def test_every_request_extends_the_one_before(tmp_path_factory, plans):
     home = tmp_path_factory.mktemp("home")
     server = asyncio.run(converse(home, plans))
-    bodies = server.bodies
-    assert bodies
-    for earlier, later in itertools.pairwise(bodies):
-        assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
-        assert later["tools"] == earlier["tools"]
-        assert later["messages"][0] == earlier["messages"][0]
-        # Key order too: the server renders JSON as sent, so a reordered key is another prompt.
-        assert json.dumps(later["tools"]) == json.dumps(earlier["tools"])
-        prefix = later["messages"][: len(earlier["messages"])]
-        assert json.dumps(prefix) == json.dumps(earlier["messages"])
-    records = SessionStore(home).open("prop").records
-    assert "cache_loss" not in [r.type for r in records]
-    assert all(len(r.content.encode()) <= CAP for r in records if isinstance(r, ToolResult))
+    assert server.bodies
+    groups = epochs_of(server.bodies)
+    store = SessionStore(home)
+    current = store.open("prop")
+    assert len(groups) == current.epoch + 1
+    for epoch, bodies in enumerate(groups):
+        if epoch > 0:
+            opening = bodies[0]["messages"]
+            assert [m["role"] for m in opening] == ["system", "user", "user"]
+            assert opening[1]["content"].startswith(SUMMARY_HEADING)
+        for earlier, later in itertools.pairwise(bodies):
+            assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
+            assert later["tools"] == earlier["tools"]
+            assert later["messages"][0] == earlier["messages"][0]
+            # Key order too: the server renders JSON as sent, so a reordered key is another
+            # prompt.
+            assert json.dumps(later["tools"]) == json.dumps(earlier["tools"])
+            prefix = later["messages"][: len(earlier["messages"])]
+            assert json.dumps(prefix) == json.dumps(earlier["messages"])
+    directory = home / "sessions" / "prop"
+    for epoch in range(current.epoch + 1):
+        log = directory / f"{epoch}.jsonl"
+        records = parse_log(log.read_bytes(), str(log), session="prop", epoch=epoch)
+        assert "cache_loss" not in [r.type for r in records]
+        assert all(len(r.content.encode()) <= CAP for r in records if isinstance(r, ToolResult))
+        assert (records[-1].type == "epoch_end") == (epoch < current.epoch)
