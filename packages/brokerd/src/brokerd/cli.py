@@ -19,14 +19,9 @@ from .grantstore import load_grants
 from .jobs import check_schedule, job_path, job_paths, read_job
 from .taint import TaintStore, rebuild
 
-CONFIG = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default="/etc/boxmaker/config.toml",
-    show_default=True,
-    help="Boxmaker's config file.",
-)
+CONFIG = click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+                      default="/etc/boxmaker/config.toml", show_default=True,
+                      help="Boxmaker's config file.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
@@ -64,12 +59,8 @@ def audit() -> None:
 
 @audit.command("verify")
 @CONFIG
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="The audit directory (default: <home>/audit from the config).",
-)
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="The audit directory (default: <home>/audit from the config).")
 @JSON
 def audit_verify(config_path: Path, directory: Path | None, as_json: bool) -> None:
     """Re-derive every hash; name each edited, deleted, inserted or reordered record.
@@ -82,17 +73,8 @@ def audit_verify(config_path: Path, directory: Path | None, as_json: bool) -> No
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "ok": not bad,
-                    "records": head.count,
-                    "head": head.hash,
-                    "bad": [vars(b) for b in bad],
-                },
-                sort_keys=True,
-            )
-        )
+        click.echo(json.dumps({"ok": not bad, "records": head.count, "head": head.hash,
+                               "bad": [vars(b) for b in bad]}, sort_keys=True))
     else:
         for link in bad:
             click.echo(str(link))
@@ -109,12 +91,8 @@ def grants() -> None:
 
 @grants.command("check")
 @CONFIG
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="The grants directory (default: [broker] grants from the config).",
-)
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="The grants directory (default: [broker] grants from the config).")
 @JSON
 def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> None:
     """Parse every grant and say in words what it allows; exit 1 if any file is refused.
@@ -127,15 +105,10 @@ def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> No
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "grants": {g.name: explain_grant(g) for g in found.grants},
-                    "errors": [str(e) for e in found.errors],
-                },
-                sort_keys=True,
-            )
-        )
+        click.echo(json.dumps({
+            "grants": {g.name: explain_grant(g) for g in found.grants},
+            "errors": [str(e) for e in found.errors],
+        }, sort_keys=True))
     else:
         for grant in found.grants:
             click.echo(f"{grant.name}: {explain_grant(grant)}")
@@ -154,11 +127,8 @@ def taint() -> None:
 
 @taint.command("rebuild")
 @CONFIG
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where to write (default: <home>/broker/sessions).",
-)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write (default: <home>/broker/sessions).")
 def taint_rebuild(config_path: Path, out: Path | None) -> None:
     """Rewrite every session's taint file from the audit log's result records.
 
@@ -167,11 +137,8 @@ def taint_rebuild(config_path: Path, out: Path | None) -> None:
     config = _config(config_path)
     store = TaintStore(out or daemon.taint_dir(config))
     try:
-        results = (
-            (e.session, e.data_class, e.untrusted)
-            for e in entries(daemon.audit_dir(config))
-            if e.kind == "result"
-        )
+        results = ((e.session, e.data_class, e.untrusted)
+                   for e in entries(daemon.audit_dir(config)) if e.kind == "result")
         written = rebuild(results, store)
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from None
@@ -185,12 +152,8 @@ def jobs() -> None:
 
 @jobs.command("check")
 @CONFIG
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="The jobs directory (default: [broker] jobs from the config).",
-)
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="The jobs directory (default: [broker] jobs from the config).")
 def jobs_check(config_path: Path, directory: Path | None) -> None:
     """Validate every job file (and its schedule, with systemd-analyze where installed).
 

@@ -56,12 +56,10 @@ def backend_for(config: Config) -> Sandbox:
     section = config.broker
     if section.backend == "podman":
         if section.podman_image is None or section.containers_conf is None:
-            raise SandboxUnavailable(
-                "[broker] backend = 'podman' needs podman_image and containers_conf"
-            )
-        return PodmanSandbox(
-            PodmanSetup(image=section.podman_image, containers_conf=section.containers_conf)
-        )
+            raise SandboxUnavailable("[broker] backend = 'podman' needs podman_image and "
+                                     "containers_conf")
+        return PodmanSandbox(PodmanSetup(image=section.podman_image,
+                                         containers_conf=section.containers_conf))
     toolkit = section.toolkit_dir or _installed_toolkit()
     return BubblewrapSandbox(toolkit_dir=toolkit)
 
@@ -83,50 +81,36 @@ def build(config: Config, backend: Sandbox) -> Broker:
     audit = AuditLog(audit_dir(config), rotate_bytes=section.audit_rotate_bytes)
     taints = TaintStore(taint_dir(config))
     book = ApprovalBook(frozenset(section.approvers), timedelta(seconds=section.approval_timeout))
-    desk = ApprovalDesk(
-        book,
-        clock=now,
-        gateway_socket=section.gateway_socket or config.socket("gateway"),
-        waiting_interval=section.waiting_interval,
-    )
-    consult = None if config.consult is None else ConsultEgress(config.consult, egress_dir(config))
-    runner = Runner(
-        backend=backend,
-        memory=MemoryClient(config.memory.socket or config.socket("memory")),
-        audit=audit,
-        taints=taints,
-        result_cap=section.result_cap,
-        consult=consult,
-    )
+    desk = ApprovalDesk(book, clock=now,
+                        gateway_socket=section.gateway_socket or config.socket("gateway"),
+                        waiting_interval=section.waiting_interval)
+    consult = None if config.consult is None else ConsultEgress(config.consult,
+                                                                 egress_dir(config))
+    runner = Runner(backend=backend,
+                    memory=MemoryClient(config.memory.socket or config.socket("memory")),
+                    audit=audit, taints=taints, result_cap=section.result_cap, consult=consult)
     grants = GrantStore(section.grants_dir())
     grants.current()  # load now, so a broken or empty grants directory is reported at start
-    return Broker(
-        grants=grants,
-        audit=audit,
-        taints=taints,
-        desk=desk,
-        runner=runner,
-        secrets=secrets,
-        clock=now,
-        configured={CONSULT: consult.settings} if consult is not None else None,
-    )
+    return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
+                  secrets=secrets, clock=now,
+                  configured={CONSULT: consult.settings} if consult is not None else None)
 
 
 async def serve(config: Config, backend: Sandbox, source: str | Path = "config") -> None:
     """Until SIGTERM or SIGINT; ``source`` (the config file) names it in errors."""
     broker = build(config, backend)
     served = config.served("broker"), config.served("approve")
-    groups = [socket.gid(source) for socket in served]
+    groups = [each.gid(source) for each in served]
     notifier = Notifier()
 
     async def main() -> None:
         async with contextlib.AsyncExitStack() as stack:
-            for socket, group, kinds, handle in zip(
+            for each, group, kinds, handle in zip(
                 served, groups, (TO_BROKERD, TO_APPROVE_SOCKET), handlers(broker), strict=True
             ):
-                handler = connection(socket.path, kinds, handle)
+                handler = connection(each.path, kinds, handle)
                 await stack.enter_async_context(
-                    listening(socket.path, handler, mode=socket.mode, group=group)
+                    listening(each.path, handler, mode=each.mode, group=group)
                 )
             notifier.ready(f"serving {served[0].path}")
             log.info("serving %s and %s", served[0].path, served[1].path)

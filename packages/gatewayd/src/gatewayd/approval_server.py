@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from bxcore.daemon import DEFAULT_MODE, listening
 from bxcore.errors import (
     ErrorCode,
     FrameError,
@@ -46,30 +46,25 @@ Say = Callable[[str, str, str], Awaitable[None]]  # (channel id, thread root, te
 class ApprovalServer:
     def __init__(
         self, path: Path, book: ApprovalBook, rest: MattermostClient, say: Say,
-        *, mode: int = 0o660, request_timeout: float = 30.0,
+        *, mode: int = DEFAULT_MODE, group: int | None = None, request_timeout: float = 30.0,
     ):
         self.path = path
         self._book = book
         self._rest = rest
         self._say = say
         self._mode = mode
+        self._group = group
         self._timeout = request_timeout
-        self._server: asyncio.Server | None = None
+        self._listener = contextlib.AsyncExitStack()
 
     async def start(self) -> None:
-        """Bind the socket (a stale file from a crash is removed first)."""
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._server = await asyncio.start_unix_server(self._handle, str(self.path))
-        os.chmod(self.path, self._mode)
+        """Bind the socket with its mode and group (bxcore.daemon: a stale file is replaced)."""
+        await self._listener.enter_async_context(
+            listening(self.path, self._handle, mode=self._mode, group=self._group))
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        """Stop accepting and remove the socket file."""
+        await self._listener.aclose()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = FrameStream(reader, writer, kinds=TO_GATEWAYD)

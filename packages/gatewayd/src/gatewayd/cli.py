@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 
 import click
-import sdnotify
 from bxcore.config import load_config
+from bxcore.daemon import Notifier, run_until_signalled
 from bxcore.errors import BoxmakerError
 
 from .service import Gateway, Settings
@@ -36,7 +35,7 @@ def serve(config_path: str, verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        settings = Settings.from_config(load_config(config_path))
+        settings = Settings.from_config(load_config(config_path), source=config_path)
         gateway = Gateway(settings)
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
@@ -47,17 +46,9 @@ def serve(config_path: str, verbose: bool) -> None:
 
 
 async def _serve(gateway: Gateway) -> None:
-    notifier = sdnotify.SystemdNotifier()
-    task = asyncio.current_task()
-    assert task is not None
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
-    try:
-        await gateway.run(ready=lambda: notifier.notify("READY=1"))
-    except asyncio.CancelledError:
-        notifier.notify("STOPPING=1")
-        log.info("gatewayd stopped")
+    notifier = Notifier()
+    await run_until_signalled(gateway.run(ready=notifier.ready), on_stop=notifier.stopping)
+    log.info("gatewayd stopped")
 
 
 if __name__ == "__main__":

@@ -53,10 +53,14 @@ class Settings:
     ping_interval: float
     redeliver: tuple[float, float]
     tool_choice: tuple[str, ...] = ()
+    gateway_socket_mode: int = 0o600  # [gateway] mode: brokerd connects
+    gateway_socket_group: int | None = None  # [gateway] group, as a gid
 
     @classmethod
-    def from_config(cls, config: Config, secrets: SecretStore | None = None) -> Settings:
+    def from_config(cls, config: Config, secrets: SecretStore | None = None,
+                    source: str | Path = "config") -> Settings:
         section = config.gateway
+        served = config.served("gateway")
         if section.server is None:
             raise SetupError("gateway.server: not set (the Mattermost server's URL)")
         if section.allowlist is None:
@@ -69,7 +73,9 @@ class Settings:
             allowlist=load_allowlist(section.allowlist),
             channels=frozenset(section.channels),
             state=section.state or config.paths.home / "gateway",
-            gateway_socket=section.socket or config.socket("gateway"),
+            gateway_socket=served.path,
+            gateway_socket_mode=served.mode,
+            gateway_socket_group=served.gid(source),
             loop_socket=config.loop_socket,
             edit_interval=section.edit_interval,
             retries=section.retries,
@@ -93,7 +99,9 @@ class Gateway:
         self.runner = TurnRunner(self.rest, self.queue, settings.loop_socket,
                                  edit_interval=settings.edit_interval,
                                  tool_choice=settings.tool_choice)
-        self.approvals = ApprovalServer(settings.gateway_socket, self.book, self.rest, self.say)
+        self.approvals = ApprovalServer(settings.gateway_socket, self.book, self.rest, self.say,
+                                        mode=settings.gateway_socket_mode,
+                                        group=settings.gateway_socket_group)
         self.socket = MattermostSocket(
             settings.server, settings.token, on_event=self.on_event, on_catch_up=self.catch_up,
             reconnect_min=settings.reconnect[0], reconnect_max=settings.reconnect[1],

@@ -35,12 +35,8 @@ def _writer(config: Config) -> MemoryWriter:
 
 
 config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    envvar="BOXMAKER_CONFIG",
-    help="The Boxmaker config file (default: built-in defaults).",
+    "--config", "config_path", type=click.Path(dir_okay=False), default=None,
+    envvar="BOXMAKER_CONFIG", help="The Boxmaker config file (default: built-in defaults).",
 )
 
 
@@ -84,9 +80,8 @@ def log_command(config_path: str | None, file: str | None, as_json: bool) -> Non
 def describe(edit: Edit) -> str:
     flags = " [staged]" if edit.staged else ""
     who = f"session {edit.session}" if edit.session else "owner"
-    return (
-        f"{edit.seq:>5} {edit.time} {edit.file:<10} {edit.action:<11} {who}{flags}: {edit.summary}"
-    )
+    return f"{edit.seq:>5} {edit.time} {edit.file:<10} {edit.action:<11} {who}{flags}: " \
+        f"{edit.summary}"
 
 
 def _owner_command(config_path: str | None, action: str, argument: str | int) -> None:
@@ -123,11 +118,8 @@ def staged(config_path: str | None, as_json: bool) -> None:
     Example: memoryd staged
     """
     for edit in _writer(_config(config_path)).journal.staged():
-        click.echo(
-            json.dumps({"seq": edit.seq, "file": edit.file, "after": edit.after})
-            if as_json
-            else f"{describe(edit)}\n{edit.after}"
-        )
+        click.echo(json.dumps({"seq": edit.seq, "file": edit.file, "after": edit.after})
+                   if as_json else f"{describe(edit)}\n{edit.after}")
 
 
 @main.command()
