@@ -171,7 +171,10 @@ in
     ownerUsers = lib.mkOption {
       type = lib.types.listOf lib.types.str;
       default = [ ];
-      description = "Users who may use bxctl (chat, approvals): they join the boxmaker group.";
+      description = ''
+        Users who may use bxctl (chat, approvals): they join the manifest's group (boxmaker),
+        which every role socket (mode 0660) and its directory (0750) admit.
+      '';
     };
   };
 
@@ -184,16 +187,16 @@ in
       })
       cfg.roles;
 
-    users.groups.boxmaker = { };
+    users.groups.${stack.manifest.group} = { };
     users.users = lib.listToAttrs (map
       (role: lib.nameValuePair (stack.userName role) {
         isSystemUser = true;
-        group = "boxmaker";
+        group = stack.manifest.group;
         description = "Boxmaker ${role}";
         home = "/var/lib/boxmaker-podman/${role}";
       })
       stack.roleNames)
-    // lib.genAttrs cfg.ownerUsers (_: { extraGroups = [ "boxmaker" ]; });
+    // lib.genAttrs cfg.ownerUsers (_: { extraGroups = [ stack.manifest.group ]; });
 
     systemd.tmpfiles.rules = stack.tmpfiles;
     environment.etc."boxmaker/config".source = configDir;

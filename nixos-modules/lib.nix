@@ -50,12 +50,13 @@ let
     ++ map (e: "--env=${e}") (environment credentials)
     ++ [ image ] ++ r.command ++ [ "--config" configPath ];
 
-  # The config keys the manifest fixes (socket paths, base paths, grants); the module merges
-  # them over the owner's settings so the config always agrees with the mounts.
+  # The config keys the manifest fixes (socket paths and modes, base paths, grants); the module
+  # merges them over the owner's settings so the config always agrees with the mounts.
   fixedSettings =
     let
       pairs = builtins.concatMap
-        (name: map (key: { inherit key; value = socketPath name; }) manifest.sockets.${name}.config_keys)
+        (name: map (key: { inherit key; value = socketPath name; }) manifest.sockets.${name}.config_keys
+          ++ [ { key = manifest.sockets.${name}.mode_key; value = manifest.sockets.${name}.mode; } ])
         socketNames;
       section = s: builtins.listToAttrs (map
         (p: { name = builtins.elemAt (split p.key) 1; value = p.value; })
@@ -102,7 +103,7 @@ let
       Restart = "on-failure";
       RestartSec = "5s";
       User = userName role;
-      Group = "boxmaker";
+      Group = manifest.group;
       StateDirectory = "boxmaker-podman/${role}";
       StateDirectoryMode = "0700";
       RuntimeDirectory = "boxmaker-podman/${role}";
@@ -142,9 +143,9 @@ let
   # systemd-tmpfiles lines: each socket directory belongs to its server, each state directory
   # to the one role that writes it; the shared group lets clients and readers in.
   tmpfiles =
-    [ "d ${paths.run} 0755 root root -" "d ${paths.home} 0755 root root -" "d ${paths.grants} 0750 root boxmaker -" "d ${paths.jobs} 0750 root boxmaker -" ]
-    ++ map (name: "d ${socketDir name} 0750 ${userName manifest.sockets.${name}.server} boxmaker -") socketNames
-    ++ map (dir: "d ${stateDir dir} 0750 ${userName (builtins.head (writers dir))} boxmaker -") stateDirs;
+    [ "d ${paths.run} 0755 root root -" "d ${paths.home} 0755 root root -" "d ${paths.grants} 0750 root ${manifest.group} -" "d ${paths.jobs} 0750 root ${manifest.group} -" ]
+    ++ map (name: "d ${socketDir name} 0750 ${userName manifest.sockets.${name}.server} ${manifest.group} -") socketNames
+    ++ map (dir: "d ${stateDir dir} 0750 ${userName (builtins.head (writers dir))} ${manifest.group} -") stateDirs;
 
   assertions =
     map (dir: {

@@ -151,6 +151,18 @@ def test_the_settings_the_manifest_fixes_are_a_valid_boxmaker_config():
     assert config.broker.grants == Path(MANIFEST.paths.grants)
 
 
+@pytest.mark.parametrize("name", sorted(MANIFEST.sockets))
+def test_every_socket_is_served_with_the_manifests_mode_at_the_manifests_path(name):
+    """Each role runs as its own user, so every socket must admit the shared group (0660): the
+    config the manifest fixes says so for each one, where its server reads it."""
+    config = config_from_dict(MANIFEST.settings(), "manifest settings", base_dir=None)
+    served = config.served(name)
+    assert served.path == Path(MANIFEST.socket_path(name))
+    assert served.mode == int(MANIFEST.sockets[name].mode, 8) == 0o660
+    assert served.mode_key == MANIFEST.sockets[name].mode_key
+    assert served.group is None  # the container's root already creates files in the unit's group
+
+
 # --- the same answers from Nix -------------------------------------------------------------------
 
 

@@ -27,30 +27,38 @@ class Check:
     fix: str = ""
 
 
+# gateway.sock is left out: a host without Mattermost runs no gatewayd.
+CHECKED_SOCKETS = ("loop", "broker", "approve", "memory", "infer")
+
+
 def check_sockets(config: Config) -> list[Check]:
-    """Each role's socket exists, is a socket with the mode the brief implies, and answers."""
-    expected = {
-        "loop": (config.loop_socket, 0o600),
-        "broker": (config.broker.socket or config.socket("broker"), 0o600),
-        "approve": (config.broker.approve_socket or config.socket("approve"), 0o600),
-        "memory": (config.memory.socket or config.socket("memory"), 0o600),
-        "infer": (config.inferproxy.socket or config.socket("infer"), config.inferproxy.mode),
-    }
+    """Each role's socket exists, is a socket with the mode (and group) the config gives it, and
+    answers."""
     checks = []
-    for name, (path, mode) in expected.items():
-        label = f"socket {name}"
+    for name in CHECKED_SOCKETS:
+        served = config.served(name)
+        path, mode, label = served.path, served.mode, f"socket {name}"
         try:
             info = path.stat()
+            gid = served.gid("config")
         except OSError:
             checks.append(Check(label, False, f"{path} does not exist",
                                 "start the role that serves it (`bxctl status`, `bxctl up`)"))
+            continue
+        except BoxmakerError as exc:
+            checks.append(Check(label, False, str(exc), "create the group or fix the setting"))
             continue
         actual = stat.S_IMODE(info.st_mode)
         if not stat.S_ISSOCK(info.st_mode):
             checks.append(Check(label, False, f"{path} is not a socket", "remove it, restart"))
         elif actual != mode:
-            checks.append(Check(label, False, f"{path} has mode {actual:04o}, expected {mode:04o}",
+            checks.append(Check(label, False, f"{path} has mode {actual:04o}, expected {mode:04o}"
+                                f" ({served.mode_key})",
                                 "a role created it with the wrong umask: restart it; report it"))
+        elif gid is not None and info.st_gid != gid:
+            checks.append(Check(label, False, f"{path} has group {info.st_gid}, expected "
+                                f"{served.group} ({served.group_key})",
+                                "restart the role that serves it; report it"))
         elif not _answers(path):
             checks.append(Check(label, False, f"{path} refuses connections",
                                 "a stale socket: restart the role that serves it"))

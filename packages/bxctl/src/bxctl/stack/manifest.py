@@ -66,11 +66,15 @@ class Paths(Model):
     credentials: AbsolutePath  # where $CREDENTIALS_DIRECTORY appears inside a container
 
 
+ConfigKey = Annotated[Text, Field(pattern=r"^[a-z_]+\.[a-z_]+$")]
+
+
 class Socket(Model):
     server: Name
     mode: Annotated[Text, Field(pattern=r"^0[0-7]{3}$")]
     clients: list[Name]  # roles that connect; the owner's bxctl on the host needs none
-    config_keys: list[Annotated[Text, Field(pattern=r"^[a-z_]+\.[a-z_]+$")]]
+    config_keys: list[ConfigKey]
+    mode_key: ConfigKey  # the server's setting for the socket's mode, e.g. "channel.mode"
 
 
 class StateDir(Model):
@@ -102,6 +106,10 @@ class Hardening(Model):
 class Manifest(Model):
     comment: Text = ""
     version: Literal[1]
+    # Every role's unit runs with this group, the socket and state directories belong to it, and
+    # the owner's users join it. A role's container root maps to the unit's user and group, so a
+    # socket it creates already has this group: the config needs no group setting.
+    group: Name
     paths: Paths
     sockets: dict[Name, Socket]
     roles: dict[Name, Role]
@@ -134,7 +142,8 @@ class Manifest(Model):
             ) from None
 
     def settings(self) -> dict[str, dict[str, str]]:
-        """The config-file keys the manifest fixes: every socket path and the two base paths.
+        """The config-file keys the manifest fixes: every socket path and mode, and the two base
+        paths.
 
         The NixOS module merges these over the owner's settings, so they always agree with the
         mounts.
@@ -147,6 +156,8 @@ class Manifest(Model):
             for key in socket.config_keys:
                 section, field = key.split(".")
                 sections.setdefault(section, {})[field] = self.socket_path(name)
+            section, field = socket.mode_key.split(".")
+            sections.setdefault(section, {})[field] = socket.mode
         return sections
 
 
