@@ -39,19 +39,31 @@ def _check(response: httpx.Response, what: str) -> None:
         raise HonchoUnavailable(f"Honcho {what}: HTTP {response.status_code}")
     if response.status_code >= 400:
         raise HonchoRejected(response.status_code, _detail(response))
+    if not 200 <= response.status_code < 300:  # a redirect is not followed, 1xx is not an answer
+        raise HonchoBadResponse(f"Honcho {what}: HTTP {response.status_code}")
 
 
 def _detail(response: httpx.Response) -> str:
     try:
-        detail = response.json().get("detail")
+        body = response.json()
     except ValueError:
         return response.text[:200]
+    detail = body.get("detail") if isinstance(body, dict) else body
     if isinstance(detail, list):  # FastAPI's 422: [{loc, msg, ...}]
         return "; ".join(
             f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}"
             for d in detail if isinstance(d, dict)
         )
     return str(detail)[:200]
+
+
+def _message(item: Any, what: str) -> dict[str, Any]:
+    """A Message as the v3 spec gives it, as far as memoryd reads it: an object with a string
+    ``id`` and an object (or null) ``metadata``. Anything else is the peer's fault."""
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not isinstance(
+            item.get("metadata") or {}, dict):
+        raise HonchoBadResponse(f"Honcho {what}: an item is not a Message object")
+    return item
 
 
 class HonchoClient:
@@ -101,7 +113,7 @@ class HonchoClient:
         )
         if not isinstance(created, list) or len(created) != len(messages):
             raise HonchoBadResponse("Honcho add messages: not one Message per message sent")
-        return created
+        return [_message(item, "add messages") for item in created]
 
     async def list_messages(self, workspace: str, session: str) -> AsyncIterator[dict[str, Any]]:
         """Every message of a session, page by page (an unknown session lists nothing)."""
@@ -113,9 +125,12 @@ class HonchoClient:
             )
             if not isinstance(result, dict) or not isinstance(result.get("items"), list):
                 raise HonchoBadResponse("Honcho list messages: not a page of messages")
+            pages = result.get("pages")
+            if not (pages is None or (isinstance(pages, int) and not isinstance(pages, bool))):
+                raise HonchoBadResponse("Honcho list messages: 'pages' is not a number")
             for item in result["items"]:
-                yield item
-            if page >= int(result.get("pages") or 0):
+                yield _message(item, "list messages")
+            if page >= (pages or 0):
                 return
             page += 1
 
