@@ -13,6 +13,7 @@ from brokerd.grantstore import GrantStore, load_grants, resolve_paths
 from brokerd.policy import decide, parse_grant, path_arguments
 from brokerd.taint import CLEAN
 from brokerd_support import NOW, request, write
+from faults.profile import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -132,6 +133,7 @@ keys = st.sampled_from(["tools", "mode", "classes", "result_class", "allow_untru
 grant_tables = st.dictionaries(keys, values, max_size=8)
 
 
+@fuzz
 @given(grant_tables)
 def test_fuzzed_grant_structures_only_ever_raise_grant_error(table):
     text = "\n".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in table.items())
@@ -139,6 +141,7 @@ def test_fuzzed_grant_structures_only_ever_raise_grant_error(table):
         parse(text)
 
 
+@fuzz
 @given(st.text(max_size=300))
 def test_fuzzed_text_only_ever_raises_grant_error(text):
     with contextlib.suppress(GrantError):
@@ -152,6 +155,7 @@ SSH_DENY = parse('tools = ["*"]\nmode = "deny"\n[arguments.path]\npaths = ["~/.s
                  "ssh.toml")
 
 
+@fuzz
 @given(grant_tables)
 def test_no_grant_file_widens_access(table):
     """A file that fails to parse grants nothing; one that parses cannot undo a deny."""

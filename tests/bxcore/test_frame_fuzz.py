@@ -8,6 +8,7 @@ from itertools import pairwise
 
 from bxcore.errors import FrameError, IncompleteFrame
 from bxcore.frames import END, NEED_DATA, Frame, FrameDecoder, encode_frame
+from faults.profile import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -80,11 +81,13 @@ def run(data: bytes, cuts: list[int], max_size: int) -> tuple[list[Frame], BaseE
     return out, None
 
 
+@fuzz
 @given(st.binary(max_size=300), st.lists(st.integers(0, 400), max_size=8), st.integers(0, 200))
 def test_arbitrary_bytes_at_arbitrary_splits_give_frames_or_a_frame_error(data, cuts, max_size):
     run(data, cuts, max_size)
 
 
+@fuzz
 @given(hostile_streams(), st.lists(st.integers(0, 10_000), max_size=10))
 def test_hostile_streams_give_frames_or_a_frame_error(data, cuts):
     frames_seen, error = run(data, cuts, max_size=4096)
@@ -94,6 +97,7 @@ def test_hostile_streams_give_frames_or_a_frame_error(data, cuts):
     assert type(error) is type(whole_error)
 
 
+@fuzz
 @given(st.lists(frames, max_size=5), st.lists(st.integers(0, 10_000), max_size=10))
 def test_valid_frames_split_anywhere_come_out_unchanged(sent, cuts):
     data = b"".join(encode_frame(f) for f in sent)

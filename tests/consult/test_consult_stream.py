@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from faults.profile import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 from toolkit.consult import StreamAnswer, payload
@@ -80,6 +81,7 @@ def test_feeding_after_the_end_is_refused():
         decoder.feed(b"data: x\n")
 
 
+@fuzz
 @given(st.lists(st.binary(max_size=64), max_size=8))
 def test_any_bytes_give_an_answer_or_a_tool_error(chunks):
     try:

@@ -6,7 +6,6 @@ parser, every load figure); anything else is the short profile CI runs through s
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -14,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-LONG = os.environ.get("BOXMAKER_PROFILE", "short") == "long"
+from .profile import LONG, by_profile
 
-
-def by_profile(short: int, long: int) -> int:
-    return long if LONG else short
+__all__ = ["LONG", "by_profile", "short_dir"]
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from faults.profile import fuzz
 from gatewayd.events import (
     Hello,
     Malformed,
@@ -100,6 +101,7 @@ json_values = st.recursive(
 )
 
 
+@fuzz
 @given(st.one_of(
     st.text(max_size=200),
     json_values.map(json.dumps),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from faults.profile import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 from loopd.inference.errors import BadStream
@@ -56,6 +57,7 @@ def test_byte_by_byte_gives_the_same_events():
     assert parse_split(SAMPLE, list(range(len(SAMPLE)))) == EXPECTED
 
 
+@fuzz
 @given(st.lists(st.integers(min_value=0, max_value=len(SAMPLE))))
 def test_random_splits_give_the_same_events(cuts):
     assert parse_split(SAMPLE, cuts) == EXPECTED
@@ -106,6 +108,7 @@ def test_feeding_after_the_end_is_refused():
         parser.feed(b"data: x\n\n")
 
 
+@fuzz
 @given(st.binary(max_size=300))
 def test_any_bytes_give_events_or_bad_stream_and_nothing_else(data):
     parser = SSEParser(max_line=128)

@@ -14,6 +14,7 @@ from brokerd._egress_http import (
     parse_head,
 )
 from brokerd.egress import egress_proxy
+from faults.profile import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -78,6 +79,7 @@ def test_bad_heads_are_refused_naming_the_problem(head, problem):
         parse_head(head)
 
 
+@fuzz
 @given(data=st.binary(max_size=300))
 def test_any_bytes_give_a_request_need_more_or_our_error(data):
     try:

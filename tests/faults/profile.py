@@ -1,0 +1,33 @@
+"""The suite's two profiles, chosen by ``BOXMAKER_PROFILE``: ``long`` is the deep run (hundreds
+of crash trials, 100k generated inputs per parser, 500 load sessions); anything else is the short
+profile that CI runs through scripts/test.
+
+Fuzz tests anywhere in the tree take their example count from here::
+
+    from faults.profile import fuzz
+
+    @fuzz
+    @given(st.binary())
+    def test_any_bytes_give_frames_or_a_frame_error(data): ...
+
+In the short profile ``fuzz`` changes nothing (the HYPOTHESIS_PROFILE in force decides: 300
+examples in CI); in the long one it asks for 100,000 and lifts hypothesis' health checks, which
+would otherwise stop a long run for being slow.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+LONG = os.environ.get("BOXMAKER_PROFILE", "short") == "long"
+FUZZ_EXAMPLES_LONG = 100_000
+
+
+def by_profile(short: int, long: int) -> int:
+    return long if LONG else short
+
+
+fuzz = (settings(max_examples=FUZZ_EXAMPLES_LONG, deadline=None,
+                 suppress_health_check=list(HealthCheck)) if LONG else settings())
