@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 from bxcore.config import parse_config
-from bxcore.errors import ConfigError
+from bxcore.daemon import Notifier
+from bxcore.errors import ConfigError, DaemonError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
-from loopd.serve import DEFAULT_SYSTEM, build_role, remove_stale_socket, run, system_path
+from loopd.serve import DEFAULT_SYSTEM, build_role, run, system_path
 
 from .support import ScriptedInference, say
 
@@ -42,7 +43,7 @@ async def failing():
 async def test_a_failed_self_test_exits_1_with_the_report(tmp_path, capsys):
     path, config = config_file(tmp_path)
     role = build_role(config, path)
-    status = await run(role, ScriptedInference([]), failing, ready=lambda: None)
+    status = await run(role, ScriptedInference([]), failing, notifier=Notifier(send=print))
     assert status == 1
     assert "FAIL tool_call" in capsys.readouterr().err
     assert not config.loop_socket.exists()
@@ -89,19 +90,42 @@ async def test_serve_binds_0600_notifies_ready_and_serves_turns(tmp_path, monkey
     assert not config.loop_socket.exists()
 
 
-def test_a_stale_socket_is_removed_and_a_live_one_refused(tmp_path):
-    stale = tmp_path / "loop.sock"
+async def test_a_stale_socket_is_removed_before_the_self_test_and_a_live_one_refused(
+    tmp_path
+):
+    path, config = config_file(tmp_path)
+    stale = config.loop_socket
+    stale.parent.mkdir(parents=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(stale))
     listener.listen()
-    with pytest.raises(ConfigError, match="another loopd"):
-        remove_stale_socket(stale)
+    with pytest.raises(DaemonError, match="another process is serving on it"):
+        await run(build_role(config, path), ScriptedInference([]), passing)
     listener.close()  # the file stays behind, as after a crash
-    remove_stale_socket(stale)
-    assert not stale.exists()
-    stale.write_text("not a socket")
-    with pytest.raises(ConfigError, match="not a socket"):
-        remove_stale_socket(stale)
+
+    seen: list[bool] = []
+
+    async def looks_then_fails():
+        seen.append(stale.exists())
+        return False, "FAIL tool_call: (scripted)"
+
+    status = await run(build_role(config, path), ScriptedInference([]), looks_then_fails)
+    assert status == 1 and seen == [False]  # gone already while the self-test ran
+
+
+async def test_the_socket_gets_the_configured_mode(tmp_path):
+    path, config = config_file(tmp_path, "[channel]\nmode = 0o660\n")
+    stop = asyncio.Event()
+    notes: list[str] = []
+    server = asyncio.create_task(run(build_role(config, path), ScriptedInference([]), passing,
+                                     notifier=Notifier(send=notes.append), stop=stop))
+    try:
+        while not notes and not server.done():
+            await asyncio.sleep(0.01)
+        assert config.loop_socket.stat().st_mode & 0o777 == 0o660
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(server, 10) == 0
 
 
 def test_system_md_defaults_beside_the_config_then_the_shipped_one(tmp_path):

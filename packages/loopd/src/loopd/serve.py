@@ -1,26 +1,29 @@
 """``loopd serve``: start-up checks, then loop.sock until SIGTERM (M2b design, section 8).
 
 Order matters to channels: a stale socket file is removed first, so while the self-test runs a
-client sees "not running" rather than "connection refused"; the socket is bound (mode 0600) only
-after every check passed, and READY=1 goes to systemd only after it is bound.
+client sees "not running" rather than "connection refused"; the socket is bound (``[channel]
+mode`` and ``group``, 0600 by default, through bxcore.daemon) only after every check passed, and
+READY=1 goes to systemd only after it is bound. SIGTERM cancels the serving coroutine, which
+closes the listener and removes the socket on its way out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import signal
-import socket
-import stat
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import sdnotify
 from bxcore.config import Config
+from bxcore.daemon import (
+    Notifier,
+    listening,
+    remove_stale_socket,
+    run_until_signalled,
+    wait_forever,
+)
 from bxcore.errors import ConfigError
 from bxcore.util import now_rfc3339
 
@@ -46,6 +49,7 @@ class Role:
     """Everything ``serve`` wires together, built from the config."""
 
     config: Config
+    source: Path  # the config file, named in errors
     system: Path
     registry: Registry
     port: ToolPort
@@ -73,8 +77,8 @@ def build_role(config: Config, config_path: Path, tools: str | None = None) -> R
             registry = with_memory_tools(registry)
         port = BrokerPort(config.broker.socket or config.socket("broker"))
     return Role(
-        config=config, system=system_path(config, config_path), registry=registry, port=port,
-        memory=memory,
+        config=config, source=config_path, system=system_path(config, config_path),
+        registry=registry, port=port, memory=memory,
     )
 
 
@@ -93,35 +97,25 @@ def system_path(config: Config, config_path: Path) -> Path:
     return beside if beside.is_file() else DEFAULT_SYSTEM
 
 
-def remove_stale_socket(path: Path) -> None:
-    """Remove a socket file nobody listens on; refuse one that is live or not a socket."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise ConfigError(f"{path}: exists and is not a socket; refusing to replace it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        path.unlink()
-        return
-    finally:
-        probe.close()
-    raise ConfigError(f"{path}: another loopd is serving on it")
-
-
 async def serve(config: Config, config_path: Path, *, tools: str | None = None) -> int:
     """The real thing: the inference client over inferproxy's socket, then ``run``."""
     role = build_role(config, config_path, tools)
     socket_path = config.inference.socket or config.socket("infer")
     client = InferenceClient(config.inference, socket=socket_path)
+    notifier = Notifier()
+    status = 0
+
+    async def main() -> None:
+        nonlocal status
+        status = await run(role, client, lambda: startup_checks(client, role.baselines),
+                           notifier=notifier)
+
     try:
-        return await run(role, client, lambda: startup_checks(client, role.baselines))
+        await run_until_signalled(main(), on_stop=notifier.stopping)
     finally:
         await client.aclose()
         await role.memory.aclose()
+    return status
 
 
 async def check(config: Config, config_path: Path, which: str) -> int:
@@ -144,11 +138,13 @@ async def check(config: Config, config_path: Path, which: str) -> int:
 
 async def run(
     role: Role, inference: Inference, checks: StartupCheck, *,
-    ready: Callable[[], None] | None = None, stop: asyncio.Event | None = None,
+    notifier: Notifier | None = None, stop: asyncio.Event | None = None,
 ) -> int:
-    """Serve until ``stop`` is set (SIGTERM or SIGINT by default). Returns the exit status."""
-    path = role.config.loop_socket
-    remove_stale_socket(path)
+    """Check, then serve until cancelled (by ``serve``'s signal handling) or until ``stop`` is
+    set. Returns the exit status: 1 if a check failed."""
+    served = role.config.served("loop")
+    group = served.gid(role.source)
+    remove_stale_socket(served.path)  # before the checks: clients see "not running" meanwhile
     ok, report = await checks()
     print(report, file=sys.stderr)
     if not ok:
@@ -166,34 +162,10 @@ async def run(
         store=SessionStore(role.config.paths.home), loop=loop, new_baseline=role.baselines,
         slots=role.config.inference.slots, memory=role.memory, epochs=epochs,
     )
-    stop = stop or _stop_on_signals()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    previous_umask = os.umask(0o177)  # the socket is born 0600: no window with wider access
-    try:
-        listener = await asyncio.start_unix_server(server.handle, path=str(path))
-    finally:
-        os.umask(previous_umask)
-    os.chmod(path, 0o600)
-    (ready or _notify_ready)()
-    log.info("serving on %s", path)
-    try:
+    async with listening(served.path, server.handle, mode=served.mode, group=group):
+        (notifier or Notifier()).ready(f"serving {served.path}")
+        log.info("serving on %s", served.path)
+        if stop is None:
+            await wait_forever()
         await stop.wait()
-    finally:
-        listener.close()
-        await listener.wait_closed()
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
     return 0
-
-
-def _stop_on_signals() -> asyncio.Event:
-    stop = asyncio.Event()
-    running = asyncio.get_running_loop()
-    for number in (signal.SIGTERM, signal.SIGINT):
-        running.add_signal_handler(number, stop.set)
-    return stop
-
-
-def _notify_ready() -> None:
-    # A no-op when NOTIFY_SOCKET is unset (not started by systemd).
-    sdnotify.SystemdNotifier().notify("READY=1\nSTATUS=serving loop.sock")
