@@ -42,7 +42,9 @@ class TaintStore:
         return taint
 
     def write(self, session: str, taint: Taint) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # mkdir's mode applies to the leaf only: broker/ would be born 0755 from the umask.
+        self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.directory.mkdir(exist_ok=True, mode=0o700)
         write_durably(self.path(session), encode_taint(session, taint))
 
 
