@@ -15,15 +15,19 @@ from .stack import ROLES, FaultStack
 
 
 def grant(tools: list[str], mode: str, result_class: str, *, argument: tuple[str, str, str],
-          sandbox: str) -> str:
-    """A grant file: ``argument`` is (name, "paths" or "hosts", pattern)."""
-    name, kind, pattern = argument
+          sandbox: str, classes: tuple[str, ...] = ("public", "private"),
+          allow_untrusted: bool = True) -> str:
+    """A grant file: ``argument`` is (name, "paths", "hosts" or "pattern", what it allows);
+    paths and hosts take a list, pattern one regular expression."""
+    name, kind, allowed = argument
+    value = json.dumps(allowed if kind == "pattern" else [allowed])
     return f"""tools = {json.dumps(tools)}
 mode = "{mode}"
-classes = ["public", "private"]
+classes = {json.dumps(list(classes))}
+allow_untrusted = {json.dumps(allow_untrusted)}
 result_class = "{result_class}"
 [arguments.{name}]
-{kind} = ["{pattern}"]
+{kind} = {value}
 [sandbox]
 {sandbox}
 """
@@ -44,6 +48,13 @@ def via_call_tool(name: str, arguments: dict) -> tuple[str, dict]:
     return ("call_tool", {"name": name, "arguments": arguments})
 
 
+def tool_results(home: Path, session: str) -> list[dict]:
+    """The tool_result records of a session's first log file, as written."""
+    path = home / "sessions" / session / "0.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [row for row in rows if row["type"] == "tool_result"]
+
+
 @dataclass
 class Rig:
     root: Path
@@ -61,8 +72,8 @@ class Rig:
 
 @contextlib.contextmanager
 def scripted_rig(root: Path, *, roles: tuple[str, ...] = ROLES, extra_config: str = "",
-                 env: dict[str, str] | None = None, grants: dict[str, str] | None = None
-                 ) -> Iterator[Rig]:
+                 env: dict[str, str] | None = None, grants: dict[str, str] | None = None,
+                 approval_timeout: float = 5.0) -> Iterator[Rig]:
     (root / "granted").mkdir()
     (root / "outside").mkdir()
     (root / "granted" / "a.txt").write_text("alpha\n")
@@ -70,7 +81,7 @@ def scripted_rig(root: Path, *, roles: tuple[str, ...] = ROLES, extra_config: st
     model = ScriptedModel()
     with UnixHTTPServer(root / "model.sock", model.handle):
         stack = FaultStack(root, root / "model.sock", roles=roles, extra_config=extra_config,
-                           env=env)
+                           env=env, approval_timeout=approval_timeout)
         (stack.grants / "read.toml").write_text(read_grant(root / "granted"))
         for name, text in (grants or {}).items():
             (stack.grants / name).write_text(text)

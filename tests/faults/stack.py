@@ -61,7 +61,8 @@ INFERENCE = {"model": "fake", "retries": 2, "retry_backoff": 0.05, "liveness_tim
 
 
 def render_config(root: Path, model_socket: Path, grants: Path, extra: str = "",
-                  inference: dict[str, object] | None = None) -> str:
+                  inference: dict[str, object] | None = None,
+                  approval_timeout: float = 5.0) -> str:
     settings = {**INFERENCE, **(inference or {})}
     inference_lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in settings.items())
     return f"""[paths]
@@ -87,14 +88,14 @@ registry = {q(root / "registry.json")}
 grants = {q(grants)}
 approvers = [{q(f"local:{os.getuid()}")}]
 backend = "bubblewrap"
-approval_timeout = 5
+approval_timeout = {approval_timeout}
 {extra}"""
 
 
 class FaultStack:
     def __init__(self, root: Path, model_socket: Path, *, roles: tuple[str, ...] = ROLES,
                  extra_config: str = "", env: dict[str, str] | None = None,
-                 inference: dict[str, object] | None = None):
+                 inference: dict[str, object] | None = None, approval_timeout: float = 5.0):
         self.root = root
         self.roles = roles
         self.grants = root / "grants"
@@ -104,7 +105,8 @@ class FaultStack:
             directory.mkdir(parents=True, exist_ok=True)
         registry_file(root / "registry.json")
         self.config.write_text(
-            render_config(root, model_socket, self.grants, extra_config, inference))
+            render_config(root, model_socket, self.grants, extra_config, inference,
+                          approval_timeout))
         self.env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET",)}
         self.env.update(env or {})
         self.running: dict[str, Started] = {}

@@ -19,8 +19,9 @@ from bxcore.frames import Frame
 from bxcore.framestream import SyncFrameSocket
 from bxcore.protocol import loop as wire
 from inference.fake_server import completion
+from memoryd.notes import read_notes
 
-from .rig import directive, grant, scripted_rig, via_call_tool
+from .rig import directive, grant, scripted_rig, tool_results, via_call_tool
 
 pytestmark = pytest.mark.sandbox
 CANARY = "CANARY-outside-7f3a"
@@ -60,15 +61,25 @@ def fetch_grant(port: int) -> str:
                  sandbox=f'hosts = ["127.0.0.1:{port}"]')
 
 
+def consult_config(port: int) -> str:
+    return f"""
+[consult]
+endpoint = "http://127.0.0.1:{port}/v1/chat/completions"
+model = "cloud"
+"""
+
+
+def consult_grant(port: int) -> str:
+    """Consult once the owner approves, for sessions that saw only public, trusted content
+    (brief: consult "is refused for tainted sessions unless a grant allows that class out")."""
+    return grant(["consult"], "ask", "public", argument=("question", "pattern", ".*"),
+                 sandbox=f'hosts = ["127.0.0.1:{port}"]', classes=("public",),
+                 allow_untrusted=False)
+
+
 def write_grant(inbox: Path) -> str:
     return grant(["fs.write"], "ask", "private", argument=("path", "paths", f"{inbox}/**"),
                  sandbox=f'mounts = [{{ path = "{inbox}", write = true }}]')
-
-
-def tool_results(home: Path, session: str) -> list[dict]:
-    path = home / "sessions" / session / "0.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [row for row in rows if row["type"] == "tool_result"]
 
 
 def read(path: Path) -> str:
@@ -103,8 +114,9 @@ def test_every_escalation_is_refused_and_nothing_outside_the_grants_changes(shor
     inbox.mkdir()
     port = page.server_address[1]
     try:
-        with scripted_rig(short_dir, grants={"fetch.toml": fetch_grant(port),
-                                             "inbox.toml": write_grant(inbox)}) as rig:
+        grants = {"fetch.toml": fetch_grant(port), "inbox.toml": write_grant(inbox),
+                  "consult.toml": consult_grant(port)}
+        with scripted_rig(short_dir, grants=grants, extra_config=consult_config(port)) as rig:
             stack, home = rig.stack, rig.stack.home
             (rig.outside / "secret.txt").write_text(CANARY)
             (rig.granted / "link").symlink_to(rig.outside / "secret.txt")
@@ -141,16 +153,34 @@ def test_every_escalation_is_refused_and_nothing_outside_the_grants_changes(shor
             audited = denials(home)
             assert {"fs.read", "http.fetch", "shell.run"} <= set(audited)
 
+            # A clean session may consult (the grant matches; unapproved, the call expires).
+            ask_cloud = via_call_tool("consult", {"question": "what is 2 + 2?"})
+            stack.turn("clean_consult", directive(ask_cloud), resume=False)
+            (clean,) = tool_results(home, "clean_consult")
+            assert "expired" in clean["content"], clean
+            # A session that read a private file may not send it out.
+            read_first = via_call_tool("fs.read", {"path": str(rig.granted / "a.txt")})
+            stack.turn("private_consult", directive(read_first, ask_cloud), resume=False)
+            _read, refused = tool_results(home, "private_consult")
+            assert refused["content"].startswith("Denied") and "private data" in \
+                refused["content"], refused
+
             # An injected page asks for an identity write and a consult: the session is
-            # untrusted now, so the add becomes a note at most and consult is refused.
+            # untrusted now, so the add becomes a note (brief, Memory item 1) and consult is
+            # refused for the taint, though a grant for it exists.
             fetch = via_call_tool("http.fetch", {"url": f"http://127.0.0.1:{port}/p"})
             stack.turn("inject", directive(fetch), resume=False)
             results = tool_results(home, "inject")
             assert "mailed" not in read(home / "memory" / "memory.md"), results
-            by_tool = {r["tool_call_id"]: r["content"] for r in results}
-            assert len(by_tool) == 3, results  # the fetch, then both injected calls
-            assert not any(c.startswith("Added") for c in by_tool.values()), results
-            assert any(c.startswith("Denied") for c in by_tool.values()), results  # consult
+            _fetched, added, consulted = (r["content"] for r in results)
+            assert "recorded as note" in added, results
+            (note,) = [n for n in read_notes(home / "memory" / "notes.md") if "mailed" in n.text]
+            assert note.untrusted and note.session == "inject", note
+            assert consulted.startswith("Denied") and "untrusted content" in consulted, results
+            refusals = [e.decision.reason for e in entries(home / "audit") if e.kind == "decision"
+                        and e.decision.tool == "consult"
+                        and "no grant matches" in e.decision.reason]
+            assert len(refusals) == 2, refusals  # both taint refusals are audited
 
             # Its own approval: it says "!approve" and the ask call still expires unapproved.
             write = via_call_tool("fs.write", {"path": str(inbox / "w.txt"), "content": "pwned"})
@@ -169,7 +199,7 @@ def test_every_escalation_is_refused_and_nothing_outside_the_grants_changes(shor
             seen = json.dumps(rig.model.bodies)
             assert CANARY not in seen  # no forbidden byte ever reached the model
             assert {p: tree_hash(p) for p in before} == before
-            print(f"hostile model: {len(attempts) + 3} attempts, denials audited: "
+            print(f"hostile model: {len(attempts) + 5} attempts, denials audited: "
                   f"{len(audited)}, inject results: {[r['content'][:60] for r in results]}, "
                   f"self-approval: {asked['content'][:60]}")
     finally:

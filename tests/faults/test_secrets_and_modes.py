@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .rig import directive, grant, scripted_rig, via_call_tool
+from .rig import directive, grant, scripted_rig, tool_results, via_call_tool
 
 pytestmark = pytest.mark.sandbox
 CANARIES = {"canary_cred": "CANARY-cred-5b1e", "canary_env": "CANARY-env-9c2d",
@@ -61,7 +61,7 @@ path = "{secret_file}"
 
 
 def echo_grant() -> str:
-    return grant(["echo"], "auto", "public", argument=("text", "patterns", ".*"),
+    return grant(["echo"], "auto", "public", argument=("text", "pattern", ".*"),
                  sandbox=f"secrets = {list(CANARIES)!r}".replace("'", '"'))
 
 
@@ -80,6 +80,8 @@ def test_canary_secrets_never_reach_a_file_and_modes_are_tight(short_dir):
         echo = via_call_tool("echo", {"text": "hi"})
         done = stack.turn("sec", directive(echo), resume=False)[-1]
         assert done.kind == "turn_done", done
+        (echoed,) = tool_results(stack.home, "sec")
+        assert echoed["content"] == "hi", echoed  # it ran, with the three secrets injected
         denied = via_call_tool("fs.read", {"path": str(short_dir / "canary_file.secret")})
         stack.turn("sec2", directive(denied), resume=False)
         modes = {p: stat.S_IMODE(p.lstat().st_mode) for p in (stack.home / "x").parent.rglob("*")}
