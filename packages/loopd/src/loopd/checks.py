@@ -21,7 +21,7 @@ from .inference.budget import count_baseline_tokens
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
 from .inference.selftest import self_test
-from .memory import IdentityFiles
+from .memory import IdentityFiles, MemoryLink
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +45,8 @@ async def budget_report(
     client: InferenceClient, baselines: Baselines, *, identity_required: bool
 ) -> Report:
     probe = f"budget-probe-{secrets.token_hex(4)}"
-    note = "with the identity from memoryd"
+    source = "memoryd" if isinstance(baselines.memory, MemoryLink) else "[baseline] identity"
+    note = f"with the identity from {source}"
     try:
         baseline = await baselines(probe, 0, None)
     except MemoryUnavailable as exc:

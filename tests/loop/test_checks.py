@@ -1,0 +1,60 @@
+"""``loopd selftest`` and ``loopd budget`` (what ``bxctl doctor`` runs): a named report on stdout
+whose last line is the verdict, exit 0 when it passed and 1 when not."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from support.llama import QWEN, start_single
+
+LOOPD = Path(sys.executable).with_name("loopd")
+
+
+def config(directory: Path, infer: Path, extra: str = "") -> Path:
+    path = directory / "config.toml"
+    path.write_text(f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
+                    f'[inference]\nsocket = "{infer}"\nretries = 0\nliveness_timeout = 600.0\n'
+                    f'{extra}')
+    return path
+
+
+def loopd(command: str, path: Path) -> tuple[int, list[str]]:
+    result = subprocess.run([str(LOOPD), command, "--config", str(path)], capture_output=True,
+                            text=True, timeout=1200, check=False)
+    return result.returncode, result.stdout.strip().splitlines()
+
+
+def test_selftest_without_a_server_fails_naming_the_checks(tmp_path):
+    status, lines = loopd("selftest", config(tmp_path, tmp_path / "nobody.sock"))
+    assert status == 1
+    assert lines[0].startswith("FAIL tool_call: the request failed")
+    assert lines[-1] == "self-test: FAILED: tool_call, serving"
+
+
+def test_budget_without_memoryd_fails_when_memoryd_gives_the_identity(tmp_path):
+    path = config(tmp_path, tmp_path / "nobody.sock", '[loop]\nmemory = "memoryd"\n')
+    status, lines = loopd("budget", path)
+    assert status == 1
+    assert lines[-1].startswith("FAIL baseline_budget: no identity: memoryd")
+
+
+@pytest.mark.real_server
+def test_selftest_and_budget_pass_on_the_real_server():
+    with tempfile.TemporaryDirectory(prefix="bx-chk-") as tmp, \
+            start_single(QWEN, "qwen2.5-bare-json-tools.jinja") as llama:
+        directory = Path(tmp)
+        core = directory / "home" / "memory" / "core.md"
+        core.parent.mkdir(parents=True)
+        core.write_text("The owner is Ada.")
+        path = config(directory, llama.socket, "[inference.sampling]\ntemperature = 0.0\n")
+        tested = loopd("selftest", path)
+        budget = loopd("budget", path)
+    assert tested[0] == 0, tested[1]
+    assert tested[1][-1] == "self-test: ok, 7 checks passed"
+    assert budget[0] == 0, budget[1]
+    assert budget[1][-1].endswith(
+        "within the budget of 3000, with the identity from [baseline] identity")
