@@ -60,7 +60,7 @@ MODEL = "qwen-tools"
 SLOT_CONTEXT = 8192  # the 20-turn conversation with its tool results stays well inside it
 SLOTS = 3  # main, background, and one for the naive harness alone
 NAIVE_SLOT = 2
-MAX_TOKENS = 160  # room for a call_tool call (about 50 tokens) after any preamble
+MAX_TOKENS = 72  # room for a call_tool call (about 50 tokens); answers are cut there
 SAMPLING = {"temperature": 0.0, "top_p": 0.95, "top_k": 20}  # greedy, as both sides send
 TOPICS = (
     "garden", "bicycle", "kitchen", "invoices", "backups", "travel", "books", "car", "health",
