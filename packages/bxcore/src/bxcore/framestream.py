@@ -34,6 +34,30 @@ def _map_os_errors(what: str) -> Iterator[None]:
         raise PeerUnavailable(f"{what}: {exc.strerror or exc}") from exc
 
 
+async def _connected_unix_socket(path: str) -> socket.socket:
+    """A connected, non-blocking Unix socket; waits while the listener's backlog is full.
+
+    On AF_UNIX a non-blocking connect() either connects at once or fails with EAGAIN when the
+    backlog is full: nothing is in progress. asyncio's own connect takes that EAGAIN for "in
+    progress" and hands back a socket that never connected, whose reads then fail with EINVAL
+    (found under load: 50 sessions reporting turns to a busy memoryd). So try again here.
+    """
+    delay = 0.005
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(path)
+            return sock
+        except BlockingIOError:
+            sock.close()
+        except BaseException:
+            sock.close()
+            raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
 class FrameStream:
     """Frames over an asyncio stream pair."""
 
@@ -54,9 +78,8 @@ class FrameStream:
         cls, path: str | Path, kinds: frozenset[str] | set[str] | None = None, timeout: float = 10
     ) -> FrameStream:
         with _map_os_errors(f"socket {path}"):
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(str(path), limit=CHUNK), timeout
-            )
+            sock = await asyncio.wait_for(_connected_unix_socket(str(path)), timeout)
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=CHUNK)
         return cls(reader, writer, kinds)
 
     async def read(self, timeout: float | None = None) -> Frame:
