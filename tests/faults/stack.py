@@ -160,13 +160,15 @@ class FaultStack:
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def turn(self, session: str, content: str, *, resume: bool,
-             timeout: float = TURN_WAIT) -> list[Frame]:
+             timeout: float = TURN_WAIT, kind: wire.SessionKind = "main") -> list[Frame]:
         """One turn over loop.sock: every frame loopd sent, the final one last."""
-        return list(self.turn_frames(session, content, resume=resume, timeout=timeout))
+        return list(self.turn_frames(session, content, resume=resume, timeout=timeout,
+                                     kind=kind))
 
     def turn_frames(self, session: str, content: str, *, resume: bool,
-                    timeout: float = TURN_WAIT) -> Iterator[Frame]:
-        body = Turn(session=session, content=content, resume=resume)
+                    timeout: float = TURN_WAIT, kind: wire.SessionKind = "main"
+                    ) -> Iterator[Frame]:
+        body = Turn(session=session, content=content, resume=resume, session_kind=kind)
         with SyncFrameSocket.connect(self.socket("loopd"), wire.FROM_LOOPD,
                                      timeout=timeout) as conn:
             conn.write(Frame.of(wire.TURN, body, final=False))
