@@ -8,6 +8,8 @@ write made during an epoch reaches the prompt only in the next one.
 
 from __future__ import annotations
 
+import logging
+
 from bxcore.protocol.memory import (
     IDENTITY_LIMITS,
     IDENTITY_ORDER,
@@ -17,6 +19,8 @@ from bxcore.protocol.memory import (
 from bxcore.sanitizer import Refused, check
 
 from .layout import Layout, read_text
+
+log = logging.getLogger("memoryd.identity")
 
 
 def identity_file(name: str, text: str) -> IdentityFile:
@@ -28,7 +32,11 @@ def identity_file(name: str, text: str) -> IdentityFile:
     else:
         verdict = check(text)
         if isinstance(verdict, Refused):
-            withheld = f"{name} failed the sanitizer: {verdict.describe()}"
+            # The reason can quote what was refused (markup, an instruction): it goes to the
+            # owner's log, never into the prompt. The prompt gets only the rule and position.
+            log.warning("identity file %s withheld: %s", name, verdict.describe())
+            withheld = f"{name} failed the sanitizer ({verdict.rule}) at character " \
+                f"{verdict.position}; the owner can see why in memoryd's log"
     return IdentityFile(
         name=name,  # type: ignore[arg-type]
         text="" if withheld else text, limit=limit, used=len(text), withheld=withheld,
