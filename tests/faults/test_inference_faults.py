@@ -55,7 +55,7 @@ def events_of(frames, kind):
 def test_every_fault_ends_the_turn_clearly_and_the_session_goes_on(short_dir):
     with start_router() as server:
         proxy = FaultProxy(short_dir / "faults.sock", server.socket)
-        with proxy, FaultStack(short_dir, proxy.path, roles=("inferproxy", "loopd"),
+        with proxy, FaultStack(short_dir, proxy.path, roles=("inferproxy", "memoryd", "loopd"),
                                inference=INFERENCE) as stack:
             first = stack.turn("f", "Say hello in one word.", resume=False)[-1]
             assert first.kind == "turn_done", first
@@ -74,7 +74,7 @@ def test_every_fault_ends_the_turn_clearly_and_the_session_goes_on(short_dir):
                 if not ok:
                     wrong.append((faults, retried, end))
                 assert proxy.faults == [] or faults[0] in (STALL_BEFORE, STALL_AFTER)
-                for role in ("inferproxy", "loopd"):
+                for role in ("inferproxy", "memoryd", "loopd"):
                     assert stack.running[role].pid and _alive(stack, role), stack.log(role)
                 proxy.faults = [PASS]
                 after = stack.turn("f", "Say yes.", resume=True)[-1]
