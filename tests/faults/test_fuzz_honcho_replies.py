@@ -41,13 +41,22 @@ bodies = st.one_of(
 replies = st.tuples(st.integers(100, 599) | st.sampled_from([200, 201, 422, 500]), bodies)
 
 
-def client_answering(status: int, body: bytes) -> HonchoClient:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, content=body,
-                              headers={"content-type": "application/json"})
+class Answering:
+    """One client for every example (building an httpx client costs more than a call): its
+    transport answers whatever ``reply`` holds at the moment."""
 
-    return HonchoClient("http://honcho.test", transport=httpx.MockTransport(answer),
-                        chat_liveness=5)
+    def __init__(self) -> None:
+        self.reply: tuple[int, bytes] = (200, b"{}")
+        self.loop = asyncio.new_event_loop()
+        self.client = HonchoClient("http://honcho.test", chat_liveness=5,
+                                   transport=httpx.MockTransport(self._answer))
+
+    def _answer(self, request: httpx.Request) -> httpx.Response:
+        status, body = self.reply
+        return httpx.Response(status, content=body, headers={"content-type": "application/json"})
+
+
+HONCHO = Answering()
 
 
 async def every_call(client: HonchoClient) -> None:
@@ -73,7 +82,6 @@ async def every_call(client: HonchoClient) -> None:
     finally:
         for call in calls:
             call.close()  # the ones not reached after a failure
-        await client.aclose()
 
 
 async def read_pages(client: HonchoClient) -> list[dict]:
@@ -88,8 +96,8 @@ async def read_pages(client: HonchoClient) -> list[dict]:
 @fuzz
 @given(replies)
 def test_any_reply_gives_the_promised_shape_or_a_honcho_error(reply):
-    status, body = reply
-    asyncio.run(every_call(client_answering(status, body)))
+    HONCHO.reply = reply
+    HONCHO.loop.run_until_complete(every_call(HONCHO.client))
 
 
 @fuzz
