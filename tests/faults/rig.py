@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +73,8 @@ class Rig:
 @contextlib.contextmanager
 def scripted_rig(root: Path, *, roles: tuple[str, ...] = ROLES, extra_config: str = "",
                  env: dict[str, str] | None = None, grants: dict[str, str] | None = None,
-                 approval_timeout: float = 5.0) -> Iterator[Rig]:
+                 approval_timeout: float = 5.0,
+                 tracer: Callable[[str], list[str]] | None = None) -> Iterator[Rig]:
     (root / "granted").mkdir()
     (root / "outside").mkdir()
     (root / "granted" / "a.txt").write_text("alpha\n")
@@ -81,7 +82,7 @@ def scripted_rig(root: Path, *, roles: tuple[str, ...] = ROLES, extra_config: st
     model = ScriptedModel()
     with UnixHTTPServer(root / "model.sock", model.handle):
         stack = FaultStack(root, root / "model.sock", roles=roles, extra_config=extra_config,
-                           env=env, approval_timeout=approval_timeout)
+                           env=env, approval_timeout=approval_timeout, tracer=tracer)
         (stack.grants / "read.toml").write_text(read_grant(root / "granted"))
         for name, text in (grants or {}).items():
             (stack.grants / name).write_text(text)

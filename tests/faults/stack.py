@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +95,8 @@ approval_timeout = {approval_timeout}
 class FaultStack:
     def __init__(self, root: Path, model_socket: Path, *, roles: tuple[str, ...] = ROLES,
                  extra_config: str = "", env: dict[str, str] | None = None,
-                 inference: dict[str, object] | None = None, approval_timeout: float = 5.0):
+                 inference: dict[str, object] | None = None, approval_timeout: float = 5.0,
+                 tracer: Callable[[str], list[str]] | None = None):
         self.root = root
         self.roles = roles
         self.grants = root / "grants"
@@ -109,6 +110,7 @@ class FaultStack:
                           approval_timeout))
         self.env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET",)}
         self.env.update(env or {})
+        self.tracer = tracer  # a command prefix per role, e.g. strace's (the egress test)
         self.running: dict[str, Started] = {}
         self._listener = NotifyListener(root / "run" / "notify.sock")
 
@@ -138,7 +140,8 @@ class FaultStack:
 
     def start(self, role: str) -> Started:
         prefix = network_isolation() if role == "loopd" else []
-        argv = [*prefix, str(BIN / role), "serve", "--config", str(self.config)]
+        traced = self.tracer(role) if self.tracer else []
+        argv = [*traced, *prefix, str(BIN / role), "serve", "--config", str(self.config)]
         env = {**self.env, "NOTIFY_SOCKET": str(self._listener.path)}
         proc = spawn(role, argv, self.logs, env)
         started = Started(role, proc.pid, argv, str(self.socket(role)))
