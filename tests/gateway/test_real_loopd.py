@@ -20,7 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bxcore.config import load_config
+from bxcore.records import Assistant
 from gatewayd.render import NO_ANSWER
+from loopd.baseline import messages
+from loopd.inference.api import ChatRequest
+from loopd.inference.request import request_body
+from loopd.store import SessionStore
 from support.llama import QWEN, proxied, start_single
 
 from .harness import run, running, until
@@ -86,6 +92,20 @@ class Loopd:
             return []
         return [json.loads(line) for line in path.read_text().splitlines()]
 
+    def bodies(self, session: str, tool_choice: str) -> list[dict]:
+        """The body of each chat request of the session, rebuilt from its log by loopd's own
+        request builder, as JSON: request k carries the log up to the k-th assistant record."""
+        config = load_config(self.config)
+        opened = SessionStore(self.directory / "home").open(session)
+        records = opened.records
+        return [
+            json.loads(json.dumps(request_body(ChatRequest(
+                messages=tuple(messages(opened.baseline, records[:i])),
+                tools=tuple(opened.baseline.tools), slot=opened.slot, session=session,
+                tool_choice=tool_choice), config.inference)))
+            for i, record in enumerate(records) if isinstance(record, Assistant)
+        ]
+
 
 @pytest.fixture(scope="module")
 def inference() -> Iterator[Path]:
@@ -135,9 +155,21 @@ def test_dms_through_the_real_loopd_and_llama_server(fake, inference):
                 records = loopd.records(f"mm-{root}")
                 assert [r["content"] for r in records if r["type"] == "user"] == [
                     "Say hello in three words.", "Now say goodbye."]
-                usages = [r for r in records if r["type"] == "usage"]
-                assert usages[-1]["cache_n"] > 0, records
-                assert not [r for r in records if r["type"] == "cache_loss"]
+                # What Boxmaker controls first: the second request strictly extends the first,
+                # on the same slot; then the server's cache hit, and loopd's faithful record of it.
+                first, second = loopd.bodies(f"mm-{root}", "none")
+                assert {k: v for k, v in second.items() if k != "messages"} == {
+                    k: v for k, v in first.items() if k != "messages"}
+                assert second["id_slot"] == 0
+                assert second["messages"][:len(first["messages"])] == first["messages"]
+                assert len(second["messages"]) == len(first["messages"]) + 2
+                before, after = [r for r in records if r["type"] == "usage"]
+                expected = before["cache_n"] + before["prompt_n"] + before["predicted_n"]
+                ratio = load_config(loopd.config).inference.cache_loss_ratio
+                losses = [(r["expected"], r["got"]) for r in records if r["type"] == "cache_loss"]
+                low = after["cache_n"] < ratio * expected
+                assert losses == ([(expected, after["cache_n"])] if low else []), records
+                assert after["cache_n"] > 0, records
 
                 # An approval round trip in that thread, brokerd scripted on gateway.sock.
                 request = request_for(f"mm-{root}")
