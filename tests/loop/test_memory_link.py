@@ -42,9 +42,10 @@ async def test_the_identity_comes_in_order_with_how_full_each_file_is(short_dir)
     assert [h.split()[1] for h in headings] == list(IDENTITY_ORDER)
     assert headings[0] == "## soul.md (20 of 4,000 characters, 0% full)"
     assert "I am calm and brief." in text
-    # memoryd withholds user.md, and its reason, which quotes the markup, is not passed on:
+    # memoryd withholds user.md; its reason names the rule and position, never the markup:
     assert "<|im_start|>" not in text
-    assert "## user.md (22 of 1,375 characters, 1% full)\n[withheld: it failed memoryd's" in text
+    assert "## user.md (22 of 1,375 characters, 1% full)\n[withheld: user.md failed the " \
+        "sanitizer (markup) at character 4" in text
     assert again == text  # frozen for the epoch: the write shows in the next one
     assert "CI runs Fridays." in following and "CI runs Fridays." not in text
 

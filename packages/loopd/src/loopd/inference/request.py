@@ -14,21 +14,53 @@ forces open (serving/templates/chatml-think-open.jinja ignores the template swit
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from bxcore.chat import message_json
 from bxcore.config import InferenceSection
 
-from .api import ChatRequest
+from .api import ChatMessage, ChatRequest
 
 CHAT_PATH = "/v1/chat/completions"
 CONTROL_PATH = "/v1/chat/completions/control"
 
 
+class _EncodedMessages:
+    """Each message's request JSON, remembered while the message object lives on.
+
+    A session hands the same frozen message objects to every request of an epoch; encoding all of
+    them again per request made the harness's cost grow with the log (docs/performance.md,
+    bench:loop: one pydantic dump per message per request). Entries are keyed by identity and
+    hold the message itself, so an id is never mistaken for another object's. The returned
+    dicts are shared: nothing may mutate them (the body is only serialised).
+    """
+
+    def __init__(self, limit: int = 65_536):
+        self._limit = limit
+        self._entries: OrderedDict[int, tuple[ChatMessage, dict[str, Any]]] = OrderedDict()
+
+    def encode(self, message: ChatMessage) -> dict[str, Any]:
+        key = id(message)
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] is message:
+            self._entries.move_to_end(key)
+            return hit[1]
+        encoded = message_json(message)
+        self._entries[key] = (message, encoded)
+        self._entries.move_to_end(key)
+        if len(self._entries) > self._limit:
+            self._entries.popitem(last=False)
+        return encoded
+
+
+_ENCODED = _EncodedMessages()
+
+
 def request_body(request: ChatRequest, section: InferenceSection) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": section.model,
-        "messages": [message_json(m) for m in request.messages],
+        "messages": [_ENCODED.encode(m) for m in request.messages],
         "stream": True,
         "stream_options": {"include_usage": True},
         "return_progress": True,
