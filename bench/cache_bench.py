@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bxcore.records import Usage, User  # noqa: E402
+from bxcore.records import ToolResult, Usage, User  # noqa: E402
 from loopd.serve import DEFAULT_SYSTEM  # noqa: E402
 from loopd.tools.registry import CALL_TOOL, FIND_TOOL, Registry, load_registry  # noqa: E402
 from naive_harness import Habits, NaiveHarness  # noqa: E402
@@ -103,11 +103,12 @@ def script(notes: list[Path], turns: int) -> list[tuple[str, list[str]]]:
                                  ["none"]))
             continue
         path = notes[(turn - 1) % len(notes)]
-        # Worded so the tiny model answers with the call alone (tried against the real server:
-        # "call call_tool with {...}" made it describe the call first and run out of tokens).
+        # Worded so the tiny model answers with the call alone and names the argument as the
+        # schema does (tried against the real server: "call call_tool with {...}" made it
+        # describe the call first and run out of tokens; without "path" it guessed "file").
         turns_script.append((
-            f"Use call_tool to run fs.read on {path}, then tell me in one sentence what the "
-            "note is about.",
+            f'Use call_tool to run fs.read with the argument "path": "{path}", then tell me in '
+            "one sentence what the note is about.",
             ["required", "none"],
         ))
     return turns_script
@@ -130,6 +131,7 @@ class BareTools:
     def __init__(self, registry: Registry, root: Path):
         self.registry = registry
         self.root = root
+        self.sizes: list[int] = []  # characters of each result, before any trimming
 
     def __call__(self, name: str, arguments: str) -> str:
         try:
@@ -151,7 +153,9 @@ class BareTools:
                    "--root", str(self.root), json.dumps(inner)]
         result = json.loads(subprocess.run(command, capture_output=True, text=True,
                                            check=False).stdout)
-        return str(result.get("content", result.get("error", "")))
+        output = str(result.get("content", result.get("error", "")))
+        self.sizes.append(len(output))
+        return output
 
 
 @dataclass
@@ -193,7 +197,7 @@ def system_text(nonce: str) -> str:
     return f"[run {nonce}] " + DEFAULT_SYSTEM.read_text()
 
 
-def run(turns: int, restart_after: int) -> tuple[Side, Side, dict[str, Any]]:
+def run(turns: int, restart_after: int, keep: bool = False) -> tuple[Side, Side, dict[str, Any]]:
     directory = Path(tempfile.mkdtemp(prefix="bx-cache-"))
     notes = write_notes(directory / "notes")
     settings = StackSettings(
@@ -205,7 +209,10 @@ def run(turns: int, restart_after: int) -> tuple[Side, Side, dict[str, Any]]:
     try:
         conversation(directory, notes, settings, turns, restart_after, boxmaker, naive, facts)
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        if keep:
+            print(f"kept {directory}", file=sys.stderr)
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
     return boxmaker, naive, facts
 
 
@@ -223,10 +230,11 @@ def conversation(
         base_url="http://llama", timeout=None,
     ) as http:
         registry = load_registry(stack.layout.state / "toolkit-schemas.json")
+        tools = BareTools(registry, directory / "notes")
         harness = NaiveHarness(
             http, model=MODEL, system=system_text(secrets.token_hex(6)).rstrip(),
             tools=[s.as_openai_tool() for s in registry.core_schemas()],
-            run_tool=BareTools(registry, directory / "notes"), slot=NAIVE_SLOT,
+            run_tool=tools, slot=NAIVE_SLOT,
             sampling=SAMPLING, max_tokens=MAX_TOKENS, habits=Habits(),
         )
         facts["habits"] = harness.habits.describe()
@@ -248,8 +256,9 @@ def conversation(
         boxmaker.completions = boxmaker_completions(stack)
         records = stack.records(SESSION)
         facts["cache_losses"] = sum(1 for r in records if r.type == "cache_loss")
-        facts["tool_results"] = sum(1 for r in records if r.type == "tool_result")
-        facts["naive_tool_results"] = sum(1 for m in harness.history if m["role"] == "tool")
+        results = [r for r in records if isinstance(r, ToolResult)]
+        facts["tool_results"] = f"{len(results)} ({sum(len(r.content) for r in results):,} chars)"
+        facts["naive_tool_results"] = f"{len(tools.sizes)} ({sum(tools.sizes):,} chars)"
         last = boxmaker.completions[-1][-1]
         facts["final_prompt"] = last[0] + last[1]
         facts["compaction"] = compaction_in_loopd()
@@ -296,7 +305,7 @@ def render(boxmaker: Side, naive: Side, facts: dict[str, Any], turns: int,
     compaction = (
         "loopd has compaction now, but this benchmark does not exercise it yet: extend it"
         if facts["compaction"] else
-        "not measured: loopd has no compaction yet (it writes no EpochEnd), so the run has no "
+        "not measured: loopd has no compaction yet, so the run has no "
         "epoch change"
     )
     return f"""## Cache efficiency: Boxmaker vs a naive harness (`bench/cache_bench.py`)
@@ -321,8 +330,9 @@ section; the naive harness runs tools bare). *ratio*: naive prompt_n / Boxmaker 
 {chr(10).join(rows)}
 
 Append-only: {verdict}. {facts["cache_losses"]} cache losses logged. Final prompt
-{facts["final_prompt"]:,} tokens; tool results: Boxmaker {facts["tool_results"]}, naive
-{facts["naive_tool_results"]}. Across a compaction: {compaction}.
+{facts["final_prompt"]:,} tokens; tool results (count and characters as first appended):
+Boxmaker {facts["tool_results"]}, naive {facts["naive_tool_results"]}. Across a compaction:
+{compaction}.
 
 The naive harness processed {ratio(n_total, b_total)} the prompt tokens and took
 {ratio(n_time, b_time)} the wall time. On the owner's host prompt processing runs at about
@@ -336,8 +346,9 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--restart-after", type=int, default=10)
     parser.add_argument("--no-write", action="store_true", help="print, do not write the doc")
+    parser.add_argument("--keep", action="store_true", help="keep the state directory (logs)")
     args = parser.parse_args()
-    boxmaker, naive, facts = run(args.turns, args.restart_after)
+    boxmaker, naive, facts = run(args.turns, args.restart_after, args.keep)
     text = render(boxmaker, naive, facts, args.turns, args.restart_after)
     print(text if args.no_write else write_section("cache", text))
 

@@ -30,7 +30,7 @@ from support.llama import QWEN, SMOL, llama_paths  # noqa: E402
 
 # (what, section name, heading anchor, pattern whose groups are quoted, how to show them)
 HEADLINES = (
-    ("Prompt tokens a naive harness processes for the same 20-turn conversation", "cache",
+    ("Prompt tokens a naive harness processes for the same conversation with tool calls", "cache",
      "cache-efficiency-boxmaker-vs-a-naive-harness-benchcache_benchpy",
      r"naive harness processed ([\d.]+x) the prompt tokens and took\s+([\d.]+x) the wall time",
      "{0} Boxmaker's ({1} the wall time)"),
