@@ -77,4 +77,11 @@ def shared_libraries(binaries: Iterable[str]) -> list[str]:
         if done.returncode != 0:
             continue  # a static binary, or not an ELF file: nothing to add
         found.update(_LDD_PATH.findall(done.stdout))
+    # glibc loads libgcc_s.so.1 with dlopen when a thread exits or is cancelled; ldd cannot see
+    # it, and without it such a program aborts ("libgcc_s.so.1 must be installed for
+    # pthread_exit to work"), as the toolkit's proxy bridge did in the podman sandbox.
+    for libc in [path for path in found if path.endswith("/libc.so.6")]:
+        companion = os.path.join(os.path.dirname(libc), "libgcc_s.so.1")
+        if os.path.exists(companion):
+            found.add(companion)
     return sorted(found)
