@@ -110,6 +110,10 @@ ERRORS = {
         '[inferproxy]\nupstream = "tcp://127.0.0.1:70000"\n',
         "inferproxy.upstream: expected tcp://HOST:PORT",
     ),
+    "a podman service that is not a Unix socket": (
+        '[broker]\npodman_remote = "tcp://127.0.0.1:8888"\n',
+        "broker.podman_remote: String should match pattern",
+    ),
     "an unknown secret backend": (
         '[secrets.token]\nbackend = "vault"\n',
         "secrets.token.backend: Input should be 'credential', 'env' or 'file' (got 'vault')",

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,6 +58,34 @@ def toolkit_digest(podman_store) -> str:
     return image.digest
 
 
+@pytest.fixture(scope="session")
+def podman_service(podman_store, toolkit_digest, tmp_path_factory) -> Iterator[str]:
+    """``podman system service`` on the same store, as the appliance runs one for brokerd: the
+    backend reaches it over a Unix socket (``--remote``) and has no podman storage of its own."""
+    socket_path = tmp_path_factory.mktemp("service") / "podman.sock"
+    url = f"unix://{socket_path}"
+    service = subprocess.Popen(
+        ["podman", *podman_store, "system", "service", "--time=0", url],
+        env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(600):  # the service creates its socket once it listens
+            if socket_path.is_socket() or service.poll() is not None:
+                break
+            time.sleep(0.1)
+        if not socket_path.is_socket():
+            pytest.fail(f"podman system service did not start (exit {service.poll()})")
+        yield url
+    finally:
+        service.terminate()
+        try:
+            service.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            service.wait()
+
+
 @pytest.fixture
 def work(tmp_path) -> Path:
     """A working directory for shell.run calls."""
@@ -77,18 +106,22 @@ def scratch(tmp_path) -> Path:
 RESOLVER = {GRANTED_HOST: "127.0.0.1", REFUSED_HOST: "127.0.0.1"}
 
 
-@pytest.fixture(params=["bubblewrap", "podman"])
+@pytest.fixture(params=["bubblewrap", "podman", "podman-remote"])
 def backend(request, scratch):
-    """Each sandbox test runs once per backend."""
+    """Each sandbox test runs once per backend, and podman also through a podman service."""
     if request.param == "bubblewrap":
         if shutil.which("bwrap") is None:
             pytest.skip("bubblewrap is not installed (scripts/setup installs it)")
         return BubblewrapSandbox(toolkit_dir=TOOLKIT_DIR, scratch_root=scratch,
                                  egress_resolver=RESOLVER)
     digest = request.getfixturevalue("toolkit_digest")
-    storage = request.getfixturevalue("podman_store")
-    setup = PodmanSetup(image=f"{IMAGE_NAME}@{digest}", containers_conf=CONTAINERS_CONF,
-                        storage=storage)
+    if request.param == "podman-remote":
+        remote = request.getfixturevalue("podman_service")
+        setup = PodmanSetup(image=f"{IMAGE_NAME}@{digest}", containers_conf=None, remote=remote)
+    else:
+        storage = request.getfixturevalue("podman_store")
+        setup = PodmanSetup(image=f"{IMAGE_NAME}@{digest}", containers_conf=CONTAINERS_CONF,
+                            storage=storage)
     return PodmanSandbox(setup, scratch_root=scratch, egress_resolver=RESOLVER)
 
 

@@ -16,6 +16,7 @@ from brokerd.policy._decision import mint
 from brokerd.sandbox import FailureReason, Limits, PodmanSandbox, ToolFailure, ToolOutput
 from bxcore.tools import DataClass, DecisionRecord
 
+from .conftest import CONTAINERS_CONF
 from .helpers import GRANTED_HOST, REFUSED_HOST, command, decide, python, run, spec
 
 pytestmark = pytest.mark.sandbox
@@ -148,8 +149,7 @@ def test_nothing_is_left_after_a_call(backend, work, scratch, ending, web_server
     if isinstance(backend, PodmanSandbox):
         listed = subprocess.run(
             [*backend.setup.base(), "ps", "--all", "--quiet"], capture_output=True, text=True,
-            env={**os.environ, "CONTAINERS_CONF": str(backend.setup.containers_conf)},
-            check=True,
+            env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}, check=True,
         )
         assert listed.stdout.strip() == ""
 

@@ -114,6 +114,20 @@ def test_podman_runs_the_image_by_digest_with_no_network_and_every_limit():
         "podman", "--root", "/r", "rm", "--force", "--time=0", "--ignore", "bx-call-1"]
 
 
+def test_through_a_podman_service_every_command_names_the_service_and_no_local_store():
+    setup = PodmanSetup(image=f"localhost/boxmaker/toolkit@{DIGEST}", containers_conf=None,
+                        remote="unix:///run/boxmaker/tools/podman.sock")
+    remote = ["podman", "--remote", "--url=unix:///run/boxmaker/tools/podman.sock"]
+    argv = podman_run_argv(SPEC, setup, name="bx-call-1", secrets_dir=None, egress_dir=None)
+    assert argv[:4] == [*remote, "run"]
+    assert podman_remove_argv(setup, "bx-call-1")[:4] == [*remote, "rm"]
+
+
+def test_a_local_podman_needs_its_containers_conf():
+    with pytest.raises(SandboxUnavailable, match="containers_conf"):
+        PodmanSetup(image=f"localhost/boxmaker/toolkit@{DIGEST}", containers_conf=None)
+
+
 @pytest.mark.parametrize("image", ["localhost/boxmaker/toolkit:latest", "toolkit@sha256:abc"])
 def test_podman_refuses_an_image_not_named_by_digest(image):
     with pytest.raises(SandboxUnavailable, match="name@sha256"):

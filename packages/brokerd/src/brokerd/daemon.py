@@ -55,13 +55,16 @@ def backend_for(config: Config) -> Sandbox:
     """The configured sandbox backend; SandboxUnavailable (a BoxmakerError) says what is missing."""
     section = config.broker
     if section.backend == "podman":
-        if section.podman_image is None or section.containers_conf is None:
-            raise SandboxUnavailable("[broker] backend = 'podman' needs podman_image and "
-                                     "containers_conf")
-        return PodmanSandbox(PodmanSetup(image=section.podman_image,
-                                         containers_conf=section.containers_conf))
+        if section.podman_image is None:
+            raise SandboxUnavailable("[broker] backend = 'podman' needs podman_image")
+        if section.containers_conf is None and section.podman_remote is None:
+            raise SandboxUnavailable("[broker] backend = 'podman' needs containers_conf "
+                                     "(or podman_remote, a podman service)")
+        setup = PodmanSetup(image=section.podman_image, containers_conf=section.containers_conf,
+                            remote=section.podman_remote)
+        return PodmanSandbox(setup, scratch_root=section.scratch)
     toolkit = section.toolkit_dir or _installed_toolkit()
-    return BubblewrapSandbox(toolkit_dir=toolkit)
+    return BubblewrapSandbox(toolkit_dir=toolkit, scratch_root=section.scratch)
 
 
 def _installed_toolkit() -> Path:

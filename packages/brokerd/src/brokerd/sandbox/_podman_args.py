@@ -24,16 +24,22 @@ _BY_DIGEST = re.compile(r"[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}")
 @dataclass(frozen=True, kw_only=True)
 class PodmanSetup:
     image: str  # name@sha256:<hex>: the toolkit image by digest, never a tag
-    containers_conf: Path  # the shipped images/containers.conf (runtime runc, low ulimits)
+    # The shipped images/containers.conf (runtime runc, low ulimits); with ``remote`` it is the
+    # service's own business, so None.
+    containers_conf: Path | None
     podman: str = "podman"
     storage: tuple[str, ...] = ()  # global options, e.g. a private --root/--runroot in tests
+    remote: str | None = None  # "unix:///<path>": a podman service that runs the containers
 
     def __post_init__(self) -> None:
         if not _BY_DIGEST.fullmatch(self.image):
             raise SandboxUnavailable(f"podman image {self.image!r} is not name@sha256:<digest>")
+        if self.remote is None and self.containers_conf is None:
+            raise SandboxUnavailable("podman backend: a local podman needs containers_conf")
 
     def base(self) -> list[str]:
-        return [self.podman, *self.storage]
+        remote = [] if self.remote is None else ["--remote", f"--url={self.remote}"]
+        return [self.podman, *remote, *self.storage]
 
 
 def podman_run_argv(

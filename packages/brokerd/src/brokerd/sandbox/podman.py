@@ -1,5 +1,11 @@
 """The podman backend: one ``podman run --rm`` per call of the toolkit image, by digest.
 
+Either podman on this host, or (``remote``) a ``podman system service`` that brokerd reaches over
+a Unix socket: on the appliance brokerd is itself a container with no runtime, and the service
+runs as brokerd's own host user, so the per-call files it creates are readable by the tool and
+by nobody else. The paths brokerd passes are host paths: each call's scratch directory is on a
+mount that has the same path in brokerd's container and on the host.
+
 Rootless-capable: nothing here needs root. With rootless podman on cgroup v1, ``--memory`` and
 ``--pids-limit`` are ignored (measured), and the ``--ulimit`` data/nproc/cpu limits are what
 holds; as root, or with cgroup v2, both hold. Time: brokerd's deadline removes the container
@@ -37,11 +43,15 @@ class PodmanSandbox(Backend):
     ):
         if shutil.which(setup.podman) is None:
             raise SandboxUnavailable(f"podman backend: {setup.podman!r} is not installed")
-        if not setup.containers_conf.is_file():
+        if setup.containers_conf is not None and not setup.containers_conf.is_file():
             raise SandboxUnavailable(f"podman backend: {setup.containers_conf} does not exist")
+        if setup.remote is not None and not Path(setup.remote.removeprefix("unix://")).is_socket():
+            raise SandboxUnavailable(f"podman backend: no podman service at {setup.remote}")
         super().__init__(scratch_root, egress_resolver)
         self.setup = setup
-        self._env = {**os.environ, "CONTAINERS_CONF": str(setup.containers_conf)}
+        self._env = dict(os.environ)
+        if setup.containers_conf is not None:
+            self._env["CONTAINERS_CONF"] = str(setup.containers_conf)
 
     async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> Outcome:
         name = f"bx-call-{secrets.token_hex(8)}"

@@ -6,18 +6,49 @@
     grants = "/etc/boxmaker/grants"     # owner-written *.toml; brokerd only reads them
     jobs = "/etc/boxmaker/jobs"         # owner-written scheduled jobs
     approvers = ["local:1000", "8xq3mattermostuserid0000aa"]  # who may answer an approval
+    # or, when brokerd runs in a rootless container: ["local:socket", "8xq3mattermostuserid0000aa"]
     approval_timeout = 600              # seconds; an unanswered approval is a denial
     backend = "bubblewrap"              # or "podman"
+
+On the appliance brokerd runs in a container with no runtime of its own: tool containers are
+started by a ``podman system service`` of brokerd's own host user (``podman_remote``), and each
+call's scratch directory is on a path both see (``scratch``): every mount keeps its path.
+
+An approvers entry is one of:
+
+- ``local:<uid>``: ``bxctl`` on approve.sock run by that uid (the socket peer's, from the kernel,
+  not a claim). It cannot name anyone when brokerd runs in a user namespace that does not map
+  the peer: there every other uid is the overflow uid (65534), which brokerd refuses.
+- ``local:socket``: anyone who can open approve.sock may answer. The gate is then the socket's
+  directory, which must admit only the owner's users (the appliance does this).
+- a Mattermost user id (26 of a-z, 0-9), as gatewayd reports who answered in the thread.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from ._common import ConfigPath, Seconds, Section, SocketMode
+from .gateway import MATTERMOST_ID
+
+LOCAL_SOCKET = "local:socket"  # the approvers entry: whoever can open approve.sock
+LOCAL_UID = re.compile(r"local:[0-9]{1,10}")
+
+
+def check_approver(value: str) -> str:
+    if value == LOCAL_SOCKET or LOCAL_UID.fullmatch(value) or MATTERMOST_ID.fullmatch(value):
+        return value
+    raise ValueError(
+        'not an approver: expected "local:<uid>" (digits), "local:socket", or a Mattermost '
+        "user id (26 of a-z, 0-9)"
+    )
+
+
+Approver = Annotated[str, AfterValidator(check_approver)]
 
 
 class BrokerSection(Section):
@@ -30,15 +61,18 @@ class BrokerSection(Section):
     approve_group: str | None = None
     gateway_socket: ConfigPath | None = None  # gatewayd's; default: <paths.run>/gateway.sock
     jobs: ConfigPath | None = None  # scheduled jobs; default: /etc/boxmaker/jobs
-    # Who may answer an approval: Mattermost user ids (as gatewayd reports them) and
-    # "local:<uid>" for bxctl on approve.sock (the uid is the socket peer's, not a claim).
-    approvers: list[str] = Field(default_factory=list)
+    # Who may answer an approval: Mattermost user ids (as gatewayd reports them), "local:<uid>"
+    # for bxctl on approve.sock (the socket peer's uid) and "local:socket" (see above).
+    approvers: list[Approver] = Field(default_factory=list)
     approval_timeout: Seconds = 600.0
     waiting_interval: Seconds = 15.0  # how often a suspended call tells loopd it still waits
     backend: Literal["bubblewrap", "podman"] = "bubblewrap"
     toolkit_dir: ConfigPath | None = None  # bubblewrap: the toolkit package; default: installed
     podman_image: str | None = None  # podman: the toolkit image as name@sha256:<digest>
     containers_conf: ConfigPath | None = None  # podman: the containers.conf it runs with
+    # podman: a service to start tool containers through, "unix:///<path>"; unset, podman runs here
+    podman_remote: Annotated[str, Field(pattern=r"^unix:///[^\s]+$")] | None = None
+    scratch: ConfigPath | None = None  # each call's secrets and egress socket; default: /dev/shm
     result_cap: Annotated[int, Field(ge=64)] = 16 * 1024  # bytes of a result's content kept
     audit_rotate_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024 * 1024
 
