@@ -3,6 +3,7 @@ and a Broker wired the way ``brokerd serve`` wires it (real audit log, taint fil
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -19,11 +20,13 @@ from brokerd.service import Broker
 from brokerd.taint import TaintStore
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
+from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.secrets import SecretStore
 from bxcore.tools import ToolRequest
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+ASK = 'tools = ["echo"]\nmode = "ask"\nclasses = ["public"]\nresult_class = "public"\n'
 
 
 @dataclass
@@ -100,3 +103,21 @@ async def call_tool(path: Path, req) -> list[Frame]:
         return frames
     finally:
         await stream.close()
+
+
+async def approve_socket(path: Path, kind: str, body) -> Frame:
+    stream = await FrameStream.connect(path, approval_wire.FROM_APPROVE_SOCKET)
+    try:
+        await stream.write(Frame.of(kind, body, final=True))
+        return await stream.read(10)
+    finally:
+        await stream.close()
+
+
+async def pending_ids(path: Path, count: int) -> list[str]:
+    while True:
+        frame = await approve_socket(path, approval_wire.APPROVAL_LIST, {})
+        found = frame.parse(approval_wire.ApprovalPending).approvals
+        if len(found) >= count:
+            return [a.id for a in found]
+        await asyncio.sleep(0.01)

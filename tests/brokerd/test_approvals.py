@@ -7,21 +7,27 @@ from __future__ import annotations
 import asyncio
 import os
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from brokerd.approvals import ApprovalBook
 from brokerd.audit import entries
 from brokerd.errors import ApprovalExpired, ApprovalMismatch, NotAnApprover, UnknownApproval
 from brokerd.server import start
-from brokerd_support import call_tool, make_rig, request, write
+from brokerd_support import (
+    ASK,
+    approve_socket,
+    call_tool,
+    make_rig,
+    pending_ids,
+    request,
+    write,
+)
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import approval as wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.util import sha256
 
-ASK = 'tools = ["echo"]\nmode = "ask"\nclasses = ["public"]\nresult_class = "public"\n'
 LOCAL = f"local:{os.getuid()}"
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -71,24 +77,6 @@ def test_an_id_answers_once_and_is_then_unknown():
 
 
 # --- end to end over broker.sock and approve.sock --------------------------------------------
-
-async def approve_socket(path: Path, kind: str, body) -> Frame:
-    stream = await FrameStream.connect(path, wire.FROM_APPROVE_SOCKET)
-    try:
-        await stream.write(Frame.of(kind, body, final=True))
-        return await stream.read(10)
-    finally:
-        await stream.close()
-
-
-async def pending_ids(path: Path, count: int) -> list[str]:
-    while True:
-        frame = await approve_socket(path, wire.APPROVAL_LIST, {})
-        found = frame.parse(wire.ApprovalPending).approvals
-        if len(found) >= count:
-            return [a.id for a in found]
-        await asyncio.sleep(0.01)
-
 
 def scenario(tmp_path, body, *, approvers=frozenset({LOCAL}), ttl=30.0, gateway=None):
     rig = make_rig(tmp_path, approvers=approvers, ttl=ttl, gateway=gateway)

@@ -4,6 +4,9 @@ suspends a call until the owner answers or the approval expires (expiry is a den
 An approval id is 192 random bits, bound to one call (session, call number, tool and the hash
 of its arguments) and good for one answer. Only answers from the owner's allowlist count; an
 answer from anyone else is refused and the call keeps waiting.
+
+Who answered on approve.sock is settled by ``local_approver`` from the socket peer's uid; gatewayd
+reports Mattermost user ids, and an answer it relays naming a ``local:`` approver is refused.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from bxcore.config.broker import LOCAL_SOCKET
 from bxcore.errors import BoxmakerError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
@@ -38,6 +42,34 @@ class _Pending:
 
 def new_approval_id() -> str:
     return secrets.token_urlsafe(24)
+
+
+def local_approver(uid: int, approvers: frozenset[str], overflow_uid: int) -> str:
+    """Who answered on approve.sock, as ``by``: the peer's ``uid`` (from the kernel) checked
+    against ``approvers``. Pure: the caller reads the overflow uid.
+
+    ``local:<uid>`` when that entry is listed and ``uid`` is a real one. Otherwise, when
+    ``local:socket`` is listed, ``local:socket(uid <uid>)``: admitted because it could open the
+    socket, with the uid it was seen as. The overflow uid is what a user namespace shows for a
+    peer it does not map, so it names nobody: ``local:<overflow>`` never admits it.
+    Raises NotAnApprover."""
+    if uid != overflow_uid and f"local:{uid}" in approvers:
+        return f"local:{uid}"
+    if LOCAL_SOCKET in approvers:
+        return f"{LOCAL_SOCKET}(uid {uid})"
+    if uid == overflow_uid:
+        raise NotAnApprover(
+            f"the peer's uid is the overflow uid {uid}: brokerd runs in a user namespace that "
+            "does not map the caller, so the uid names nobody (an entry for it would admit "
+            f"anyone who can reach approve.sock); list \"{LOCAL_SOCKET}\" in [broker] approvers "
+            "and let approve.sock's directory admit only the owner's users"
+        )
+    raise NotAnApprover(f"local:{uid} is not on the owner's list of approvers")
+
+
+def came_through_socket(by: str) -> bool:
+    """Whether ``by`` is the ``local:socket(...)`` form local_approver gives."""
+    return by.startswith(f"{LOCAL_SOCKET}(")
 
 
 @dataclass
@@ -70,9 +102,15 @@ class ApprovalBook:
                                   "no pending approval has this id")
         if now >= pending.deadline:
             raise ApprovalExpired(f"approval {answer.id} expired at {pending.request.expires}")
-        if answer.by not in self.approvers:
+        if not self.counts(answer.by):
             raise NotAnApprover(f"{answer.by} is not on the owner's list of approvers")
         pending.answer = answer
+
+    def counts(self, by: str) -> bool:
+        """Whether an answer by ``by`` counts: it is listed, or it is local_approver's
+        ``local:socket(...)`` and ``local:socket`` is listed."""
+        return by in self.approvers or (LOCAL_SOCKET in self.approvers
+                                        and came_through_socket(by))
 
     def outcome(self, approval_id: str, tool: str, arguments_sha256: str
                 ) -> wire.ApprovalAnswer | None:
@@ -185,6 +223,8 @@ class ApprovalDesk:
                     if answer.id != approval.id:
                         raise UnknownApproval(f"answer for {answer.id} on the connection of "
                                               f"approval {approval.id}")
+                    if answer.by.startswith("local:"):
+                        raise NotAnApprover(f"gatewayd relays Mattermost users, not {answer.by}")
                     self.answer(answer)
                     return
                 except BoxmakerError as exc:

@@ -2,7 +2,8 @@
 ``bxctl approve``/``deny``). One connection per request; each frame read takes its own timeout.
 
 On approve.sock the approver is whoever the kernel says is connected (SO_PEERCRED), written as
-``local:<uid>``: the ``by`` a client claims is replaced, never trusted.
+``local:<uid>``, or ``local:socket(uid <uid>)`` when ``local:socket`` admits any peer
+(approvals.local_approver): the ``by`` a client claims is replaced, never trusted.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bxcore import daemon
+from bxcore.config.broker import LOCAL_SOCKET
 from bxcore.errors import BoxmakerError, ErrorCode, FrameError, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
@@ -23,12 +25,15 @@ from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.tools import ToolRequest
 
+from .approvals import local_approver
 from .errors import ApprovalError
 from .service import Broker
 
 log = logging.getLogger("brokerd.server")
 
 REQUEST_TIMEOUT = 30.0  # seconds for a client to send its one request frame
+OVERFLOW_UID_FILE = Path("/proc/sys/kernel/overflowuid")
+DEFAULT_OVERFLOW_UID = 65534
 
 Handler = Callable[[FrameStream, asyncio.StreamWriter], Awaitable[None]]
 
@@ -41,6 +46,15 @@ def peer_uid(writer: asyncio.StreamWriter) -> int:
     sock: socket.socket = writer.get_extra_info("socket")
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[1])
+
+
+def overflow_uid(path: Path = OVERFLOW_UID_FILE) -> int:
+    """The uid a user namespace shows for one it does not map (the kernel's default if the
+    file cannot be read)."""
+    try:
+        return int(path.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return DEFAULT_OVERFLOW_UID
 
 
 async def _read_request(stream: FrameStream) -> Frame | None:
@@ -78,7 +92,7 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
     await stream.write(Frame.of(broker_wire.TOOL_RESPONSE, response, final=True))
 
 
-async def handle_approval(broker: Broker, stream: FrameStream, uid: int) -> None:
+async def handle_approval(broker: Broker, stream: FrameStream, uid: int, overflow: int) -> None:
     frame = await _read_request(stream)
     if frame is None:
         return
@@ -88,7 +102,8 @@ async def handle_approval(broker: Broker, stream: FrameStream, uid: int) -> None
         return
     try:
         claimed = frame.parse(approval_wire.ApprovalAnswer)
-        answer = claimed.model_copy(update={"by": f"local:{uid}"})
+        by = local_approver(uid, broker.desk.book.approvers, overflow)
+        answer = claimed.model_copy(update={"by": by})
         ack = broker.desk.answer(answer)
     except FrameError as exc:
         await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
@@ -115,14 +130,19 @@ def connection(path: Path, kinds: frozenset[str], handle: Handler) -> daemon.Han
     return serve_one
 
 
-def handlers(broker: Broker) -> tuple[Handler, Handler]:
-    """(broker.sock's, approve.sock's)."""
+def handlers(broker: Broker, overflow: int | None = None) -> tuple[Handler, Handler]:
+    """(broker.sock's, approve.sock's); ``overflow`` defaults to the kernel's overflow uid."""
+    overflow = overflow_uid() if overflow is None else overflow
+    approvers = broker.desk.book.approvers
+    if f"local:{overflow}" in approvers and LOCAL_SOCKET not in approvers:
+        log.warning('[broker] approvers lists local:%d, the overflow uid, which names nobody and '
+                    'is refused: use "local:socket" and gate approve.sock\'s directory', overflow)
 
     async def tool_call(stream: FrameStream, _writer: asyncio.StreamWriter) -> None:
         await handle_tool_call(broker, stream)
 
     async def approval(stream: FrameStream, writer: asyncio.StreamWriter) -> None:
-        await handle_approval(broker, stream, peer_uid(writer))
+        await handle_approval(broker, stream, peer_uid(writer), overflow)
 
     return tool_call, approval
 
