@@ -1,7 +1,8 @@
 """``bxctl approvals``, ``bxctl approve ID``, ``bxctl deny ID``: answer brokerd locally.
 
 brokerd takes who answers from the socket peer's uid (``local:<uid>``), not from anything we
-claim, and refuses an answer from a uid that is not among its approvers.
+claim, and refuses an answer from a uid that is not among its approvers; with ``local:socket``
+among them, anyone who can open approve.sock may answer (docs/protocol.md, approve.sock).
 """
 
 from __future__ import annotations
