@@ -13,15 +13,7 @@ from brokerd.approvals import ApprovalBook
 from brokerd.audit import entries
 from brokerd.errors import ApprovalExpired, ApprovalMismatch, NotAnApprover, UnknownApproval
 from brokerd.server import start
-from brokerd_support import (
-    ASK,
-    approve_socket,
-    call_tool,
-    make_rig,
-    pending_ids,
-    request,
-    write,
-)
+from brokerd_support import ASK, approve_socket, call_tool, make_rig, pending_ids, request, write
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import approval as wire

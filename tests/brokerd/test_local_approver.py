@@ -19,15 +19,7 @@ from brokerd.approvals import ApprovalBook, local_approver
 from brokerd.audit import entries
 from brokerd.errors import NotAnApprover
 from brokerd.server import DEFAULT_OVERFLOW_UID, overflow_uid, start
-from brokerd_support import (
-    ASK,
-    approve_socket,
-    call_tool,
-    make_rig,
-    pending_ids,
-    request,
-    write,
-)
+from brokerd_support import ASK, approve_socket, call_tool, make_rig, pending_ids, request, write
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import approval as wire
