@@ -63,9 +63,11 @@ let
       echo "localhost/boxmaker/${name}" > $out/name
     '';
 
+  # A role's image holds its application and the host programs the manifest gives it (brokerd:
+  # podman, as a client of the tool runtime's service).
   roleImage = role: ociImage {
     name = role;
-    contents = [ applications.${role} ];
+    contents = [ applications.${role} ] ++ map (program: pkgs.${program}) (stack.manifest.roles.${role}.programs or [ ]);
     config = { };
   };
 

@@ -24,15 +24,21 @@ let
 
   settings = lib.recursiveUpdate
     (lib.recursiveUpdate { secrets = credentialSecrets; } (dropNulls cfg.settings))
-    stack.fixedSettings;
+    (lib.recursiveUpdate stack.fixedSettings {
+      broker.podman_image = "${toolkitImage}@@toolkitDigest@";
+    });
 
   python = pkgs.python3.withPackages (_: [ cfg.packages.bxcore ]);
+  runsTools = builtins.elem stack.manifest.tools.runner cfg.roles;
+  toolkitImage = "localhost/${stack.manifest.tools.image}";
 
   # The config directory every role mounts read-only; the file is validated by bxcore at build
   # time, so a typo fails `nixos-rebuild`, not a role at start.
   configDir = pkgs.runCommand "boxmaker-config" { } ''
     mkdir -p $out
-    cp ${toml.generate paths.config_file settings} $out/${paths.config_file}
+    # The toolkit's digest is known only once its image is built: put in here, not at evaluation.
+    substitute ${toml.generate paths.config_file settings} $out/${paths.config_file} \
+      --replace-fail @toolkitDigest@ "$(cat ${cfg.images.toolkit}/digest)"
     ${lib.optionalString (cfg.systemPrompt != null) "cp ${cfg.systemPrompt} $out/system.md"}
     ${lib.concatStrings (lib.mapAttrsToList (name: file: "cp ${file} $out/${name}\n") cfg.configFiles)}
     ${python}/bin/python3 -c 'import sys; from bxcore.config import load_config; load_config(sys.argv[1])' \
@@ -83,9 +89,9 @@ in
 
     images = lib.mkOption {
       type = lib.types.attrsOf lib.types.package;
-      default = lib.genAttrs stack.roleNames (role: cfg.packages."image-${role}");
-      defaultText = lib.literalExpression "{ <role> = packages.image-<role>; }";
-      description = "Each role's image: an OCI archive (image.tar) and its digest (digest.env).";
+      default = lib.genAttrs (stack.roleNames ++ [ "toolkit" ]) (role: cfg.packages."image-${role}");
+      defaultText = lib.literalExpression "{ <role> = packages.image-<role>; toolkit = packages.image-toolkit; }";
+      description = "Each role's image, and the toolkit's: an OCI archive (image.tar) and its digest (digest, digest.env).";
     };
 
     podmanPackage = lib.mkPackageOption pkgs "podman" { };
@@ -155,6 +161,15 @@ in
         default = [ ];
         description = "Addresses gatewayd may reach: the Mattermost server and the DNS resolver.";
       };
+      grants = lib.mkOption {
+        type = lib.types.listOf lib.types.str;
+        default = [ ];
+        description = ''
+          Addresses brokerd's per-call egress proxy may reach: the hosts your grants name (and
+          the DNS resolver). Each call is still limited to its own grant's hosts; this is the
+          host-wide ceiling. Empty means no tool call reaches any network.
+        '';
+      };
     };
 
     credentials = lib.mkOption {
@@ -204,6 +219,13 @@ in
     virtualisation.containers.enable = true;
 
     systemd.services = lib.listToAttrs
-      (map (role: lib.nameValuePair (stack.unitName role) (unitOf role)) cfg.roles);
+      (map (role: lib.nameValuePair (stack.unitName role) (unitOf role)) cfg.roles)
+    // lib.optionalAttrs runsTools {
+      boxmaker-tools = stack.toolRuntimeUnit {
+        podman = lib.getExe cfg.podmanPackage;
+        toolkitArchive = "${cfg.images.toolkit}/image.tar";
+        containersConf = "${containersConf}";
+      };
+    };
   };
 }

@@ -16,6 +16,10 @@ let
   socketPath = name: "${socketDir name}/${name}.sock";
   configPath = "${paths.config_dir}/${paths.config_file}";
   stateDir = dir: "${paths.home}/${dir}";
+  tools = manifest.tools;
+  toolRuntimeDir = "${paths.run}/${tools.runtime_dir}";
+  toolRuntimeUrl = "unix://${toolRuntimeDir}/podman.sock";
+  toolScratchDir = "${paths.run}/${tools.scratch_dir}";
 
   servedBy = role: builtins.filter (name: manifest.sockets.${name}.server == role) socketNames;
   usedBy = role: builtins.filter (name: builtins.elem role manifest.sockets.${name}.clients) socketNames;
@@ -26,6 +30,7 @@ let
     let r = manifest.roles.${role}; in
     map (name: bind (socketDir name) (if manifest.sockets.${name}.server == role then "rw" else "ro"))
       (builtins.filter (isServerOrClient role) socketNames)
+    ++ (if role == tools.runner then [ (bind toolRuntimeDir "ro") (bind toolScratchDir "rw") ] else [ ])
     ++ map (s: bind (stateDir s.dir) (if s.writable then "rw" else "ro")) r.state
     ++ [ (bind paths.config_dir "ro") ]
     ++ (if r.grants then [ (bind paths.grants "ro") (bind paths.jobs "ro") ] else [ ])
@@ -67,8 +72,14 @@ let
     builtins.mapAttrs (s: _: section s) sections
     // {
       paths = { home = paths.home; run = paths.run; };
-      broker = section "broker" // { grants = paths.grants; jobs = paths.jobs; };
+      broker = section "broker" // {
+        grants = paths.grants; jobs = paths.jobs; backend = "podman";
+        podman_remote = toolRuntimeUrl; scratch = toolScratchDir;
+      };
     };
+
+  # The same list as bxctl.stack.podman.tool_runtime_args.
+  toolRuntimeArgs = [ "system" "service" "--time=0" toolRuntimeUrl ];
 
   credentialsDirOf = role: "/run/credentials/${unitName role}.service";
   podmanHome = role: "/var/lib/boxmaker-podman/${role}";
@@ -90,6 +101,7 @@ let
         image = "${imageName}@\${BOXMAKER_IMAGE_DIGEST}";
       };
       writable = map socketDir (servedBy role)
+        ++ (if role == tools.runner then [ toolScratchDir ] else [ ])
         ++ map (s: stateDir s.dir) (builtins.filter (s: s.writable) r.state);
       egress = if r.egress == "none" then { } else { IPAddressAllow = allow; };
     in
@@ -122,6 +134,42 @@ let
       LoadCredentialEncrypted = map (id: "${id}:${credentialFiles.${id}}") credentialIds;
     });
 
+  # The podman service that runs tool containers for the runner (brokerd): as the runner's host
+  # user, so the per-call files brokerd writes (0400 secrets in a 0700 directory) are readable by
+  # the tool and nobody else, and with no network at all: a tool container reaches a granted host
+  # only through brokerd's per-call egress proxy, over a socket in the call's scratch directory,
+  # whatever brokerd asks of the service. `toolkitArchive`: the toolkit image's OCI archive.
+  toolRuntimeServiceConfig = { podman, toolkitArchive, containersConf }:
+    manifest.hardening.common
+    // manifest.hardening.network.none
+    // {
+      IPAddressDeny = "any";
+      Type = "exec";
+      Restart = "on-failure";
+      RestartSec = "5s";
+      User = userName tools.runner;
+      Group = manifest.group;
+      StateDirectory = "boxmaker-podman/tools";
+      StateDirectoryMode = "0700";
+      RuntimeDirectory = "boxmaker-podman/tools";
+      RuntimeDirectoryMode = "0700";
+      Environment = [
+        "HOME=${podmanHome "tools"}"
+        "XDG_RUNTIME_DIR=${podmanRun "tools"}"
+        "CONTAINERS_CONF=${containersConf}"
+      ];
+      ReadWritePaths = [ toolRuntimeDir ];
+      ExecStartPre = "${podman} load --quiet --input=${toolkitArchive}";
+      ExecStart = builtins.concatStringsSep " " ([ podman ] ++ toolRuntimeArgs);
+    };
+
+  toolRuntimeUnit = args: {
+    description = "Boxmaker tool runtime (podman service for ${tools.runner})";
+    before = [ "${unitName tools.runner}.service" ];
+    wantedBy = [ "${unitName tools.runner}.service" ];
+    serviceConfig = toolRuntimeServiceConfig args;
+  };
+
   # A role wants the roles whose sockets it uses, unordered: the sockets form a cycle
   # (loopd -> brokerd -> gatewayd -> loopd) and every connection is made per call, so a peer
   # that is still starting is an ordinary "unavailable" answer, not a failed start.
@@ -145,6 +193,8 @@ let
   tmpfiles =
     [ "d ${paths.run} 0755 root root -" "d ${paths.home} 0755 root root -" "d ${paths.grants} 0750 root ${manifest.group} -" "d ${paths.jobs} 0750 root ${manifest.group} -" ]
     ++ map (name: "d ${socketDir name} 0750 ${userName manifest.sockets.${name}.server} ${manifest.group} -") socketNames
+    ++ [ "d ${toolRuntimeDir} 0700 ${userName tools.runner} ${manifest.group} -"
+         "d ${toolScratchDir} 0700 ${userName tools.runner} ${manifest.group} -" ]
     ++ map (dir: "d ${stateDir dir} 0750 ${userName (builtins.head (writers dir))} ${manifest.group} -") stateDirs;
 
   assertions =
@@ -159,5 +209,5 @@ let
 in
 {
   inherit manifest roleNames socketPath podmanArgs fixedSettings serviceConfig unit tmpfiles
-    assertions userName unitName containerName credentialsDirOf;
+    assertions userName unitName containerName credentialsDirOf toolRuntimeArgs toolRuntimeUnit;
 }

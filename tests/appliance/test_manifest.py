@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from bxcore.config import config_from_dict
 from bxcore.errors import ConfigError
-from bxctl.stack import load_manifest, parse_manifest, podman_args
+from bxctl.stack import load_manifest, parse_manifest, podman_args, tool_runtime_args
 from bxctl.stack.manifest import DEFAULT_MANIFEST
 
 from .nix import lib_expression, needs_nix, nix_eval, nix_string
@@ -38,11 +38,11 @@ def test_every_role_of_the_brief_is_in_the_manifest():
     assert ROLES == ["brokerd", "gatewayd", "inferproxy", "loopd", "memoryd"]
 
 
-def test_loopd_and_brokerd_have_no_network_the_others_reach_one_peer():
+def test_loopd_has_no_network_the_others_reach_one_peer_brokerd_only_what_grants_name():
     networks = {role: (MANIFEST.roles[role].network, MANIFEST.roles[role].egress) for role in ROLES}
     assert networks == {
         "loopd": ("none", "none"),
-        "brokerd": ("none", "none"),
+        "brokerd": ("host", "grants"),  # its per-call egress proxy; the tool runtime has none
         "inferproxy": ("host", "router"),
         "memoryd": ("host", "honcho"),
         "gatewayd": ("host", "mattermost"),
@@ -75,6 +75,8 @@ def test_a_role_is_given_exactly_its_sockets_writable_only_where_it_serves(role)
             expected[MANIFEST.socket_dir(name)] = "rw"
         elif role in socket.clients:
             expected[MANIFEST.socket_dir(name)] = "ro"
+    if role == MANIFEST.tools.runner:  # and the tool runtime's socket, next test
+        expected |= {MANIFEST.tool_runtime_dir(): "ro", MANIFEST.tool_scratch_dir(): "rw"}
     assert mounted == expected
 
 
@@ -82,6 +84,28 @@ def test_loopd_reaches_exactly_the_four_sockets_of_the_brief():
     args = podman_args(MANIFEST, "loopd", image=image_of("loopd"))
     sockets = sorted(v.split(":")[0] for v in flag_values(args, "--volume") if "/run/" in v)
     assert sockets == [f"/run/boxmaker/{name}" for name in ("broker", "infer", "loop", "memory")]
+
+
+def test_only_brokerd_reaches_the_tool_runtime_and_the_call_scratch():
+    runtime, scratch = MANIFEST.tool_runtime_dir(), MANIFEST.tool_scratch_dir()
+    for role in ROLES:
+        volumes = flag_values(podman_args(MANIFEST, role, image=image_of(role)), "--volume")
+        given = [v for v in volumes if v.split(":")[0] in (runtime, scratch)]
+        if role == "brokerd":
+            assert given == [f"{runtime}:{runtime}:ro", f"{scratch}:{scratch}:rw"]
+        else:
+            assert given == []
+    assert MANIFEST.roles["brokerd"].programs == ["podman"]  # a client of the service only
+
+
+def test_the_tool_runtime_is_a_podman_service_on_the_socket_brokerds_config_names():
+    config = config_from_dict(MANIFEST.settings(), "manifest settings", base_dir=None)
+    assert config.broker.backend == "podman"
+    assert config.broker.podman_remote == MANIFEST.tool_runtime_url()
+    assert config.broker.scratch == Path(MANIFEST.tool_scratch_dir())
+    assert tool_runtime_args(MANIFEST) == [
+        "system", "service", "--time=0", "unix:///run/boxmaker/tools/podman.sock"
+    ]  # fmt: skip
 
 
 def test_only_gatewayd_holds_a_credential_and_only_brokerd_sees_the_grants():
@@ -132,9 +156,15 @@ def _broken(edit) -> str:
         (lambda d: d["roles"]["loopd"]["command"].append("%n"), "roles.loopd.command.2"),
         (lambda d: d["sockets"]["loop"]["clients"].append("webui"), "'webui' is not a role"),
         (lambda d: d["sockets"]["loop"].update(mode="660"), "sockets.loop.mode"),
+        (lambda d: d["tools"].update(runner="webui"), "tools.runner: 'webui' is not a role"),
+        (lambda d: d["tools"].update(runtime_dir="loop"), "tools: runtime_dir and scratch_dir"),
+        (lambda d: d["roles"]["loopd"].update(programs=["podman"]), None),
     ],
 )
 def test_a_broken_manifest_is_refused_naming_the_file_and_key(edit, message):
+    if message is None:  # a valid edit, to show the parametrisation refuses only what is wrong
+        parse_manifest(_broken(edit), "roles.json")
+        return
     with pytest.raises(ConfigError, match=message) as caught:
         parse_manifest(_broken(edit), "roles.json")
     assert str(caught.value).startswith("roles.json: ")
@@ -193,6 +223,11 @@ def test_nix_and_python_agree_on_a_manifest_with_other_paths(tmp_path):
     for role in ROLES:
         python = podman_args(manifest, role, image=image_of(role), credentials="/c")
         assert _nix_args(role, "/c", path) == python
+
+
+@needs_nix
+def test_nix_gives_the_same_tool_runtime_arguments_as_the_launcher():
+    assert nix_eval(f"{lib_expression()}.toolRuntimeArgs") == tool_runtime_args(MANIFEST)
 
 
 @needs_nix

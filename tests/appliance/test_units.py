@@ -1,6 +1,7 @@
 """The systemd units the NixOS module writes, computed by nixos-modules/lib.nix and checked by
 systemd itself: ``systemd-analyze verify`` with no output at all (an unknown key is only a
-warning), and ``systemd-analyze security --offline=true`` scoring 2.0 or better for every role.
+warning), and ``systemd-analyze security --offline=true`` scoring 2.0 or better for every role
+and for the tool runtime (the podman service brokerd starts tool containers through).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import shutil
 import subprocess
 
 import pytest
-from bxctl.stack import load_manifest
+from bxctl.stack import load_manifest, tool_runtime_args
 
 from .nix import lib_expression, needs_nix, nix_eval, nix_string
 from .units import render_unit
@@ -18,7 +19,12 @@ from .units import render_unit
 MANIFEST = load_manifest()
 ROLES = sorted(MANIFEST.roles)
 PODMAN = shutil.which("podman") or "/usr/bin/podman"
-EGRESS = {"router": ["127.0.0.1"], "honcho": ["100.64.0.7"], "mattermost": ["100.64.0.8"]}
+EGRESS = {
+    "router": ["127.0.0.1"], "honcho": ["100.64.0.7"], "mattermost": ["100.64.0.8"],
+    "grants": ["100.64.0.9"],
+}  # fmt: skip
+TOOLS = "tools"  # the tool runtime's unit, boxmaker-tools.service, beside the roles' units
+UNITS = [*ROLES, TOOLS]
 
 pytestmark = [
     needs_nix,
@@ -40,6 +46,14 @@ def unit_of(role: str) -> dict:
     )
 
 
+def tool_runtime_unit() -> dict:
+    return nix_eval(
+        f"{lib_expression()}.toolRuntimeUnit {{ podman = {nix_string(PODMAN)}; "
+        f'toolkitArchive = "/nix/store/x-toolkit/image.tar"; '
+        f'containersConf = "/etc/boxmaker/c.conf"; }}'
+    )
+
+
 def nix_string_list(values: list[str]) -> str:
     return "[ " + " ".join(nix_string(v) for v in values) + " ]"
 
@@ -48,14 +62,14 @@ def nix_string_list(values: list[str]) -> str:
 def unit_files(tmp_path_factory):
     directory = tmp_path_factory.mktemp("units")
     files = {}
-    for role in ROLES:
-        path = directory / f"boxmaker-{role}.service"
-        path.write_text(render_unit(unit_of(role)))
-        files[role] = path
+    for name in UNITS:
+        path = directory / f"boxmaker-{name}.service"
+        path.write_text(render_unit(tool_runtime_unit() if name == TOOLS else unit_of(name)))
+        files[name] = path
     return files
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", UNITS)
 def test_the_unit_passes_systemd_analyze_verify_without_a_word(unit_files, role):
     done = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", str(unit_files[role])],
@@ -64,7 +78,7 @@ def test_the_unit_passes_systemd_analyze_verify_without_a_word(unit_files, role)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", UNITS)
 def test_the_unit_scores_2_0_or_better_in_systemd_analyze_security(unit_files, role):
     done = subprocess.run(
         ["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit_files[role])],
@@ -87,16 +101,16 @@ def test_every_unit_is_notify_restarting_and_hardened(role):
     assert service["IPAddressDeny"] == "any"
 
 
-def test_unix_only_roles_have_a_private_network_and_only_unix_sockets():
-    for role in ("loopd", "brokerd"):
-        service = unit_of(role)["serviceConfig"]
+def test_loopd_and_the_tool_runtime_have_a_private_network_and_only_unix_sockets():
+    for service in (unit_of("loopd")["serviceConfig"], tool_runtime_unit()["serviceConfig"]):
         assert service["PrivateNetwork"] == "yes"
         assert service["RestrictAddressFamilies"] == "AF_UNIX AF_NETLINK"  # netlink: podman's lo
         assert "IPAddressAllow" not in service
+        assert service["IPAddressDeny"] == "any"
 
 
 def test_network_roles_reach_only_their_peer_and_listen_on_no_port():
-    for role in ("inferproxy", "memoryd", "gatewayd"):
+    for role in ("inferproxy", "memoryd", "gatewayd", "brokerd"):
         service = unit_of(role)["serviceConfig"]
         assert service["IPAddressAllow"] == EGRESS[MANIFEST.roles[role].egress]
         assert service["SocketBindDeny"] == "any"
@@ -130,3 +144,20 @@ def test_tmpfiles_give_each_socket_directory_to_its_server():
     rules = nix_eval(f"{lib_expression()}.tmpfiles")
     assert "d /run/boxmaker/infer 0750 boxmaker-inferproxy boxmaker -" in rules
     assert "d /var/lib/boxmaker/sessions 0750 boxmaker-loopd boxmaker -" in rules
+
+
+def test_the_tool_runtime_runs_as_brokerds_user_before_brokerd_with_the_launchers_arguments():
+    unit = tool_runtime_unit()
+    service = unit["serviceConfig"]
+    assert service["User"] == unit_of("brokerd")["serviceConfig"]["User"] == "boxmaker-brokerd"
+    assert service["ExecStart"] == " ".join([PODMAN, *tool_runtime_args(MANIFEST)])
+    assert service["ExecStartPre"].endswith("load --quiet --input=/nix/store/x-toolkit/image.tar")
+    assert unit["before"] == unit["wantedBy"] == ["boxmaker-brokerd.service"]
+    for key, value in MANIFEST.hardening.common.items():
+        assert service[key] == value
+
+
+def test_tmpfiles_keep_the_tool_runtime_and_the_call_scratch_to_brokerds_user():
+    rules = nix_eval(f"{lib_expression()}.tmpfiles")
+    assert "d /run/boxmaker/tools 0700 boxmaker-brokerd boxmaker -" in rules
+    assert "d /run/boxmaker/calls 0700 boxmaker-brokerd boxmaker -" in rules

@@ -1,8 +1,9 @@
 """Unit files from the unit attrsets that nixos-modules/lib.nix computes, rendered as NixOS does.
 
 NixOS writes ``serviceConfig`` key by key, a list as one line per element and booleans as
-``true``/``false``; ``description``, ``after``, ``wants`` and ``wantedBy`` go to [Unit] and
-[Install]. The renderer is small so that what systemd-analyze checks is what Nix computed.
+``true``/``false``; ``description``, ``after``, ``before``, ``wants`` and ``wantedBy`` go to
+[Unit] and [Install]. The renderer is small so that what systemd-analyze checks is what Nix
+computed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def _lines(key: str, value: Any) -> list[str]:
 def render_unit(unit: dict[str, Any]) -> str:
     lines = ["[Unit]", f"Description={unit['description']}"]
     lines += _lines("After", unit.get("after", []))
+    lines += _lines("Before", unit.get("before", []))
     lines += _lines("Wants", unit.get("wants", []))
     lines += ["", "[Service]"]
     for key, value in unit["serviceConfig"].items():

@@ -53,7 +53,8 @@ AbsolutePath = Annotated[Text, AfterValidator(_absolute)]
 Name = Annotated[Text, AfterValidator(_name)]
 Network = Literal["none", "host"]
 # What a role with a network may reach; the NixOS module turns it into IPAddressAllow=.
-Egress = Literal["none", "router", "honcho", "mattermost"]
+# "grants": brokerd's per-call egress proxy, to the hosts the owner's grants name.
+Egress = Literal["none", "router", "honcho", "mattermost", "grants"]
 
 
 class Paths(Model):
@@ -90,12 +91,23 @@ class Role(Model):
     state: list[StateDir]
     grants: Flag
     credentials: list[Name]  # credential ids the role's unit loads (LoadCredentialEncrypted=)
+    programs: list[Name] = Field(default_factory=list)  # host programs in the image (podman)
 
     @model_validator(mode="after")
     def _egress_needs_network(self) -> Role:
         if (self.network == "none") != (self.egress == "none"):
             raise ValueError("egress must be 'none' exactly when network is 'none'")
         return self
+
+
+class Tools(Model):
+    """Where tool containers run: a podman service of the runner's host user (see roles.json)."""
+
+    comment: Text = ""
+    runner: Name  # the role that starts tool containers
+    image: PlainText  # the toolkit image's name; run by digest
+    runtime_dir: Name  # <run>/<runtime_dir>/podman.sock: the service's socket
+    scratch_dir: Name  # <run>/<scratch_dir>: each call's secrets and egress socket
 
 
 class Hardening(Model):
@@ -113,6 +125,7 @@ class Manifest(Model):
     paths: Paths
     sockets: dict[Name, Socket]
     roles: dict[Name, Role]
+    tools: Tools
     hardening: Hardening
 
     @model_validator(mode="after")
@@ -121,6 +134,12 @@ class Manifest(Model):
             for role in [socket.server, *socket.clients]:
                 if role not in self.roles:
                     raise ValueError(f"sockets.{name}: {role!r} is not a role")
+        if self.tools.runner not in self.roles:
+            raise ValueError(f"tools.runner: {self.tools.runner!r} is not a role")
+        taken = set(self.sockets) & {self.tools.runtime_dir, self.tools.scratch_dir}
+        if taken or self.tools.runtime_dir == self.tools.scratch_dir:
+            raise ValueError("tools: runtime_dir and scratch_dir must differ from each other "
+                             "and from every socket's name")
         return self
 
     def socket_dir(self, name: str) -> str:
@@ -129,6 +148,15 @@ class Manifest(Model):
 
     def socket_path(self, name: str) -> str:
         return f"{self.socket_dir(name)}/{name}.sock"
+
+    def tool_runtime_dir(self) -> str:
+        return f"{self.paths.run}/{self.tools.runtime_dir}"
+
+    def tool_runtime_url(self) -> str:
+        return f"unix://{self.tool_runtime_dir()}/podman.sock"
+
+    def tool_scratch_dir(self) -> str:
+        return f"{self.paths.run}/{self.tools.scratch_dir}"
 
     def config_path(self) -> str:
         return f"{self.paths.config_dir}/{self.paths.config_file}"
@@ -142,16 +170,19 @@ class Manifest(Model):
             ) from None
 
     def settings(self) -> dict[str, dict[str, str]]:
-        """The config-file keys the manifest fixes: every socket path and mode, and the two base
-        paths.
+        """The config-file keys the manifest fixes: every socket path and mode, the two base
+        paths, and where brokerd runs tools (the toolkit image's digest is the deployment's).
 
         The NixOS module merges these over the owner's settings, so they always agree with the
         mounts.
         """
         sections: dict[str, dict[str, str]] = {
             "paths": {"home": self.paths.home, "run": self.paths.run},
-            "broker": {"grants": self.paths.grants, "jobs": self.paths.jobs},
-        }
+            "broker": {
+                "grants": self.paths.grants, "jobs": self.paths.jobs, "backend": "podman",
+                "podman_remote": self.tool_runtime_url(), "scratch": self.tool_scratch_dir(),
+            },
+        }  # fmt: skip
         for name, socket in sorted(self.sockets.items()):
             for key in socket.config_keys:
                 section, field = key.split(".")

@@ -18,6 +18,8 @@ What every role gets, and why:
   (connect() works on a read-only mount; creating or removing files does not), so a role sees
   exactly the sockets the manifest gives it. State directories, the config directory, the
   grants and the credentials are mounted at their own paths.
+- The tool runner (brokerd) also gets the tool runtime's socket directory read-only and the
+  per-call scratch directory read-write: it starts tool containers through the service.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def volumes(manifest: Manifest, role_name: str, credentials: str | None) -> list
         if socket.server == role_name or role_name in socket.clients:
             access = "rw" if socket.server == role_name else "ro"
             mounts.append(_bind(manifest.socket_dir(name), access))
+    if role_name == manifest.tools.runner:
+        mounts.append(_bind(manifest.tool_runtime_dir(), "ro"))
+        mounts.append(_bind(manifest.tool_scratch_dir(), "rw"))
     for state in role.state:
         mounts.append(_bind(f"{manifest.paths.home}/{state.dir}", "rw" if state.writable else "ro"))
     mounts.append(_bind(manifest.paths.config_dir, "ro"))
@@ -80,6 +85,14 @@ def podman_args(
         *(f"--env={variable}" for variable in environment(manifest, credentials)),
         image, *role.command, "--config", manifest.config_path(),
     ]  # fmt: skip
+
+
+def tool_runtime_args(manifest: Manifest) -> list[str]:
+    """The arguments after ``podman`` of the service that runs tool containers for the runner.
+
+    ``--time=0``: it never exits for being idle; its unit (or test) owns its lifetime.
+    """
+    return ["system", "service", "--time=0", manifest.tool_runtime_url()]
 
 
 def _bind(path: str, access: str) -> str:
