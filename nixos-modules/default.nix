@@ -188,7 +188,9 @@ in
       default = [ ];
       description = ''
         Users who may use bxctl (chat, approvals): they join the manifest's group (boxmaker),
-        which every role socket (mode 0660) and its directory (0750) admit.
+        which every role socket (mode 0660) and its directory (0750) admit, and boxmaker-owners,
+        the only group approve.sock's directory admits. With `broker.approvers` containing
+        "local:socket", exactly these users can answer approvals locally.
       '';
     };
   };
@@ -202,7 +204,7 @@ in
       })
       cfg.roles;
 
-    users.groups.${stack.manifest.group} = { };
+    users.groups = lib.genAttrs stack.ownerGroups (_: { });
     users.users = lib.listToAttrs (map
       (role: lib.nameValuePair (stack.userName role) {
         isSystemUser = true;
@@ -211,7 +213,7 @@ in
         home = "/var/lib/boxmaker-podman/${role}";
       })
       stack.roleNames)
-    // lib.genAttrs cfg.ownerUsers (_: { extraGroups = [ stack.manifest.group ]; });
+    // lib.genAttrs cfg.ownerUsers (_: { extraGroups = stack.ownerGroups; });
 
     systemd.tmpfiles.rules = stack.tmpfiles;
     environment.etc."boxmaker/config".source = configDir;

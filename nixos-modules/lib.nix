@@ -183,6 +183,11 @@ let
     serviceConfig = serviceConfig args;
   };
 
+  # The group a socket's directory admits: the units' group unless the socket names its own.
+  socketGroup = name: manifest.sockets.${name}.group or manifest.group;
+  ownerGroups = [ manifest.group ] ++ builtins.filter (g: g != manifest.group)
+    (map socketGroup socketNames);
+
   writers = dir: builtins.filter
     (role: builtins.any (s: s.dir == dir && s.writable) manifest.roles.${role}.state) roleNames;
   stateDirs = builtins.attrNames (builtins.listToAttrs (builtins.concatMap
@@ -192,7 +197,7 @@ let
   # to the one role that writes it; the shared group lets clients and readers in.
   tmpfiles =
     [ "d ${paths.run} 0755 root root -" "d ${paths.home} 0755 root root -" "d ${paths.grants} 0750 root ${manifest.group} -" "d ${paths.jobs} 0750 root ${manifest.group} -" ]
-    ++ map (name: "d ${socketDir name} 0750 ${userName manifest.sockets.${name}.server} ${manifest.group} -") socketNames
+    ++ map (name: "d ${socketDir name} 0750 ${userName manifest.sockets.${name}.server} ${socketGroup name} -") socketNames
     ++ [ "d ${toolRuntimeDir} 0700 ${userName tools.runner} ${manifest.group} -"
          "d ${toolScratchDir} 0700 ${userName tools.runner} ${manifest.group} -" ]
     ++ map (dir: "d ${stateDir dir} 0750 ${userName (builtins.head (writers dir))} ${manifest.group} -") stateDirs;
@@ -209,5 +214,6 @@ let
 in
 {
   inherit manifest roleNames socketPath podmanArgs fixedSettings serviceConfig unit tmpfiles
-    assertions userName unitName containerName credentialsDirOf toolRuntimeArgs toolRuntimeUnit;
+    assertions userName unitName containerName credentialsDirOf toolRuntimeArgs toolRuntimeUnit
+    ownerGroups;
 }

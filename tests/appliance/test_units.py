@@ -161,3 +161,15 @@ def test_tmpfiles_keep_the_tool_runtime_and_the_call_scratch_to_brokerds_user():
     rules = nix_eval(f"{lib_expression()}.tmpfiles")
     assert "d /run/boxmaker/tools 0700 boxmaker-brokerd boxmaker -" in rules
     assert "d /run/boxmaker/calls 0700 boxmaker-brokerd boxmaker -" in rules
+
+
+def test_approve_sockets_directory_admits_the_owners_group_and_no_role():
+    """brokerd's user namespace shows every other host uid as the overflow uid, so who may answer
+    on approve.sock is settled by who can reach it: the owners' group, which no unit runs in."""
+    rules = nix_eval(f"{lib_expression()}.tmpfiles")
+    assert "d /run/boxmaker/approve 0750 boxmaker-brokerd boxmaker-owners -" in rules
+    assert nix_eval(f"{lib_expression()}.ownerGroups") == ["boxmaker", "boxmaker-owners"]
+    for role in ROLES:
+        service = unit_of(role)["serviceConfig"]
+        assert service["Group"] == "boxmaker" and "SupplementaryGroups" not in service
+    assert tool_runtime_unit()["serviceConfig"]["Group"] == "boxmaker"

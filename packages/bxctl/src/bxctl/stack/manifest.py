@@ -76,6 +76,9 @@ class Socket(Model):
     clients: list[Name]  # roles that connect; the owner's bxctl on the host needs none
     config_keys: list[ConfigKey]
     mode_key: ConfigKey  # the server's setting for the socket's mode, e.g. "channel.mode"
+    # The group the socket's directory admits, when not the units' group: approve.sock's
+    # directory admits only the owner's users, whatever uid brokerd's user namespace shows.
+    group: Name | None = None
 
 
 class StateDir(Model):
