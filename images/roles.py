@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import glob
 import json
+import os
+import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -91,15 +93,33 @@ def _console_script(distribution: metadata.Distribution, script: str) -> File:
     return File(f"{BIN}/{script}", data=text.encode(), mode=0o755)
 
 
+def programs(role: str) -> list[str]:
+    """The host programs the manifest puts in the role's image (brokerd: podman, a client of the
+    tool runtime's service), as paths on this machine."""
+    from bxctl.stack import load_manifest
+
+    found = []
+    for program in load_manifest().role(role).programs:
+        path = shutil.which(program)
+        if path is None:
+            raise SystemExit(f"{role}'s image needs {program!r}, which is not installed")
+        found.append(os.path.realpath(path))
+    return found
+
+
 def entries(role: str) -> list[Entry]:
     found: list[Entry] = [*host_path(PYTHON), Symlink("usr/bin/python3", "python3.11")]
+    extra = programs(role)
+    for program in extra:
+        found += host_path(program)
     found += host_tree(STDLIB, skip=STDLIB_SKIP)
     distributions = closure(role)
     site_files: list[Entry] = []
     for distribution in distributions:
         site_files += _site_entries(distribution)
     native = [str(e.source) for e in site_files if isinstance(e, File) and e.path.endswith(".so")]
-    for library in shared_libraries([PYTHON, *glob.glob(f"{STDLIB}/lib-dynload/*.so"), *native]):
+    binaries = [PYTHON, *extra, *glob.glob(f"{STDLIB}/lib-dynload/*.so"), *native]
+    for library in shared_libraries(binaries):
         found += host_path(library)
     found += site_files
     found.append(_console_script(metadata.distribution(role), role))

@@ -85,6 +85,24 @@ let
   podmanHome = role: "/var/lib/boxmaker-podman/${role}";
   podmanRun = role: "/run/boxmaker-podman/${role}";
 
+  # What every unit that runs rootless podman has: its user, the shared group, and a podman store
+  # and runtime directory of its own.
+  rootlessPodman = { user, store, containersConf }: {
+    Restart = "on-failure";
+    RestartSec = "5s";
+    User = user;
+    Group = manifest.group;
+    StateDirectory = "boxmaker-podman/${store}";
+    StateDirectoryMode = "0700";
+    RuntimeDirectory = "boxmaker-podman/${store}";
+    RuntimeDirectoryMode = "0700";
+    Environment = [
+      "HOME=${podmanHome store}"
+      "XDG_RUNTIME_DIR=${podmanRun store}"
+      "CONTAINERS_CONF=${containersConf}"
+    ];
+  };
+
   # [Service] of one role's unit. Lists become one line per element, as NixOS renders them.
   # `podman`: the podman binary; `imageName`, `imageArchive`, `digestEnv`: the role's image
   # (an OCI archive and a file BOXMAKER_IMAGE_DIGEST=sha256:...); `allow`: IPAddressAllow=
@@ -109,22 +127,10 @@ let
     // manifest.hardening.network.${r.network}
     // { IPAddressDeny = "any"; }
     // egress
+    // rootlessPodman { user = userName role; store = role; inherit containersConf; }
     // {
       Type = "notify";
       NotifyAccess = "all"; # the READY=1 comes from the container, through conmon
-      Restart = "on-failure";
-      RestartSec = "5s";
-      User = userName role;
-      Group = manifest.group;
-      StateDirectory = "boxmaker-podman/${role}";
-      StateDirectoryMode = "0700";
-      RuntimeDirectory = "boxmaker-podman/${role}";
-      RuntimeDirectoryMode = "0700";
-      Environment = [
-        "HOME=${podmanHome role}"
-        "XDG_RUNTIME_DIR=${podmanRun role}"
-        "CONTAINERS_CONF=${containersConf}"
-      ];
       EnvironmentFile = digestEnv;
       ReadWritePaths = writable;
       ExecStartPre = "${podman} load --quiet --input=${imageArchive}";
@@ -142,22 +148,10 @@ let
   toolRuntimeServiceConfig = { podman, toolkitArchive, containersConf }:
     manifest.hardening.common
     // manifest.hardening.network.none
+    // rootlessPodman { user = userName tools.runner; store = "tools"; inherit containersConf; }
     // {
       IPAddressDeny = "any";
       Type = "exec";
-      Restart = "on-failure";
-      RestartSec = "5s";
-      User = userName tools.runner;
-      Group = manifest.group;
-      StateDirectory = "boxmaker-podman/tools";
-      StateDirectoryMode = "0700";
-      RuntimeDirectory = "boxmaker-podman/tools";
-      RuntimeDirectoryMode = "0700";
-      Environment = [
-        "HOME=${podmanHome "tools"}"
-        "XDG_RUNTIME_DIR=${podmanRun "tools"}"
-        "CONTAINERS_CONF=${containersConf}"
-      ];
       ReadWritePaths = [ toolRuntimeDir ];
       ExecStartPre = "${podman} load --quiet --input=${toolkitArchive}";
       ExecStart = builtins.concatStringsSep " " ([ podman ] ++ toolRuntimeArgs);

@@ -77,10 +77,13 @@ class RootlessPodman:
         self, manifest: Manifest, role: str, image: str, notify: Path, credentials: str | None
     ) -> None:
         args = podman_args(manifest, role, image=image, credentials=credentials)
-        log = (self.root / f"{role}.log").open("wb")
-        self.processes[role] = subprocess.Popen(
-            self.command(*args),
-            env={**os.environ, "NOTIFY_SOCKET": str(notify)},
+        self.spawn(role, args, {"NOTIFY_SOCKET": str(notify)})
+
+    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        """``podman <args>`` in the background as the unit runs it; its output goes to the log."""
+        log = (self.root / f"{name}.log").open("wb")
+        self.processes[name] = subprocess.Popen(
+            self.command(*args), env={**os.environ, **(env or {})},
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
@@ -94,7 +97,7 @@ class RootlessPodman:
 
     def close(self) -> None:
         for role, process in self.processes.items():
-            self.run("stop", "--time=5", container_name(role), check=False)
+            self.run("stop", "--time=5", container_name(role), check=False)  # none for a service
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):

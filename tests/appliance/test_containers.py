@@ -1,11 +1,13 @@
 """The roles as separate rootless containers from locally built images, run by digest with the
-launcher's exact arguments, talking only through sockets on shared volumes; a turn goes from a
-channel through loopd and inferproxy to the real llama-server and back.
+launcher's exact arguments, talking only through sockets on shared volumes (tests/appliance/stack.py
+sets it all up as the NixOS module does).
 
 What this shows, each in its own test: every role's READY=1 reaches the unit's NOTIFY_SOCKET
 from inside its container; loopd's container has only a loopback interface and cannot open the
-model server's TCP port, which inferproxy's container can; a chat turn answers with the model's
-text.
+model server's TCP port, which inferproxy's container can; a `bxctl chat` turn is answered by the
+real llama-server; a tool call goes loopd -> brokerd -> a fresh tool container started through
+the tool runtime, and reads a file no role's container can see; a Mattermost DM goes through
+gatewayd's container and is answered in its thread.
 """
 
 from __future__ import annotations
@@ -15,121 +17,59 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
-from bxctl.stack import load_manifest, parse_manifest
+from gatewayd.render import PLACEHOLDER
 
-from .relay import TcpToUnix
-from .rootless import NOBODY, WAIT, NotifySocket, RootlessPodman, chown_nobody
+from .rootless import NOBODY, WAIT
+from .stack import NOTE_MARKER, ROLES, running_appliance
 
 images = pytest.importorskip("roles", reason="images/ must be on sys.path")  # see conftest
+toolkit_image = pytest.importorskip("bximage.toolkit", reason="images/ must be on sys.path")
 llama = pytest.importorskip("support.llama")
-
-# Not run here: gatewayd needs a Mattermost server; brokerd's sandbox backend needs the toolkit
-# and a runtime inside its container, which is not wired yet (docs/deploy.md, known gaps).
-RUN_HERE = ["inferproxy", "memoryd", "loopd"]
 
 pytestmark = [
     pytest.mark.sandbox,
     pytest.mark.real_server,
     pytest.mark.skipif(os.geteuid() != 0, reason="runs podman as nobody: needs root to set up"),
     pytest.mark.skipif(shutil.which("podman") is None, reason="podman is missing"),
+    pytest.mark.skipif(shutil.which("systemd-creds") is None, reason="systemd-creds is missing"),
 ]
 
-
-def manifest_under(root: Path):
-    """The shipped manifest with its host paths moved under ``root`` (a mount keeps its path)."""
-    data = json.loads(load_manifest().model_dump_json())
-    data["paths"].update(home=f"{root}/home", run=f"{root}/run", config_dir=f"{root}/config",
-                         grants=f"{root}/grants", jobs=f"{root}/jobs")  # fmt: skip
-    return parse_manifest(json.dumps(data), "test manifest")
-
-
-def write_config(manifest, upstream_port: int) -> None:
-    """The config every container mounts: the manifest's socket paths, the test router's port,
-    the tools loopd's self-test needs (qwen-tools), and the fake tool port (no brokerd here).
-    """
-    settings = manifest.settings()
-    settings.setdefault("inferproxy", {})["upstream"] = f"tcp://127.0.0.1:{upstream_port}"
-    # A tiny model on a shared 2-core machine: generous liveness, short answers, greedy.
-    settings.setdefault("inference", {}).update(
-        model="qwen-tools", max_tokens=64, liveness_timeout=600.0
-    )
-    settings["inference.sampling"] = {"temperature": 0.0}
-    settings["loop"] = {"tools": "fake"}
-    lines = []
-    for section, values in settings.items():
-        lines.append(f"[{section}]")
-        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
-    config_dir = Path(manifest.paths.config_dir)
-    (config_dir / manifest.paths.config_file).write_text("\n".join(lines) + "\n")
-    (config_dir / "system.md").write_text(
-        "You are a terse assistant. Answer briefly, in plain text.\n"
-    )
+TURN_WAIT = WAIT * 4  # a tiny model on a shared 2-core machine: a bound on hanging, not a measure
 
 
 @pytest.fixture(scope="module")
 def appliance():
     root = Path(tempfile.mkdtemp(prefix="bx-appliance-"))
     try:
-        yield from _appliance(root)
+        yield from running_appliance(root, images, toolkit_image, llama)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _appliance(root: Path):
-    root.chmod(0o755)
-    manifest = manifest_under(root)
-    for directory in (root / name for name in ("home", "run", "config", "grants", "jobs")):
-        directory.mkdir(mode=0o755)
-    for name in manifest.sockets:
-        (root / "run" / name).mkdir(mode=0o750)
-        chown_nobody(root / "run" / name)
-    for role in manifest.roles.values():
-        for state in role.state:
-            (root / "home" / state.dir).mkdir(mode=0o750, exist_ok=True)
-            chown_nobody(root / "home" / state.dir)
-    podman = RootlessPodman(root / "podman")
-    notify = {role: NotifySocket(root / f"notify-{role}.sock") for role in RUN_HERE}
-    ready: dict[str, tuple[int, str]] = {}
-    try:
-        with llama.start_router() as server, TcpToUnix(server.socket) as relay:
-            write_config(manifest, relay.port)
-            refs = {}
-            for role in RUN_HERE:
-                built = images.build(role)
-                podman.load(built.layout, role)
-                refs[role] = f"localhost/{manifest.roles[role].image}@{built.digest}"
-            for role in RUN_HERE:
-                podman.start(manifest, role, refs[role], notify[role].path, credentials=None)
-                try:
-                    ready[role] = notify[role].wait_ready(time.monotonic() + WAIT)
-                except AssertionError as exc:
-                    raise AssertionError(f"{exc}\n{role} log:\n{podman.log(role)}") from None
-            yield {"manifest": manifest, "podman": podman, "relay": relay, "ready": ready,
-                   "refs": refs}  # fmt: skip
-    finally:
-        podman.close()
-        for socket in notify.values():
-            socket.close()
+def chat(appliance, *args: str) -> subprocess.CompletedProcess[str]:
+    socket = appliance.manifest.socket_path("loop")
+    return subprocess.run(
+        ["bxctl", "chat", "--socket", socket, *args],
+        capture_output=True, text=True, check=False, timeout=TURN_WAIT,
+    )  # fmt: skip
 
 
 def test_every_role_reports_ready_to_its_notify_socket_from_inside_its_container(appliance):
-    for role in RUN_HERE:
-        pid, text = appliance["ready"][role]
+    assert sorted(appliance.ready) == sorted(ROLES)
+    for pid, text in appliance.ready.values():
         assert "READY=1" in text.splitlines()
         assert pid > 0  # the kernel's SCM_CREDENTIALS, not a claim in the message
 
 
 def test_each_role_runs_from_its_own_image_by_digest(appliance):
-    refs = appliance["refs"]
-    assert len(set(refs.values())) == len(RUN_HERE)
-    for role in RUN_HERE:
-        inspected = appliance["podman"].run("inspect", "--format", "{{.ImageDigest}}",
-                                            f"boxmaker-{role}").stdout.strip()  # fmt: skip
-        assert inspected == refs[role].split("@")[1]
+    assert len(set(appliance.refs.values())) == len(ROLES)
+    for role in ROLES:
+        inspected = appliance.podman.run("inspect", "--format", "{{.ImageDigest}}",
+                                         f"boxmaker-{role}").stdout.strip()  # fmt: skip
+        assert inspected == appliance.refs[role].split("@")[1]
 
 
 PROBE = (
@@ -144,39 +84,77 @@ PROBE = (
 
 
 def test_loopd_has_only_loopback_and_cannot_reach_the_model_servers_tcp_port(appliance):
-    port = str(appliance["relay"].port)
-    done = appliance["podman"].exec("loopd", "python3", "-c", PROBE, port)
+    done = appliance.podman.exec("loopd", "python3", "-c", PROBE, str(appliance.relay.port))
     assert done.stdout.splitlines() == ["['lo']", "refused ConnectionRefusedError"], done.stderr
 
 
 def test_inferproxy_can_reach_that_same_port(appliance):
-    port = str(appliance["relay"].port)
-    done = appliance["podman"].exec("inferproxy", "python3", "-c", PROBE, port)
+    done = appliance.podman.exec("inferproxy", "python3", "-c", PROBE, str(appliance.relay.port))
     assert done.stdout.splitlines()[-1] == "connected", done.stderr
 
 
 def test_a_bxctl_chat_turn_goes_through_loopd_and_inferproxy_to_the_model(appliance):
     """``--tool-choice none`` steers the tiny model to answer in text, as the loop's own real-stack
     test does; greedy sampling makes the answer the same on every run."""
-    socket = appliance["manifest"].socket_path("loop")
-    done = subprocess.run(
-        ["bxctl", "chat", "--socket", socket, "--tool-choice", "none",
-         "--say", "Say hello in one short sentence."],
-        capture_output=True, text=True, check=False, timeout=WAIT * 4,
-    )  # fmt: skip
+    done = chat(appliance, "--tool-choice", "none", "--say", "Say hello in one short sentence.")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()  # the model's answer, and nothing else, on stdout
 
 
+def test_a_tool_call_runs_in_a_fresh_tool_container_and_reads_only_what_was_granted(appliance):
+    """The note is mounted into no role's container: its text can reach the session only through
+    a tool container that the tool runtime started for brokerd with the grant's mount."""
+    for role in ROLES:
+        seen = appliance.podman.exec(role, "python3", "-c", f"open({str(appliance.note)!r})")
+        assert seen.returncode != 0 and "No such file" in seen.stderr, role
+    session = "appliance-tool-call"
+    done = chat(
+        appliance, "--session", session, "--json", "--tool-choice", "required",
+        "--tool-choice", "none", "--say",
+        f'Use call_tool to run fs.read with the argument "path": "{appliance.note}", then tell '
+        "me in one sentence what the note is about.",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line).get("event", {}) for line in done.stdout.splitlines()]
+    results = [e for e in events if e.get("type") == "tool_result"]
+    assert [(e["name"], e["class"]) for e in results] == [("fs.read", "private")], events
+    logs = Path(appliance.manifest.paths.home, "sessions", session).glob("*.jsonl")
+    log = "".join(path.read_text() for path in logs)
+    assert NOTE_MARKER in log  # the file's text, as the tool container returned it
+    audit = "".join(p.read_text() for p in Path(appliance.manifest.paths.home, "audit").iterdir())
+    assert '"fs.read"' in audit and session in audit
+    assert list(Path(appliance.manifest.tool_scratch_dir()).iterdir()) == []  # nothing left
+    left = appliance.tools.run("ps", "--all", "--quiet").stdout.strip()
+    assert left == ""  # the tool container is gone
+
+
+def test_a_mattermost_dm_is_answered_in_its_thread_through_gatewayds_container(appliance):
+    mattermost, (bot, _), (owner, owner_token) = (
+        appliance.mattermost, appliance.bot, appliance.owner
+    )
+    mattermost.wait_for(lambda fake: fake.connects, WAIT)  # gatewayd's WebSocket is up
+    dm = mattermost.direct(bot, owner)
+    root = mattermost.post_as(owner_token, dm, "Say hello in one short sentence.")["id"]
+
+    def answered(fake):
+        replies = [p for p in fake.posts_by(bot) if p["root_id"] == root]
+        return replies if replies and replies[0]["message"] != PLACEHOLDER else None
+
+    replies = mattermost.wait_for(answered, TURN_WAIT)
+    assert len(replies) == 1 and replies[0]["message"].strip()  # the placeholder, edited
+    assert mattermost.violations() == []
+
+
 def test_the_sockets_on_the_shared_volume_are_the_only_way_between_the_roles(appliance):
-    manifest = appliance["manifest"]
-    for role in RUN_HERE:
-        networks = (
-            appliance["podman"]
-            .run("inspect", "--format", "{{.HostConfig.NetworkMode}}", f"boxmaker-{role}")
-            .stdout.strip()
+    manifest = appliance.manifest
+    for role in ROLES:
+        network = (
+            appliance.podman.run(
+                "inspect", "--format", "{{.HostConfig.NetworkMode}}", f"boxmaker-{role}"
+            ).stdout.strip()
         )
-        assert networks == manifest.roles[role].network
-    sockets = sorted(p.name for p in Path(manifest.paths.run).rglob("*.sock"))
-    assert {"infer.sock", "loop.sock", "memory.sock"} <= set(sockets)
-    assert all(Path(manifest.paths.run, n).stat().st_uid == NOBODY for n in ("infer", "loop"))
+        assert network == manifest.roles[role].network
+    sockets = {p.name for p in Path(manifest.paths.run).rglob("*.sock")}
+    assert {f"{name}.sock" for name in manifest.sockets} | {"podman.sock"} == sockets
+    for name in manifest.sockets:
+        assert Path(manifest.socket_path(name)).stat().st_uid == NOBODY
