@@ -13,6 +13,7 @@
       router = [ "127.0.0.1" ];                    # the router on this host
       mattermost = [ "100.64.0.8" "100.100.100.100" ]; # Mattermost and the tailnet DNS resolver
       honcho = [ "100.64.0.9" ];
+      grants = [ ];                                # hosts your grants name; none: no tool network
     };
     credentials.mattermost_token = "/etc/boxmaker/credentials/mattermost_token.cred";
     systemPrompt = ./system.md;
@@ -22,6 +23,9 @@
       inference.model = "ornith";
       gateway.server = "https://chat.example.org";
       gateway.allowlist = "allowlist"; # relative: beside the config file
+      # Who may answer approvals: the owner's users on approve.sock (its directory admits only
+      # ownerUsers), and the owner's Mattermost user id.
+      broker.approvers = [ "local:socket" "8xq3mattermostuserid0000aa" ];
     };
   };
 }

@@ -22,8 +22,15 @@ let
   # A secret the SecretStore reads from $CREDENTIALS_DIRECTORY for every credential loaded.
   credentialSecrets = lib.mapAttrs (_: _: { backend = "credential"; }) cfg.credentials;
 
+  # Tool calls go to brokerd, and loopd offers the model the toolkit's registry (built below);
+  # the owner's settings may say otherwise.
+  defaults = {
+    secrets = credentialSecrets;
+    loop = { tools = "broker"; registry = "toolkit-schemas.json"; };
+  };
+
   settings = lib.recursiveUpdate
-    (lib.recursiveUpdate { secrets = credentialSecrets; } (dropNulls cfg.settings))
+    (lib.recursiveUpdate defaults (dropNulls cfg.settings))
     (lib.recursiveUpdate stack.fixedSettings {
       broker.podman_image = "${toolkitImage}@@toolkitDigest@";
     });
@@ -36,6 +43,7 @@ let
   # time, so a typo fails `nixos-rebuild`, not a role at start.
   configDir = pkgs.runCommand "boxmaker-config" { } ''
     mkdir -p $out
+    ${lib.getExe' cfg.packages.toolkit "bx-tool"} schemas --out $out/toolkit-schemas.json
     # The toolkit's digest is known only once its image is built: put in here, not at evaluation.
     substitute ${toml.generate paths.config_file settings} $out/${paths.config_file} \
       --replace-fail @toolkitDigest@ "$(cat ${cfg.images.toolkit}/digest)"

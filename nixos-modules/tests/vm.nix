@@ -1,6 +1,7 @@
 # The NixOS VM test: the module boots with a stand-in model server, every role's unit reaches
 # READY=1, loopd's container has only a loopback interface and cannot reach the model's TCP port,
-# and `bxctl chat --say` gets the stand-in's reply through loopd and inferproxy.
+# the tool runtime starts containers with no network even when asked for the host's, and
+# `bxctl chat --say` gets the stand-in's reply through loopd and inferproxy.
 { pkgs, self }:
 pkgs.testers.runNixOSTest {
   name = "boxmaker";
@@ -33,6 +34,8 @@ pkgs.testers.runNixOSTest {
 
     machine.wait_for_unit("stand-in-model.service")
     machine.wait_for_open_port(8080)
+    machine.wait_for_unit("boxmaker-tools.service")  # brokerd's tool runtime
+    machine.wait_for_file("/run/boxmaker/tools/podman.sock")
     for role in ["inferproxy", "memoryd", "brokerd", "loopd"]:
         machine.wait_for_unit(f"boxmaker-{role}.service")  # Type=notify: READY=1 arrived
 
@@ -53,6 +56,15 @@ pkgs.testers.runNixOSTest {
     with subtest("inferproxy reaches the model server"):
         pid = container_pid("inferproxy")
         machine.succeed(f"nsenter -t {pid} -n ${pkgs.curl}/bin/curl -sS --max-time 5 http://127.0.0.1:8080/health")
+
+    with subtest("the tool runtime has no network: a container it starts sees only lo"):
+        links = machine.succeed(
+            "runuser -u boxmaker-brokerd -- env HOME=/tmp podman --remote "
+            "--url=unix:///run/boxmaker/tools/podman.sock run --rm --pull=never --network=host "
+            "--entrypoint=/bin/ip localhost/boxmaker/toolkit@"
+            "$(cat ${self.packages.${pkgs.system}.image-toolkit}/digest) -o link show"
+        ).strip().splitlines()
+        assert len(links) == 1 and ": lo:" in links[0], links
 
     with subtest("a bxctl chat turn goes through loopd and inferproxy"):
         answer = machine.succeed("bxctl chat --socket /run/boxmaker/loop/loop.sock --say 'hello'")
