@@ -14,11 +14,8 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import tarfile
-import time
 from pathlib import Path
 
 from bxctl.stack import Manifest, container_name, podman_args
@@ -111,37 +108,3 @@ class RootlessPodman:
         with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
             os.kill(int(pause.read_text().strip()), signal.SIGKILL)
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-class NotifySocket:
-    """The NOTIFY_SOCKET systemd gives a Type=notify unit: datagrams with the sender's pid."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        chown_nobody(path)
-        self.messages: list[tuple[int, str]] = []
-
-    def wait_ready(self, deadline: float) -> tuple[int, str]:
-        """The first message with READY=1 (sender pid, text); fails when none comes in time."""
-        while time.monotonic() < deadline:
-            self.sock.settimeout(max(0.1, deadline - time.monotonic()))
-            try:
-                data, ancillary, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(12) * 4)
-            except TimeoutError:
-                break
-            pid = next(
-                (struct.unpack("3i", d[:12])[0] for level, kind, d in ancillary
-                 if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS)), -1,
-            )  # fmt: skip
-            text = data.decode(errors="replace")
-            self.messages.append((pid, text))
-            if "READY=1" in text.splitlines():
-                return pid, text
-        raise AssertionError(f"no READY=1 on {self.path}; got {self.messages}")
-
-    def close(self) -> None:
-        self.sock.close()
-        self.path.unlink(missing_ok=True)

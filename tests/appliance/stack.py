@@ -23,10 +23,10 @@ from pathlib import Path
 
 from bxctl.stack import Manifest, load_manifest, parse_manifest, tool_runtime_args
 from gateway.mmthread import ThreadedFake, running_fake
+from support.systemd import NotifySocket, encrypt, load_as_systemd_does
 
 from .relay import TcpToUnix
-from .rootless import WAIT, NotifySocket, RootlessPodman, chown_nobody
-from .test_credentials import encrypt, load_as_systemd_does
+from .rootless import NOBODY, WAIT, RootlessPodman, chown_nobody
 
 ROLES = ["inferproxy", "memoryd", "brokerd", "loopd", "gatewayd"]
 NOTE_MARKER = "The heron count this spring was forty-one."  # only the tool container can read it
@@ -130,7 +130,7 @@ def start_tool_runtime(appliance: Appliance, toolkit_layout: Path) -> None:
 
 
 def start_roles(appliance: Appliance, images, credentials: Path, stack: ExitStack) -> None:
-    notify = {role: NotifySocket(appliance.root / f"notify-{role}.sock") for role in ROLES}
+    notify = {role: NotifySocket(appliance.root / f"notify-{role}.sock", NOBODY) for role in ROLES}
     for socket in notify.values():
         stack.callback(socket.close)
     for role in ROLES:

@@ -12,44 +12,17 @@ from __future__ import annotations
 
 import shutil
 import stat
-import subprocess
-from pathlib import Path
 
 import pytest
 from bxcore.config import SecretSpec
 from bxcore.errors import SecretError
 from bxcore.secrets import SecretStore
 from bxctl.stack import load_manifest, podman_args
+from support.systemd import creds, encrypt, load_as_systemd_does
 
 pytestmark = pytest.mark.skipif(shutil.which("systemd-creds") is None, reason="no systemd-creds")
 
 TOKEN = "mm-bot-token-7f3a9c"
-
-
-def creds(*args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["systemd-creds", *args], input=data, capture_output=True, check=False)
-
-
-def encrypt(name: str, plaintext: bytes, out: Path) -> None:
-    # tpm2-absent: the key-less format (no TPM here, and no dependence on the host's secret);
-    # the owner's host uses the default, TPM2 and/or the host key.
-    done = creds(
-        "encrypt", f"--name={name}", "--with-key=tpm2-absent", "-", str(out), data=plaintext
-    )
-    assert done.returncode == 0, done.stderr.decode()
-
-
-def load_as_systemd_does(credentials: Path, unit: str, loads: dict[str, Path]) -> Path:
-    """LoadCredentialEncrypted=<id>:<file> for each entry, into /run/credentials/<unit>/."""
-    directory = credentials / unit
-    directory.mkdir(parents=True)
-    for credential_id, encrypted in loads.items():
-        target = directory / credential_id
-        done = creds("decrypt", f"--name={credential_id}", str(encrypted), str(target))
-        assert done.returncode == 0, done.stderr.decode()
-        target.chmod(0o400)
-    directory.chmod(0o500)
-    return directory
 
 
 @pytest.fixture

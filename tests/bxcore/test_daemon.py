@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import stat
-import struct
 import subprocess
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
@@ -25,6 +24,7 @@ from bxcore.daemon import (
     watchdog_interval,
 )
 from bxcore.errors import DaemonError
+from support.systemd import NotifySocket
 
 NOBODY = 65534
 OTHER_GID = 4242  # a group no account uses; root may give a file to any gid
@@ -224,25 +224,6 @@ def test_listening_leaves_a_successors_socket_alone(sock_dir):
 
 
 # --- systemd ------------------------------------------------------------------------------------
-
-
-class NotifySocket:
-    """systemd's side: a datagram socket with SO_PASSCRED (reference, section 11.4)."""
-
-    def __init__(self, path: Path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        self.sock.bind(str(path))
-        self.sock.settimeout(10)
-
-    def receive(self) -> tuple[str, int]:
-        data, ancillary, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(12))
-        pid = next(
-            struct.unpack("3i", payload[:12])[0]
-            for level, kind, payload in ancillary
-            if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS)
-        )
-        return data.decode(), pid
 
 
 @pytest.fixture

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from appliance.rootless import NotifySocket
-from appliance.test_credentials import encrypt, load_as_systemd_does
 from gatewayd.render import PLACEHOLDER
+from support.systemd import NotifySocket, encrypt, load_as_systemd_does
 
 from .mmthread import BackgroundLoop, ThreadedFake, running_fake, running_scripted_loop
 from .scripted import ScriptedLoop
