@@ -40,8 +40,8 @@ from bxctl.stack.local import (
 )
 from bxctl.stack.notify import NotifyListener
 from bxctl.stack.processes import Started, save, spawn, stop
-from loopd.log import Record
-from loopd.store import SessionStore
+from loopd.log import Record, parse_log
+from loopd.store import SessionStore, log_path
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_LLAMA = ROOT / "bench" / "fake_llama.py"
@@ -60,6 +60,7 @@ class StackSettings:
     slot_count: int = 2
     temperature: float | None = None  # None: the config's default sampling
     system: str | None = None  # the text of system.md; None: loopd's shipped one
+    summary_tokens: int | None = None  # [loop] summary_tokens; None: the config's default
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ def bench_config(layout: Layout, grants: Path, settings: StackSettings) -> str:
         text, r"^per_slot_context = \d+$", f"per_slot_context = {settings.per_slot_context}"
     )
     text = _substitute(text, r"^slot_count = \d+$", f"slot_count = {settings.slot_count}")
+    if settings.summary_tokens is not None:
+        text = _substitute(text, r'^tools = "broker"$',
+                           f'tools = "broker"\nsummary_tokens = {settings.summary_tokens}')
     if settings.temperature is not None:
         text += f"\n[inference.sampling]\ntemperature = {settings.temperature}\n"
     if settings.system is not None:
@@ -153,6 +157,14 @@ class Stack:
     def records(self, session: str) -> tuple[Record, ...]:
         """The session's current epoch, as loopd wrote it."""
         return SessionStore(self.layout.home).open(session).records
+
+    def epochs(self, session: str) -> list[tuple[Record, ...]]:
+        """Every epoch of the session, oldest first, as loopd wrote them (a closed epoch's log
+        ends with ``epoch_end``)."""
+        store = SessionStore(self.layout.home)
+        directory, current = store.directory(session), store.open(session).epoch
+        return [parse_log(log_path(directory, n).read_bytes(), str(log_path(directory, n)),
+                          session=session, epoch=n) for n in range(current + 1)]
 
     def restart(self, name: str) -> None:
         """Stop one daemon (SIGTERM) and start it again with the same command line; returns

@@ -38,6 +38,10 @@ HEADLINES = (
      "cache-efficiency-boxmaker-vs-a-naive-harness-benchcache_benchpy",
      r"Append-only: \*\*([^*]+)\*\*: after its first request, Boxmaker re-read (\d+) tokens",
      "{1} tokens ({0})"),
+    ("Prompt tokens processed at a compaction turn (summary + new epoch's first request)",
+     "compaction", "cache-across-a-compaction-benchcompaction_benchpy",
+     r"The compaction turn processed ([\d,]+) prompt tokens in\s+all[\s\S]*?After it: "
+     r"\*\*([^*]+)\*\*", "{0} tokens, then {1}"),
     ("loopd's added latency per turn over a direct client, 10 / 10,000 records", "loop",
      "loopd-per-turn-harness-overhead-benchloop_benchpy",
      r"\| 10 \|[^\n]*\| ([-\d.]+) \|\n(?:[^\n]*\n)*?\| 10,000 \|[^\n]*\| ([-\d.]+) \|",
@@ -123,7 +127,7 @@ def render(doc: str) -> str:
 
 Written {today()} by `bench/summary_bench.py` from the sections below; `scripts/bench` runs
 every benchmark and then this. Each figure was measured on the machine below, shared with
-other work (2 cores, load averages of 4 to 10 during the runs): compare the rows of one
+other work (2 cores, load averages of 1 to 10 during the runs): compare the rows of one
 section with each other, not with another machine.
 
 - **Machine:** {cpu_model()}, {os.cpu_count()} cores, {ram_gib():.0f} GiB RAM,
