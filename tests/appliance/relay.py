@@ -50,6 +50,11 @@ class TcpToUnix:
             assert self._server is not None
             self._server.close()
             await self._server.wait_closed()
+            # Connections still open (inferproxy keeps its own) end here, not as destroyed tasks.
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=30)
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -1,5 +1,6 @@
-"""loopd's inference client sends a GET once more when it met a connection the server had
-closed, and nothing else: a POST is not repeated, and a second failure is reported."""
+"""loopd's inference client sends an idempotent request (a GET, or a POST that only computes:
+tokenize, apply the template) once more when it met a connection the server had closed, and
+nothing else: a completion is not repeated, and a second failure is reported."""
 
 from __future__ import annotations
 
@@ -48,11 +49,19 @@ def test_a_get_that_fails_twice_is_reported_as_unavailable():
     assert seen == ["GET /props", "GET /props"]
 
 
-def test_a_post_is_never_sent_twice():
+@pytest.mark.parametrize("path", ["/tokenize", "/apply-template", "/detokenize"])
+def test_a_post_that_only_computes_is_sent_once_more(path):
     client, seen = client_failing(1)
-    with pytest.raises(Unavailable, match="POST /tokenize"):
-        asyncio.run(client.post_json("/tokenize", {"content": "hi"}))
-    assert seen == ["POST /tokenize"]
+    assert asyncio.run(client.post_json(path, {"content": "hi"})) == {"total_slots": 2}
+    assert seen == [f"POST {path}", f"POST {path}"]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/chat/completions/control"])
+def test_a_post_that_changes_the_servers_state_is_never_sent_twice(path):
+    client, seen = client_failing(1)
+    with pytest.raises(Unavailable, match=f"POST {path}"):
+        asyncio.run(client.post_json(path, {"content": "hi"}))
+    assert seen == [f"POST {path}"]
 
 
 def test_a_timeout_is_not_mistaken_for_a_dead_connection():

@@ -42,8 +42,10 @@ CONTEXT_FULL = "exceed_context_size_error"
 KEEPALIVE_EXPIRY = 2.0
 # What a request sent into a connection the server had already closed ends in: EOF instead of a
 # response ("Server disconnected without sending a response"), or a reset. A GET is idempotent,
-# so it is sent once more, on a new connection (the pool drops the dead one).
+# and so are the POSTs that only compute (tokenize, apply the template): such a request is sent
+# once more, on a new connection (the pool drops the dead one).
 STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+IDEMPOTENT_POSTS = frozenset({"/tokenize", "/detokenize", "/apply-template"})
 
 
 def unix_transport(socket: str | Path) -> httpx.AsyncHTTPTransport:
@@ -247,11 +249,11 @@ class InferenceClient:
     async def _request(
         self, method: str, path: str, timeout: float, **kwargs: Any
     ) -> httpx.Response:
-        """One request, each attempt within ``timeout``; a GET that met a connection the server
-        had closed is sent once more."""
+        """One request, each attempt within ``timeout``; an idempotent one that met a connection
+        the server had closed is sent once more."""
         try:
             return await asyncio.wait_for(self._http.request(method, path, **kwargs), timeout)
         except STALE_CONNECTION:
-            if method != "GET":
+            if method != "GET" and path not in IDEMPOTENT_POSTS:
                 raise
         return await asyncio.wait_for(self._http.request(method, path, **kwargs), timeout)
