@@ -74,8 +74,11 @@ class Journal:
         entries = self.entries()
         return entries[-1].seq + 1 if entries else 1
 
+    def path(self, seq: int) -> Path:
+        return self._dir / f"{seq:08d}.json"
+
     def append(self, edit: Edit) -> Edit:
-        path = self._dir / f"{edit.seq:08d}.json"
+        path = self.path(edit.seq)
         if path.exists():
             raise StoreError(f"{path}: journal entry {edit.seq} exists already")
         self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -97,17 +97,23 @@ def read_notes(path: Path) -> list[Note]:
     return parse_notes(text, path)
 
 
-def append_notes(path: Path, notes: list[Note]) -> None:
-    """Append entries durably (one write, then fsync). The file is only ever appended to."""
-    if not notes:
-        return
+def render_append(notes: list[Note], *, new_file: bool) -> str:
+    """What appending ``notes`` adds to notes.md: their entries, after the preamble if the file
+    does not exist yet."""
     data = "".join(note.render() for note in notes)
+    return PREAMBLE + data if new_file and data else data
+
+
+def append_bytes(path: Path, data: bytes) -> None:
+    """Append ``data`` durably (one write, then fsync). notes.md is only ever appended to."""
+    if not data:
+        return
     new_file = not path.exists()
-    if new_file:
-        data = PREAMBLE + data
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, data.encode("utf-8"))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -4,22 +4,27 @@ The taint rule (brief, Memory item 1): ``note`` in any session; ``add``, ``repla
 and ``consolidate`` only in a session that has not read untrusted content. In one that has, an
 identity ``add`` becomes a ``note`` and the other edits are refused. Files change on disk at once;
 the prompt sees them at the next epoch, because memoryd freezes each epoch's identity snapshot.
+
+Every public method holds the writer lock and first recovers what a crash left (intent.py), so
+each write starts from files that agree with the journal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from bxcore.protocol.memory import IDENTITY_LIMITS, AddArgs, MemoryArgs, NoteArgs
 from bxcore.tools import DataClass
-from bxcore.util import now_rfc3339, write_durably
+from bxcore.util import now_rfc3339
 
 from .edits import IdentityChange, plan_identity_edit, sanitized
 from .errors import CommandRefused, TaintRefused
+from .intent import commit, recover, writer_lock
 from .journal import Edit, Journal, PendingNote, text_hash
 from .layout import Layout, read_text
-from .notes import Note, append_notes, read_notes
+from .notes import Note, read_notes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,11 +43,27 @@ class MemoryWriter:
         self.journal = Journal(layout.edits)
         self._stage = stage_identity_writes
         self._clock = clock
+        self.recover()
+
+    def recover(self) -> list[str]:
+        """Finish or drop what a crash left half done (see intent.py); one line per edit."""
+        with writer_lock(self.layout):
+            return recover(self.layout, self.journal)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        with writer_lock(self.layout):
+            recover(self.layout, self.journal)
+            yield
 
     # -- the memory tool ------------------------------------------------------------------
 
     def write(self, args: MemoryArgs, caller: Caller) -> str:
         """Do one memory tool call; returns the text for the model. Raises WriteRefused."""
+        with self._transaction():
+            return self._write(args, caller)
+
+    def _write(self, args: MemoryArgs, caller: Caller) -> str:
         if isinstance(args, NoteArgs):
             note = self._note(sanitized(args.text), caller)
             return f"Noted as note {note.id} in notes.md."
@@ -76,12 +97,11 @@ class MemoryWriter:
             id=self._next_note_id(), kind="note", time=self._clock(), session=caller.session,
             data_class=caller.data_class, untrusted=caller.untrusted, text=text,
         )
-        append_notes(self.layout.notes, [note])
-        self.journal.append(Edit(
+        commit(self.layout, self.journal, Edit(
             seq=self.journal.next_seq(), time=note.time, session=caller.session,
             data_class=caller.data_class, file="notes.md", action="note",
             summary=text[:60], notes=[note.id],
-        ))
+        ), [note])
         return note
 
     def _next_note_id(self) -> int:
@@ -100,18 +120,16 @@ class MemoryWriter:
 
     def _apply(self, change: IdentityChange, action: str, session: str | None,
                data_class: DataClass | None, target: int | None = None) -> Edit:
-        """Write the file, append what left it to notes.md, journal the edit."""
+        """Write the file, append what left it to notes.md, journal the edit (intent.commit)."""
         time = self._clock()
-        write_durably(self.layout.identity(change.file), change.after.encode("utf-8"))
         notes = self._pending_to_notes(change.pending, change.file, session, data_class, time)
-        append_notes(self.layout.notes, notes)
-        return self.journal.append(Edit(
+        return commit(self.layout, self.journal, Edit(
             seq=self.journal.next_seq(), time=time, session=session, data_class=data_class,
             file=change.file,  # type: ignore[arg-type]
             action=action,  # type: ignore[arg-type]
             summary=change.summary, before=change.before, after=change.after,
             notes=[n.id for n in notes], target=target,
-        ))
+        ), notes)
 
     def _pending_to_notes(self, pending: tuple[PendingNote, ...], file: str,
                           session: str | None, data_class: DataClass | None,
@@ -128,6 +146,10 @@ class MemoryWriter:
 
     def undo(self, file: str) -> Edit:
         """Revert the latest edit of ``file`` that is not undone; journalled as an ``undo``."""
+        with self._transaction():
+            return self._undo(file)
+
+    def _undo(self, file: str) -> Edit:
         if file == "notes.md":
             raise CommandRefused("notes.md is append-only: its entries cannot be undone")
         if file not in ("memory.md", "user.md"):
@@ -149,6 +171,10 @@ class MemoryWriter:
         return self._apply(change, "undo", None, None, target=target.seq)
 
     def accept(self, seq: int) -> Edit:
+        with self._transaction():
+            return self._accept(seq)
+
+    def _accept(self, seq: int) -> Edit:
         staged = self._staged(seq)
         assert staged.before is not None and staged.after is not None
         current = read_text(self.layout.identity(staged.file))
@@ -164,11 +190,12 @@ class MemoryWriter:
         return self._apply(change, "accept", staged.session, staged.data_class, target=seq)
 
     def reject(self, seq: int) -> Edit:
-        staged = self._staged(seq)
-        return self.journal.append(Edit(
-            seq=self.journal.next_seq(), time=self._clock(), session=None, file=staged.file,
-            action="reject", summary=f"reject edit {seq}: {staged.summary}", target=seq,
-        ))
+        with self._transaction():
+            staged = self._staged(seq)
+            return self.journal.append(Edit(
+                seq=self.journal.next_seq(), time=self._clock(), session=None, file=staged.file,
+                action="reject", summary=f"reject edit {seq}: {staged.summary}", target=seq,
+            ))
 
     def _staged(self, seq: int) -> Edit:
         for edit in self.journal.staged():
