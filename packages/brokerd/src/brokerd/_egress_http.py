@@ -8,7 +8,8 @@ A sandbox reaches the network only through this proxy, one request head per conn
   hop-by-hop and ``Proxy-*`` headers are dropped and ``Connection: close`` is added.
 
 Allowlist entries are grant host patterns: ``docs.python.org`` (that host) or ``*.example.org``
-(its subdomains, not itself), each for ports 80 and 443 unless written ``host:port``.
+(its subdomains, not itself), or IP literals (``10.0.0.5``, ``[fd7a::5]``), each for ports 80
+and 443 unless written ``host:port``. Which addresses a name may reach is ``_egress_addr``'s.
 Refusals carry a ``Proxy-Status`` header (RFC 9209) that the toolkit turns into a clear error.
 """
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from ._egress_addr import canonical_host, ip_literal, split_host_port
 
 HEAD_CAP = 16 * 1024
 DEFAULT_PORTS = frozenset({80, 443})
@@ -47,21 +50,21 @@ class Allow:
 def parse_allowlist(entries: tuple[str, ...]) -> tuple[Allow, ...]:
     rules = []
     for entry in entries:
-        host, ports = entry.lower(), DEFAULT_PORTS
-        if ":" in host:
-            host, _, port = host.rpartition(":")
-            if not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"egress host {entry!r}: bad port")
-            ports = frozenset({int(port)})
-        if not _HOST.fullmatch(host):
+        try:
+            host, port = split_host_port(entry.lower())
+        except ValueError as exc:
+            raise ValueError(f"egress host {exc}") from None
+        literal = ip_literal(host)
+        if literal is None and not _HOST.fullmatch(host):
             raise ValueError(f"egress host {entry!r}: not a host name or *.domain pattern")
         wildcard = host.startswith("*.")
-        rules.append(Allow(host.removeprefix("*."), wildcard, ports))
+        host = literal.compressed if literal is not None else host.removeprefix("*.")
+        rules.append(Allow(host, wildcard, DEFAULT_PORTS if port is None else frozenset({port})))
     return tuple(rules)
 
 
 def is_allowed(rules: tuple[Allow, ...], host: str, port: int) -> bool:
-    host = host.lower().rstrip(".")
+    host = canonical_host(host)
     return any(rule.matches(host, port) for rule in rules)
 
 

@@ -7,7 +7,11 @@ own, so this allowlist is all it can reach. Parsing and matching are pure
 (``brokerd._egress_http``); this module only moves bytes.
 
 ``resolver`` maps host names to addresses without DNS (tests use it; so could an owner who
-pins addresses); without it, names resolve through the system resolver when connecting.
+pins addresses): it is configuration, trusted as the owner's. Without it a name is resolved
+once, through ``lookup`` (the system resolver; tests pass their own), every address it gives
+must be public or inside the grant's ``internal`` networks (``brokerd._egress_addr``; a request
+for an IP literal the grant names counts as naming that address), and the proxy connects to
+the vetted socket address itself, so no second lookup can answer differently.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ._egress_addr import address_refusal, ip_literal, networks
 from ._egress_http import (
     TUNNEL_OPEN,
     BadProxyRequest,
@@ -36,6 +43,15 @@ HEAD_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 _CHUNK = 64 * 1024
 
+# getaddrinfo's answer: (family, type, proto, canonname, sockaddr)
+AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]
+Lookup = Callable[[str, int], Awaitable[Sequence[AddrInfo]]]
+
+
+async def system_lookup(host: str, port: int) -> Sequence[AddrInfo]:
+    loop = asyncio.get_running_loop()
+    return await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+
 
 @dataclass(frozen=True)
 class EgressEvent:
@@ -48,9 +64,12 @@ class EgressEvent:
 
 
 class EgressProxy:
-    def __init__(self, hosts: tuple[str, ...], resolver: Mapping[str, str] | None = None):
+    def __init__(self, hosts: tuple[str, ...], resolver: Mapping[str, str] | None = None, *,
+                 internal: tuple[str, ...] = (), lookup: Lookup = system_lookup):
         self._rules = parse_allowlist(hosts)
         self._resolver = dict(resolver) if resolver is not None else None
+        self._internal = networks(internal)
+        self._lookup = lookup
         self._tasks: set[asyncio.Task[None]] = set()
         self.events: list[EgressEvent] = []
 
@@ -74,10 +93,9 @@ class EgressProxy:
             await writer.drain()
             return
         if not is_allowed(self._rules, request.host, request.port):
-            self._note(request, False, "not in the grant's host list")
             details = f"{request.host}:{request.port} is not granted to this call"
-            writer.write(refusal(403, "Forbidden", "destination_ip_prohibited", details))
-            await writer.drain()
+            await self._refuse(request, writer, "destination_ip_prohibited",
+                               "not in the grant's host list", details)
             return
         upstream = await self._connect(request, writer)
         if upstream is None:
@@ -96,28 +114,54 @@ class EgressProxy:
     async def _connect(
         self, request: ProxyRequest, writer: asyncio.StreamWriter
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        address = request.host
-        if self._resolver is not None:
+        if self._resolver is not None:  # the owner's table: configuration, not DNS
             if request.host not in self._resolver:
-                return await self._fail(request, writer, "destination_not_found", "unresolved")
-            address = self._resolver[request.host]
+                await self._fail(request, writer, "destination_not_found", "unresolved")
+                return None
+            opening = asyncio.open_connection(self._resolver[request.host], request.port)
+        else:
+            try:
+                found = await asyncio.wait_for(self._lookup(request.host, request.port),
+                                               CONNECT_TIMEOUT_S)
+            except (TimeoutError, OSError) as exc:
+                await self._fail(request, writer, "dns_error", f"cannot resolve: {exc}")
+                return None
+            if not found:
+                await self._fail(request, writer, "destination_not_found", "no address")
+                return None
+            literal = ip_literal(request.host)
+            named = self._internal + (networks([literal.compressed]) if literal else ())
+            for info in found:
+                why = address_refusal(info[4][0], named)
+                if why is not None:
+                    details = (f"{request.host}:{request.port} resolves to an address this call "
+                               f"may not reach: {why}")
+                    await self._refuse(request, writer, "destination_ip_prohibited", why, details)
+                    return None
+            opening = _open_vetted(found)
         try:
-            connection = await asyncio.wait_for(
-                asyncio.open_connection(address, request.port), CONNECT_TIMEOUT_S
-            )
+            connection = await asyncio.wait_for(opening, CONNECT_TIMEOUT_S)
         except (TimeoutError, OSError) as exc:
             detail = f"cannot connect: {exc}"
-            return await self._fail(request, writer, "connection_refused", detail)
+            await self._fail(request, writer, "connection_refused", detail)
+            return None
         self._note(request, True, "carried")
         return connection
 
     async def _fail(
         self, request: ProxyRequest, writer: asyncio.StreamWriter, error: str, detail: str
     ) -> None:
-        self._note(request, False, detail)
-        writer.write(refusal(502, "Bad Gateway", error, f"{request.host}:{request.port} {detail}"))
+        details = f"{request.host}:{request.port} {detail}"
+        await self._refuse(request, writer, error, detail, details, status=502)
+
+    async def _refuse(self, request: ProxyRequest, writer: asyncio.StreamWriter, error: str,
+                      note: str, details: str, status: int = 403) -> None:
+        """Answer with the proxy's refusal (Proxy-Status ``error``, ``details``), and record
+        the request as refused with ``note``."""
+        self._note(request, False, note)
+        reason = "Forbidden" if status == 403 else "Bad Gateway"
+        writer.write(refusal(status, reason, error, details))
         await writer.drain()
-        return None
 
     def _note(self, request: ProxyRequest, allowed: bool, detail: str) -> None:
         self.events.append(EgressEvent(request.host, request.port, allowed, detail))
@@ -128,6 +172,28 @@ class EgressProxy:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _open_vetted(found: Sequence[AddrInfo]) -> tuple[asyncio.StreamReader,
+                                                         asyncio.StreamWriter]:
+    """Connect to the first address in ``found`` that answers, by its socket address as the
+    lookup gave it: nothing is resolved again between the check and the connection."""
+    loop = asyncio.get_running_loop()
+    error: OSError = OSError("the name has no address")
+    for family, kind, proto, _, sockaddr in found:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, sockaddr)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return await asyncio.open_connection(sock=sock)
+    raise error
 
 
 async def _read_head(reader: asyncio.StreamReader) -> ProxyRequest:
@@ -155,10 +221,11 @@ async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
 
 @contextlib.asynccontextmanager
 async def egress_proxy(
-    socket_path: Path, hosts: tuple[str, ...], resolver: Mapping[str, str] | None = None
+    socket_path: Path, hosts: tuple[str, ...], resolver: Mapping[str, str] | None = None, *,
+    internal: tuple[str, ...] = (), lookup: Lookup = system_lookup,
 ) -> AsyncIterator[EgressProxy]:
     """Serve an EgressProxy for ``hosts`` on ``socket_path`` for the duration of the block."""
-    proxy = EgressProxy(hosts, resolver)
+    proxy = EgressProxy(hosts, resolver, internal=internal, lookup=lookup)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(socket_path)
     server = await asyncio.start_unix_server(proxy.handle, path=os.fspath(socket_path))

@@ -184,6 +184,7 @@ def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret],
         mounts=tuple(Mount(source=m.source, target=m.target, writable=m.writable)
                      for m in grant.mounts),
         hosts=grant.hosts,
+        internal=grant.internal,
         secrets=tuple(secrets[name] for name in grant.secrets),
         workdir=grant.workdir,
         limits=grant.limits,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
+from .._egress_addr import canonical_host, ip_literal, join_host_port, split_host_port
+
 GLOB_CHARS = frozenset("*?")
 
 
@@ -59,7 +61,11 @@ _HOST = re.compile(rf"(?:\*\.)?(?:{_LABEL}\.)*{_LABEL}")
 
 
 def check_host_pattern(pattern: str) -> str:
-    """``docs.python.org`` (that host only) or ``*.example.org`` (its subdomains only)."""
+    """``docs.python.org`` (that host only), ``*.example.org`` (its subdomains only), or an IP
+    address (written without brackets here: ``10.0.0.5``, ``fd7a::5``), kept in compressed form."""
+    literal = ip_literal(pattern)
+    if literal is not None:
+        return literal.compressed
     lowered = pattern.lower()
     if not _HOST.fullmatch(lowered) or (lowered.startswith("*") and "." not in lowered[2:]):
         raise ValueError(f"not a host name or *.domain pattern: {pattern!r}")
@@ -68,13 +74,10 @@ def check_host_pattern(pattern: str) -> str:
 
 def check_egress_host(entry: str) -> str:
     """A ``[sandbox] hosts`` entry: a host pattern for ports 80 and 443, or ``host:port`` for
-    that one port (an endpoint on another port, e.g. a self-hosted OpenAI-compatible API)."""
-    host, sep, port = entry.rpartition(":")
-    if not sep:
-        return check_host_pattern(entry)
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"not a port: {entry!r}")
-    return f"{check_host_pattern(host)}:{int(port)}"
+    that one port (an endpoint on another port, e.g. a self-hosted OpenAI-compatible API). An IP
+    literal names that address, internal or not; IPv6 goes in brackets (``[fd7a::5]:8080``)."""
+    host, port = split_host_port(entry)
+    return join_host_port(check_host_pattern(host), port)
 
 
 def host_of(value: str) -> str | None:
@@ -94,7 +97,9 @@ def host_of(value: str) -> str | None:
             return None
         if parts.scheme.lower() not in ("http", "https") or not host:
             return None
-        return host.rstrip(".")
+        return canonical_host(host)
+    if (literal := ip_literal(value)) is not None:
+        return literal.compressed
     lowered = value.lower().rstrip(".")
     return lowered if _HOST.fullmatch(lowered) and not lowered.startswith("*") else None
 

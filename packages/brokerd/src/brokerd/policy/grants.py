@@ -23,6 +23,7 @@ from bxcore.config import describe
 from bxcore.tools import DataClass
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .._egress_addr import parse_network
 from ..errors import GrantError
 from ..sandbox.spec import Limits
 from ._match import check_egress_host, check_host_pattern, glob_regex, literal_prefix
@@ -90,6 +91,7 @@ class LimitsEntry(_File):
 class SandboxEntry(_File):
     mounts: list[MountEntry] = Field(default_factory=list)
     hosts: list[str] = Field(default_factory=list)
+    internal: list[str] = Field(default_factory=list)
     secrets: list[str] = Field(default_factory=list)
     workdir: str | None = None
     limits: LimitsEntry = Field(default_factory=LimitsEntry)
@@ -98,6 +100,18 @@ class SandboxEntry(_File):
     @classmethod
     def _hosts(cls, value: list[str]) -> list[str]:
         return [check_egress_host(h) for h in value]
+
+    @field_validator("internal")
+    @classmethod
+    def _internal(cls, value: list[str]) -> list[str]:
+        return [str(parse_network(entry)) for entry in value]
+
+    @model_validator(mode="after")
+    def _internal_needs_hosts(self) -> SandboxEntry:
+        if self.internal and not self.hosts:
+            raise ValueError("'internal' says where the names in 'hosts' may resolve; "
+                             "give 'hosts' or remove it")
+        return self
 
     @field_validator("secrets")
     @classmethod
@@ -197,6 +211,7 @@ class Grant:
     arguments: tuple[ArgumentConstraint, ...]
     mounts: tuple[GrantMount, ...] = ()
     hosts: tuple[str, ...] = ()
+    internal: tuple[str, ...] = ()  # networks that are not public which ``hosts`` may reach
     secrets: tuple[str, ...] = ()
     workdir: str | None = None
     limits: Limits = field(default_factory=Limits)
@@ -282,6 +297,7 @@ def _compile(name: str, entry: GrantFile, home: Path, resolve: Resolve) -> Grant
         arguments=tuple(arguments),
         mounts=tuple(mounts),
         hosts=tuple(sandbox.hosts),
+        internal=tuple(sandbox.internal),
         secrets=tuple(sandbox.secrets),
         workdir=workdir,
         limits=limits,

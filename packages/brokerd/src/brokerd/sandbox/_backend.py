@@ -30,7 +30,8 @@ class Backend(ABC):
         with CallWorkspace(spec, self._scratch_root) as workspace:
             if workspace.egress_dir is None:
                 return await self._execute(spec, workspace)
-            async with egress_proxy(workspace.proxy_socket, spec.hosts, self._resolver) as proxy:
+            async with egress_proxy(workspace.proxy_socket, spec.hosts, self._resolver,
+                                    internal=spec.internal) as proxy:
                 self.last_egress = proxy
                 return await self._execute(spec, workspace)
 

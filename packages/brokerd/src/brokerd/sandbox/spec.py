@@ -34,6 +34,9 @@ class SandboxSpec:
     arguments: str  # the call's JSON text, passed to the program unchanged
     mounts: tuple[Mount, ...] = ()
     hosts: tuple[str, ...] = ()  # egress allowlist; empty means no network at all
+    # Networks (``10.0.0.0/8``) that are not public which the names in ``hosts`` may resolve
+    # to; any other address a name resolves to that is not public is refused (brokerd.egress).
+    internal: tuple[str, ...] = ()
     secrets: tuple[Secret, ...] = ()  # each injected as a file /run/secrets/<name>
     workdir: str | None = None
     limits: Limits = field(default_factory=Limits)
