@@ -85,8 +85,8 @@ def describe(edit: Edit) -> str:
 
 
 def _owner_command(config_path: str | None, action: str, argument: str | int) -> None:
-    writer = _writer(_config(config_path))
     try:
+        writer = _writer(_config(config_path))  # recovers what a crash left: may raise StoreError
         if action == "undo":
             edit = writer.undo(str(argument))
         elif action == "accept":
