@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._egress_addr import ip_literal, split_host_port
 from .policy import Grant
 
 
@@ -28,7 +29,7 @@ def explain_grant(grant: Grant) -> str:
         mounts = [f"{m.target} ({'writable' if m.writable else 'read-only'})"
                   for m in grant.mounts]
         parts.append("mounts " + ", ".join(mounts) if mounts else "no paths mounted")
-        parts.append("network to " + ", ".join(grant.hosts) if grant.hosts else "no network")
+        parts.append(_network(grant))
         if grant.secrets:
             parts.append("secrets " + ", ".join(grant.secrets))
         if grant.workdir:
@@ -36,3 +37,13 @@ def explain_grant(grant: Grant) -> str:
         limits = grant.limits
         parts.append(f"limits {limits.memory_mb} MB, {limits.pids} pids, {limits.timeout_s:g} s")
     return "; ".join(parts)
+
+
+def _network(grant: Grant) -> str:
+    if not grant.hosts:
+        return "no network"
+    internal = " and " + ", ".join(grant.internal) if grant.internal else ""
+    reach = f"names reach public addresses{internal} only"
+    if any(ip_literal(split_host_port(host)[0]) is not None for host in grant.hosts):
+        reach += "; IP addresses as listed, internal or not"
+    return f"network to {', '.join(grant.hosts)} ({reach})"
