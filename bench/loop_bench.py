@@ -215,7 +215,7 @@ def main() -> None:
         "",
         "*added* no longer grows with the session. What grows is what any client pays (httpx "
         "encoding the body: the *direct client* column) and the first turn's reading of the log. "
-        "Before 2026-11-30 loopd dumped every message with pydantic for every request (cProfile, "
+        "At first loopd dumped every message with pydantic for every request (cProfile, "
         "6,667 messages: about 14 ms of the 16 ms spent building the body), and this section "
         "showed *added* at 3.4 / 5.0 / 28.7 ms. The first fix kept each message's encoding, "
         "keyed by the message object. That still cost a Python-level lookup per message per "
