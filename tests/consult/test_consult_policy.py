@@ -83,6 +83,9 @@ def test_the_session_taint_against_the_classes_the_grant_lets_out(
     ('["*.example.org"]', ENDPOINT, "deny", "are not exactly"),
     ('["api.example.org", "evil.example"]', ENDPOINT, "deny", "are not exactly"),
     ('[]', ENDPOINT, "deny", "are not exactly"),
+    ('["[fd7a:115c:a1e0::5]:8443"]', "https://[fd7a:115c:a1e0::5]:8443/v1/x", "allow",
+     "allows it"),
+    ('["[fd7a:115c:a1e0::5]"]', "https://[FD7A:115C:A1E0::5]/v1/x", "allow", "allows it"),
 ])
 def test_a_consult_grant_names_exactly_the_endpoints_host(hosts, endpoint, verdict, reason):
     text = grant_text("api.example.org").replace('hosts = ["api.example.org"]', f"hosts = {hosts}")

@@ -57,6 +57,8 @@ class ConsultSection(Section):
         the port is not the scheme's default (the proxy allows 80 and 443 for a bare host)."""
         parts = urlsplit(self.endpoint)
         host = (parts.hostname or "").rstrip(".")
+        if ":" in host:  # an IPv6 literal is written in brackets, as grants write it
+            host = f"[{host}]"
         port = parts.port
         if port is None or port == DEFAULT_PORTS[parts.scheme]:
             return host
