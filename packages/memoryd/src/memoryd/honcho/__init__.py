@@ -2,7 +2,7 @@
 
 from .client import HonchoClient
 from .sse import ChatStreamDecoder
-from .sync import HonchoSync, Outgoing, SyncReport, turns_to_write
+from .sync import Collected, HonchoSync, Outgoing, SyncReport, turns_to_write
 
-__all__ = ["ChatStreamDecoder", "HonchoClient", "HonchoSync", "Outgoing", "SyncReport",
-           "turns_to_write"]
+__all__ = ["ChatStreamDecoder", "Collected", "HonchoClient", "HonchoSync", "Outgoing",
+           "SyncReport", "turns_to_write"]

@@ -7,13 +7,18 @@ session is still clean. Honcho does not de-duplicate, so the ledger in state.sql
 was written; a write whose outcome is unknown (a timeout) is checked against Honcho, by listing
 the session's messages and reading their ``bx_key`` metadata, before it is tried again. After an
 outage the next pass simply finds more to write: that is the catch-up.
+
+A pass reads only the sources that could give something new (reread.py): a session whose log
+files and taint are as they were when a pass last read it and settled all it gave is skipped,
+and so is an unchanged notes.md whose moved entries are all written.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bxcore.config.memory import HonchoSection
@@ -27,9 +32,11 @@ from ..layout import Layout
 from ..notes import read_notes
 from ..taint import SessionTaint
 from .client import HonchoClient
+from .reread import Decision, ReadCache, Signature, signature
 
 log = logging.getLogger("memoryd.honcho")
 IDENTITY_SESSION = "bx-identity"  # the Honcho session that receives moved identity entries
+NOTES_SOURCE = "notes.md"  # the read cache's name for notes.md (sessions go by "session:<id>")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +59,20 @@ class SyncReport:
     rejected: int = 0
     outage: str | None = None
     pending: int = 0
+    read: int = 0  # sources (sessions, notes.md) read this pass
+    skipped: int = 0  # sources left unread: unchanged since a pass that settled them
+
+
+@dataclass
+class Collected:
+    """One pass's reading: what to send, and what each source read gave (for the read cache)."""
+    outgoing: list[Outgoing] = field(default_factory=list)
+    read: dict[str, tuple[Signature, list[str]]] = field(default_factory=dict)
+    skipped: int = 0
+
+    def add(self, source: str, now: Signature, out: list[Outgoing]) -> None:
+        self.outgoing += out
+        self.read[source] = (now, [o.key for o in out])
 
 
 def turns_to_write(session: str, logs: Sequence[tuple[int, Sequence[LogRecord]]],
@@ -90,28 +111,44 @@ class HonchoSync:
         self._taint_of = taint_of
         self._prepared: set[str] = set()
         self._verify_all = state.fresh  # a new ledger: Honcho may hold messages it forgot
+        self._cache = ReadCache()  # in memory: a restart reads every source once
 
-    def collect(self) -> list[Outgoing]:
-        by_session: dict[str, list[tuple[int, Sequence[LogRecord]]]] = {}
+    def collect(self) -> Collected:
+        collected = Collected()
+        by_session: dict[str, list[tuple[int, Path]]] = {}
         for session, epoch, path in session_logs(self._layout.sessions):
-            by_session.setdefault(session, []).append((epoch, read_log(path)))
-        out: list[Outgoing] = []
-        for session, logs in by_session.items():
-            now = self._taint_of(session)
-            if now.untrusted or now.data_class > self._ceiling:
+            by_session.setdefault(session, []).append((epoch, path))
+        for session, files in by_session.items():
+            taint = self._taint_of(session)
+            now = signature((path for _, path in files), taint)
+            if self._cache.decide(f"session:{session}", now) is Decision.SKIP:
+                collected.skipped += 1
                 continue
-            out += turns_to_write(session, logs, self._ceiling, self._config.owner_peer,
-                                  self._config.agent_peer)
-        for note in read_notes(self._layout.notes):
-            if note.kind == "moved" and not note.untrusted and note.data_class <= self._ceiling:
-                out.append(Outgoing(key=f"note:{note.id}", session=IDENTITY_SESSION,
-                                    peer=self._config.agent_peer, content=note.text,
-                                    created_at=note.time))
-        return out
+            out: list[Outgoing] = []
+            if not taint.untrusted and taint.data_class <= self._ceiling:
+                logs = [(epoch, read_log(path)) for epoch, path in files]
+                out = turns_to_write(session, logs, self._ceiling, self._config.owner_peer,
+                                     self._config.agent_peer)
+            collected.add(f"session:{session}", now, out)
+        now = signature([self._layout.notes])
+        if self._cache.decide(NOTES_SOURCE, now) is Decision.SKIP:
+            collected.skipped += 1
+        else:
+            collected.add(NOTES_SOURCE, now, self._moved_notes())
+        self._cache.keep_only([NOTES_SOURCE, *(f"session:{s}" for s in by_session)])
+        return collected
+
+    def _moved_notes(self) -> list[Outgoing]:
+        return [Outgoing(key=f"note:{note.id}", session=IDENTITY_SESSION,
+                         peer=self._config.agent_peer, content=note.text, created_at=note.time)
+                for note in read_notes(self._layout.notes)
+                if note.kind == "moved" and not note.untrusted
+                and note.data_class <= self._ceiling]
 
     async def sync_once(self) -> SyncReport:
-        report = SyncReport()
-        outgoing = self.collect()
+        collected = self.collect()
+        report = SyncReport(read=len(collected.read), skipped=collected.skipped)
+        outgoing = collected.outgoing
         done = self._state.settled(o.key for o in outgoing)
         todo = [o for o in outgoing if o.key not in done]
         uncertain = self._state.uncertain()
@@ -126,8 +163,19 @@ class HonchoSync:
             log.warning("Honcho sync paused: %s", exc)
         else:
             self._verify_all = False
+        self._remember(collected, outage=report.outage is not None)
         report.pending = len(todo) - report.written - report.found_in_honcho
         return report
+
+    def _remember(self, collected: Collected, *, outage: bool) -> None:
+        """A source read this pass is settled if every key it gave is now in Honcho by the
+        ledger (not refused, not uncertain) and the pass met no outage."""
+        synced = set() if outage else self._state.synced(
+            key for _, keys in collected.read.values() for key in keys)
+        uncertain = self._state.uncertain()
+        for source, (now, keys) in collected.read.items():
+            settled = all(k in synced and k not in uncertain for k in keys)
+            self._cache.record(source, now, settled)
 
     async def _prepare_workspace(self) -> None:
         workspace = self._config.workspace

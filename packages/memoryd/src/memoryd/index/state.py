@@ -40,17 +40,21 @@ class StateDb:
 
     def settled(self, keys: Iterable[str]) -> set[str]:
         """The keys that are in Honcho, or that Honcho refused: nothing more to do for them."""
+        return self._present(keys, "SELECT key FROM honcho_synced WHERE key IN ({marks}) UNION "
+                                   "SELECT key FROM honcho_rejected WHERE key IN ({marks})")
+
+    def synced(self, keys: Iterable[str]) -> set[str]:
+        """The keys that Honcho holds (written, or found there)."""
+        return self._present(keys, "SELECT key FROM honcho_synced WHERE key IN ({marks})")
+
+    def _present(self, keys: Iterable[str], query: str) -> set[str]:
         keys = list(keys)
         found: set[str] = set()
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            found.update(
-                row[0] for row in self._conn.execute(
-                    f"SELECT key FROM honcho_synced WHERE key IN ({marks}) UNION "
-                    f"SELECT key FROM honcho_rejected WHERE key IN ({marks})", chunk + chunk
-                )
-            )
+            sql = query.format(marks=",".join("?" * len(chunk)))
+            found.update(row[0] for row in
+                         self._conn.execute(sql, chunk * sql.count("IN (")))
         return found
 
     def uncertain(self) -> set[str]:
