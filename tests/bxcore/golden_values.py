@@ -113,6 +113,11 @@ FRAMES: dict[str, GoldenFrame] = {
         ),
         loop.FROM_LOOPD,
     ),
+    "loop_turn_event_tool_waiting": GoldenFrame(
+        loop.TURN_EVENT, False,
+        loop.TurnEvent(event=loop.ToolWaitingEvent(reason="running", elapsed=125)),
+        loop.FROM_LOOPD,
+    ),
     "loop_turn_done": GoldenFrame(
         loop.TURN_DONE, True,
         loop.TurnDone(
@@ -136,7 +141,12 @@ FRAMES: dict[str, GoldenFrame] = {
     ),
     "broker_tool_waiting": GoldenFrame(
         broker.TOOL_WAITING, False,
-        broker.ToolWaiting(approval="apr_7Qx2", expires="2026-09-18T07:50:12Z"),
+        broker.ToolWaiting(approval="apr_7Qx2", expires="2026-09-18T07:50:12Z", elapsed=30),
+        broker.FROM_BROKERD,
+    ),
+    "broker_tool_waiting_running": GoldenFrame(
+        broker.TOOL_WAITING, False,
+        broker.ToolWaiting(reason="running", elapsed=45),
         broker.FROM_BROKERD,
     ),
     "broker_tool_response": GoldenFrame(

@@ -165,7 +165,9 @@ def test_the_turn_shows_it_is_waiting_then_gets_the_answer_as_the_tool_result(tm
                     server.close()
 
         response = asyncio.run(main())
-    assert isinstance(events[0], ToolWaitingEvent)
+    assert isinstance(events[0], ToolWaitingEvent) and events[0].reason == "approval"
+    # Approved, the slow answer is told about while it runs (waiting_interval is 0.05 s here).
+    assert isinstance(events[-1], ToolWaitingEvent) and events[-1].reason == "running"
     assert response.status == "ok", response.content
     assert response.content == recorded_answer(RECORDED.read_bytes())
     assert len(read_egress_log(rig.egress.path)) == 1

@@ -12,7 +12,7 @@ from brokerd.egresslog import CONSULT, read_egress_log
 from bxcore.tools import ToolRequest
 from support.llama import SMOL, start_single
 
-from .support import consult_section, grant_text, make_rig, tcp_front
+from .support import consult_section, grant_text, make_rig, no_approval_wait, tcp_front
 
 pytestmark = [pytest.mark.real_server, pytest.mark.sandbox]
 
@@ -31,11 +31,7 @@ def test_a_real_openai_compatible_server_answers_through_the_sandbox(tmp_path):
                 rig.grant(grant_text(f"{LLAMA}:{port}", secrets_=()))
                 request = ToolRequest(session="s-real", call=1, tool=CONSULT,
                                       arguments='{"question": "Name one colour."}')
-
-                async def no_wait(_approval: object) -> None:
-                    raise AssertionError("an auto grant never waits")
-
-                return rig, await rig.broker.call(request, no_wait)
+                return rig, await rig.broker.call(request, no_approval_wait)
 
         rig, response = asyncio.run(main())
     assert response.status == "ok", response.content

@@ -153,7 +153,7 @@ class ApprovalDesk:
         self.book = book
         self._clock = clock
         self._gateway = gateway_socket
-        self._interval = waiting_interval
+        self.interval = waiting_interval  # also the running call's (service)
         self._events: dict[str, asyncio.Event] = {}
 
     def pending(self) -> list[wire.ApprovalRequest]:
@@ -187,7 +187,7 @@ class ApprovalDesk:
                 if left <= 0:
                     break
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(left, self._interval))
+                    await asyncio.wait_for(event.wait(), min(left, self.interval))
             answer = self.book.outcome(approval.id, approval.tool, approval.arguments_sha256)
         finally:
             offer.cancel()

@@ -79,8 +79,7 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
         await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
         return
 
-    async def waiting(approval: approval_wire.ApprovalRequest) -> None:
-        body = broker_wire.ToolWaiting(approval=approval.id, expires=approval.expires)
+    async def waiting(body: broker_wire.ToolWaiting) -> None:
         await stream.write(Frame.of(broker_wire.TOOL_WAITING, body, final=False))
 
     try:

@@ -1,17 +1,27 @@
 """One tool call from request to response: decide against the grants in force now, audit the
-decision, ask the owner when the grant says ``ask``, run, and answer."""
+decision, ask the owner when the grant says ``ask``, run, and answer.
+
+While the call is not finished the caller hears so every ``[broker] waiting_interval`` seconds
+(a ToolWaiting, ``approval`` while the owner is asked, ``running`` while it runs); a call that
+finishes within one interval sends none, and none is sent after the answer.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
+from typing import TypeVar
 
-from bxcore.errors import SecretError
+from bxcore.errors import BoxmakerError, SecretError
+from bxcore.protocol import approval as approval_wire
+from bxcore.protocol.broker import ToolWaiting
 from bxcore.secrets import Secret, SecretStore
 from bxcore.tools import DataClass, ToolRequest, ToolResponse
 
-from .approvals import ApprovalDesk, Waiting
+from .approvals import ApprovalDesk
 from .audit import AuditLog
 from .grantstore import GrantStore, resolve_paths
 from .policy import Grant, decide, parse_arguments, path_arguments, settle
@@ -20,6 +30,38 @@ from .sandbox import ToolSettings
 from .taint import TaintStore
 
 log = logging.getLogger("brokerd.service")
+
+T = TypeVar("T")
+Notify = Callable[[ToolWaiting], Awaitable[None]]
+
+
+def _seconds_since(started: float) -> int:
+    return int(asyncio.get_running_loop().time() - started)
+
+
+async def while_running(work: Awaitable[T], interval: float, on_waiting: Notify) -> T:
+    """``work``'s result; every ``interval`` seconds until then, ``on_waiting`` hears that it is
+    still running. A notice is never sent concurrently with, or after, the result. A notice
+    that cannot be delivered (the caller went away) ends the notices, not the work: the call
+    still finishes and is audited, as it would without them."""
+    task = asyncio.ensure_future(work)
+    started = asyncio.get_running_loop().time()
+    tell = True
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=interval if tell else None)
+            if done:
+                return task.result()
+            try:
+                await on_waiting(ToolWaiting(reason="running", elapsed=_seconds_since(started)))
+            except (BoxmakerError, TimeoutError) as exc:
+                log.info("a running call's notice was not delivered: %s", exc)
+                tell = False
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def denied(reason: str) -> ToolResponse:
@@ -43,7 +85,7 @@ class Broker:
         self._clock = clock
         self._configured = dict(configured or {})  # tool -> what the config fixes for it
 
-    async def call(self, request: ToolRequest, on_waiting: Waiting) -> ToolResponse:
+    async def call(self, request: ToolRequest, on_waiting: Notify) -> ToolResponse:
         grants = self.grants.current()
         taint = self.taints.get(request.session)
         arguments = parse_arguments(request.arguments) or {}
@@ -57,8 +99,14 @@ class Broker:
             assert record.grant is not None
             approval = self.desk.open(request, record.grant)
             self.audit.decision(decision=record, approval=approval.id)
+            asked = asyncio.get_running_loop().time()
+
+            async def pending(approval: approval_wire.ApprovalRequest) -> None:
+                await on_waiting(ToolWaiting(approval=approval.id, expires=approval.expires,
+                                             elapsed=_seconds_since(asked)))
+
             try:
-                outcome = await self.desk.wait(approval, on_waiting)
+                outcome = await self.desk.wait(approval, pending)
             except BaseException:
                 # loopd went away (or brokerd is stopping): the call is abandoned, and the
                 # audit log says so rather than leaving the ask without an outcome.
@@ -71,7 +119,8 @@ class Broker:
             self.audit.decision(decision=record)
         if not decision.allowed:
             return denied(decision.record.reason)
-        return await self._runner.run(decision, request, taint=taint)
+        return await while_running(self._runner.run(decision, request, taint=taint),
+                                   self.desk.interval, on_waiting)
 
     def _secrets_for(self, tool: str, grants: tuple[Grant, ...]) -> dict[str, Secret]:
         """The secrets grants for ``tool`` inject; one that cannot be read is left out, so a

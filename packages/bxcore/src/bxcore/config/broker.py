@@ -65,7 +65,8 @@ class BrokerSection(Section):
     # for bxctl on approve.sock (the socket peer's uid) and "local:socket" (see above).
     approvers: list[Approver] = Field(default_factory=list)
     approval_timeout: Seconds = 600.0
-    waiting_interval: Seconds = 15.0  # how often a suspended call tells loopd it still waits
+    # How often a call that has not finished tells loopd so: waiting for approval, or running.
+    waiting_interval: Seconds = 15.0
     backend: Literal["bubblewrap", "podman"] = "bubblewrap"
     toolkit_dir: ConfigPath | None = None  # bubblewrap: the toolkit package; default: installed
     podman_image: str | None = None  # podman: the toolkit image as name@sha256:<digest>

@@ -1,12 +1,17 @@
 """``broker.sock``: loopd asks brokerd to run one tool call; one connection per call.
 
 loopd sends ``tool_call`` (a ToolRequest); brokerd may send ``tool_waiting`` frames (an approval
-is pending) and ends with ``tool_response`` (final) or ``error`` (final).
+is pending, or the decided call is still running) and ends with ``tool_response`` (final) or
+``error`` (final).
 """
 
 from __future__ import annotations
 
-from .._base import Model, Text
+from typing import Literal, Self
+
+from pydantic import model_validator
+
+from .._base import Count, Model, Text
 
 TOOL_CALL = "tool_call"
 TOOL_WAITING = "tool_waiting"
@@ -17,8 +22,29 @@ TO_BROKERD = frozenset({TOOL_CALL})
 FROM_BROKERD = frozenset({TOOL_WAITING, TOOL_RESPONSE, ERROR})
 
 
-class ToolWaiting(Model):
-    """The call is suspended: an approval was requested and has not been answered yet."""
+WaitReason = Literal["approval", "running"]
 
-    approval: Text  # the approval id shown to the owner
-    expires: Text  # RFC 3339
+
+class ToolWaiting(Model):
+    """The call has not finished yet; sent every ``[broker] waiting_interval`` while that lasts.
+
+    ``reason`` says why: ``approval``, it is suspended on the owner's approval, which
+    ``approval`` (the id shown to the owner) and ``expires`` (RFC 3339) name; ``running``, it was
+    decided and runs (in its sandbox, or in memoryd), and both are null. ``elapsed`` is whole
+    seconds since that began (the approval was asked for, the run started). A body from before
+    ``reason`` and ``elapsed`` existed reads as an approval wait at 0 seconds.
+    """
+
+    reason: WaitReason = "approval"
+    approval: Text | None = None
+    expires: Text | None = None
+    elapsed: Count = 0
+
+    @model_validator(mode="after")
+    def _approval_named_only_when_waiting_for_one(self) -> Self:
+        named = (self.approval is not None, self.expires is not None)
+        if self.reason == "approval" and named != (True, True):
+            raise ValueError("an approval wait names its approval and expires")
+        if self.reason == "running" and any(named):
+            raise ValueError("a running call has no approval or expires")
+        return self

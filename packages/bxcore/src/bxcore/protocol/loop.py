@@ -14,6 +14,7 @@ from .._base import Count, Flag, Model, Text
 from ..errors import WireError
 from ..ids import SessionId
 from ..tools import DataClass
+from .broker import ToolWaiting
 
 TURN = "turn"
 TURN_EVENT = "turn_event"
@@ -102,12 +103,11 @@ class CacheLossEvent(Model):
     got: Count
 
 
-class ToolWaitingEvent(Model):
-    """A tool call waits for the owner's approval (brokerd's ``tool_waiting``, passed on)."""
+class ToolWaitingEvent(ToolWaiting):
+    """A tool call has not finished: it waits for the owner's approval, or is still running
+    (brokerd's ``tool_waiting``, passed on with the same fields)."""
 
     type: Literal["tool_waiting"] = "tool_waiting"
-    approval: Text  # the approval id shown to the owner
-    expires: Text  # RFC 3339
 
 
 TurnEventBody = Annotated[

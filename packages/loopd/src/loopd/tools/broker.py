@@ -1,7 +1,8 @@
 """``BrokerPort``: the tool port over brokerd's ``broker.sock``, one connection per call.
 
 loopd sends ``tool_call`` (the ToolRequest) and reads until a final frame: ``tool_waiting``
-frames (an approval is pending) go to the channel as ``tool_waiting`` events; ``tool_response``
+frames (an approval is pending, or the call is still running) go to the channel as
+``tool_waiting`` events with the same fields; ``tool_response``
 is the answer; an ``error`` frame, a broker that cannot be reached, or a connection that breaks
 becomes a ``failed`` answer whose text says why. So the turn goes on and the log stays whole:
 every tool call has its ToolResult, and the model learns that the tool did not run.
@@ -22,7 +23,8 @@ from ..inference.api import EventSink
 from .port import plain_answer
 
 CONNECT_TIMEOUT = 10.0  # seconds; brokerd is local
-# No read timeout: a call may wait for the owner's approval, which brokerd expires itself.
+# No read timeout: a call may wait for the owner's approval, which brokerd expires itself, or run
+# as long as its grant's timeout_s allows.
 
 
 class BrokerPort:
@@ -54,7 +56,7 @@ class BrokerPort:
 async def _handle(frame: Frame, events: EventSink) -> ToolResponse | None:
     if frame.kind == broker.TOOL_WAITING and not frame.final:
         waiting = frame.parse(broker.ToolWaiting)
-        await events(ToolWaitingEvent(approval=waiting.approval, expires=waiting.expires))
+        await events(ToolWaitingEvent.model_validate(waiting.model_dump()))
         return None
     if frame.kind == broker.TOOL_RESPONSE and frame.final:
         return frame.parse(ToolResponse)
