@@ -21,7 +21,7 @@ from bxcore.protocol.loop import (
     Waiting,
 )
 from bxctl.cli import main
-from bxctl.render import DIM, Renderer, progress_bar, status_line
+from bxctl.render import CLEAR_LINE, DIM, Renderer, progress_bar, status_line
 from click.testing import CliRunner
 from fake_loopd import FakeLoopd, done, error, event
 
@@ -135,6 +135,7 @@ def test_the_progress_bar_shows_the_cached_part_distinctly():
                                            "read again"),
      (ToolWaitingEvent(approval="ap-1", expires="2026-09-18T13:00:00Z"),
       "waiting for approval ap-1 (expires 2026-09-18T13:00:00Z)"),
+     (ToolWaitingEvent(reason="running", elapsed=125), "still running (2 min 5 s)"),
      (ToolResultEvent.model_validate({"name": "echo", "class": "private", "truncated": True}),
       "tool echo (private, truncated)")],
 )
@@ -166,6 +167,18 @@ def test_a_terminal_gets_a_live_bar_and_dimmed_reasoning():
     assert out == "Hi\n"
     assert "\r\x1b[K[" in err and "3/9 (cached 3)" in err and "running clock" in err
     assert f"{DIM}so" in err
+
+
+def test_a_running_tool_updates_the_live_line_on_a_terminal_and_gets_a_line_otherwise():
+    events = [ToolCallStarted(name="consult"), ToolWaitingEvent(reason="running", elapsed=15),
+              ToolWaitingEvent(reason="running", elapsed=30), Content(text="Done.")]
+    out, err = render(events, tty=True)
+    assert out == "Done.\n"
+    assert err.count("\n") == 0  # one line, rewritten in place
+    assert err.count(CLEAR_LINE + "running consult… 15 s") == 1
+    assert err.count(CLEAR_LINE + "running consult… 30 s") == 1
+    _, plain = render(events, tty=False)
+    assert plain == "consult still running (15 s)\nconsult still running (30 s)\n"
 
 
 def test_tool_choice_is_sent_in_order(sock):

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 from bxcore.ids import check_session_id
-from bxcore.protocol.loop import Content, Progress, ToolCallStarted, Waiting
+from bxcore.protocol.loop import (
+    Content,
+    Progress,
+    ToolCallStarted,
+    ToolResultEvent,
+    ToolWaitingEvent,
+    Waiting,
+)
 from gatewayd.errors import SetupError
 from gatewayd.models import Post
 from gatewayd.render import Throttle, TurnView, approval_text, split_message
@@ -94,6 +101,19 @@ def test_the_view_shows_status_tools_and_content():
     view.apply(ToolCallStarted(name="clock"))
     view.apply(Content(text="It is noon."))
     assert view.text() == "It is noon.\n\n_⚙ `clock`_"
+
+
+def test_the_view_says_a_tool_is_still_running_and_for_how_long():
+    view = TurnView()
+    view.apply(ToolCallStarted(name="consult"))
+    view.apply(ToolWaitingEvent(reason="running", elapsed=125))
+    assert view.text().endswith("_⚙ `consult` still running (2 min 5 s)_")
+    view.apply(ToolResultEvent.model_validate({"name": "consult", "class": "public",
+                                               "truncated": False}))
+    assert "still running" not in view.text()
+    view.apply(ToolCallStarted(name="shell.run"))
+    view.apply(ToolWaitingEvent(approval="ap-1", expires="2026-09-18T13:00:00Z"))
+    assert view.text().endswith("_⚙ `shell.run` waits for approval_")
 
 
 def test_the_throttle_allows_one_edit_per_interval():

@@ -1,6 +1,8 @@
 """How ``bxctl chat`` shows a turn: content as it streams, reasoning dimmed, one line per tool
 call, one status line per waiting/retrying/thinking_capped/cache_loss/approval, and prompt
-processing as a live bar on a terminal (plain lines otherwise).
+processing as a live bar on a terminal (plain lines otherwise). A tool call that is still running
+updates the live line on a terminal (``running shell.run… 45 s``) and gets a short line per
+notice otherwise.
 
 The renderer only writes to the streams it is given, so tests feed it events and read the text.
 """
@@ -23,6 +25,7 @@ from bxcore.protocol.loop import (
     TurnEventBody,
     Waiting,
 )
+from bxcore.util import format_elapsed
 
 DIM, RESET, CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
 BAR_WIDTH = 30
@@ -54,6 +57,8 @@ def status_line(event: TurnEventBody) -> str | None:
         case CacheLossEvent():
             return (f"cache lost: {event.got} of {event.expected} tokens reused; "
                     "the prompt is read again")
+        case ToolWaitingEvent(reason="running"):
+            return f"still running ({format_elapsed(event.elapsed)})"
         case ToolWaitingEvent():
             return f"waiting for approval {event.approval} (expires {event.expires})"
         case ToolResultEvent():
@@ -73,6 +78,7 @@ class Renderer:
         self._show_content = show_content
         self._bar_shown = False
         self._mid_line: TextIO | None = None  # a stream whose last write did not end a line
+        self._tool = "the tool"  # the call running now (loopd runs one at a time)
 
     def event(self, event: TurnEventBody) -> None:
         match event:
@@ -85,8 +91,15 @@ class Renderer:
                 text = f"{DIM}{event.text}{RESET}" if self._tty else event.text
                 self._write(self._status, text, partial=True)
             case ToolCallStarted():
+                self._tool = event.name
                 if self._tty:
                     self._bar(f"running {event.name}…")
+            case ToolWaitingEvent(reason="running"):
+                if self._tty:
+                    self._bar(f"running {self._tool}… {format_elapsed(event.elapsed)}")
+                else:
+                    self._write(self._status, f"{self._tool} {status_line(event)}\n",
+                                partial=False)
             case _:
                 line = status_line(event)
                 if line is not None:

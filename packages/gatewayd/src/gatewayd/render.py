@@ -1,7 +1,8 @@
 """What the owner sees while a turn runs: pure functions over loop.sock events.
 
 The placeholder is edited as content streams, at most once per ``interval`` (Mattermost rate
-limits edits like any request); tool calls and waiting/progress show as one short status line.
+limits edits like any request); tool calls and waiting/progress show as one short status line,
+which for a tool call brokerd says is still running counts the time (``still running (2 min 5 s)``).
 The final answer replaces the placeholder; an answer over the server's 16,383 runes is split into
 several posts, at a paragraph or line break where there is one.
 """
@@ -18,9 +19,11 @@ from bxcore.protocol.loop import (
     ThinkingCapped,
     ToolCallStarted,
     ToolResultEvent,
+    ToolWaitingEvent,
     TurnEventBody,
     Waiting,
 )
+from bxcore.util import format_elapsed
 
 from .models import MAX_POST_RUNES
 
@@ -48,6 +51,10 @@ class TurnView:
             self.status = f"⚙ running `{event.name}`"
         elif isinstance(event, ToolResultEvent):
             self.status = f"⚙ `{event.name}` done"
+        elif isinstance(event, ToolWaitingEvent):
+            name = self.tools[-1] if self.tools else "the tool"
+            self.status = (f"⚙ `{name}` still running ({format_elapsed(event.elapsed)})"
+                           if event.reason == "running" else f"⚙ `{name}` waits for approval")
         elif isinstance(event, Queued):
             self.status = f"queued ({event.ahead} ahead)"
         elif isinstance(event, Waiting):
