@@ -174,7 +174,7 @@ class HonchoSync:
             key for _, keys in collected.read.values() for key in keys)
         uncertain = self._state.uncertain()
         for source, (now, keys) in collected.read.items():
-            settled = all(k in synced and k not in uncertain for k in keys)
+            settled = not outage and all(k in synced and k not in uncertain for k in keys)
             self._cache.record(source, now, settled)
 
     async def _prepare_workspace(self) -> None:
