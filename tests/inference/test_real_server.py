@@ -92,8 +92,11 @@ async def test_the_thinking_cap_ends_reasoning_with_the_control_call(llama_route
     async with client(llama_router_proxy, "qwen-think", thinking_cap=3) as think:
         result = await think.chat(ask([question], max_tokens=32), sink)
     assert sink.of(ThinkingCapped) and result.thinking_capped
-    assert result.reasoning_tokens < 32  # reasoning stopped, so the rest of the budget
-    assert result.content  # went to the answer
+    assert result.reasoning_tokens < 32  # reasoning stopped well inside the budget,
+    assert result.predicted_n > result.reasoning_tokens  # and generation went on past its end
+    # What follows is the model's: an answer, or (seen once with this tiny model) the end of its
+    # turn right after the forced end of reasoning. Either way it did not keep reasoning.
+    assert result.content or result.finish_reason == "stop"
 
 
 async def test_a_prompt_longer_than_the_slot_is_session_full(llama_router_proxy):
