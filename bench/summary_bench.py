@@ -61,6 +61,10 @@ HEADLINES = (
      r"\| \*\*all four\*\* \| \*\*([\d.]+)\*\* \| \*\*([\d.]+)\*\*", "{0} / {1} MiB"),
     ("Recall at 1,000,000 records (p50 / p95)", "memory", "memoryd-recall-index",
      r"\| 1,000,000 \|[^|]*\|[^|]*\| ([\d.]+ ms) \| ([\d.]+ ms) \|", "{0} / {1}"),
+    ("memoryd's Honcho sync pass after a turn, 500 sessions of 50 turns", "memory-sync",
+     "memoryd-one-honcho-sync-pass",
+     r"The pass after a turn: ([\d,.]+ ms) and ([\d.]+ \w?B) read before the read cache, "
+     r"([\d.]+ ms) and ([\d.]+ \w?B) now", "{2} and {3} read (was {0} and {1})"),
     ("Audit verify of a 1,000,000-record log", "broker", "brokerd-benchbroker_benchpy",
      r"`verify` of a whole 1,000,000-record log[^|]*\| ([^|]+) \|", "{0}"),
 )
