@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from brokerd.policy._decision import mint
@@ -88,6 +89,28 @@ def podman_sandbox(store: Path) -> PodmanSandbox:
                                      containers_conf=CONF, storage=storage))
 
 
+@contextlib.contextmanager
+def podman_service(local: PodmanSandbox, store: Path) -> Iterator[PodmanSandbox]:
+    """The appliance's tool runtime: ``podman system service`` on the same store, reached with
+    ``--remote`` (what brokerd does from its container)."""
+    socket_path = store / "podman.sock"
+    url = f"unix://{socket_path}"
+    service = subprocess.Popen(
+        [*local.setup.base(), "system", "service", "--time=0", url],
+        env={**os.environ, "CONTAINERS_CONF": str(CONF)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        while not socket_path.is_socket():
+            if service.poll() is not None:
+                raise SystemExit(f"podman system service exited with {service.returncode}")
+            time.sleep(0.05)
+        yield PodmanSandbox(PodmanSetup(image=local.setup.image, containers_conf=None, remote=url))
+    finally:
+        service.terminate()
+        service.wait(timeout=60)
+
+
 def remove_store(sandbox: PodmanSandbox, store: Path) -> None:
     env = {**os.environ, "CONTAINERS_CONF": str(CONF)}
     subprocess.run([*sandbox.setup.base(), "rmi", "--all", "--force"], env=env,
@@ -113,6 +136,10 @@ def main() -> None:
     podman = podman_sandbox(store)
     try:
         results["podman"] = timed(options.calls, lambda: asyncio.run(through(podman)()))
+        with podman_service(podman, store) as remote:
+            results["podman via its service"] = timed(
+                options.calls, lambda: asyncio.run(through(remote)())
+            )
     finally:
         remove_store(podman, store)
     baseline = statistics.median(results["bare subprocess"])
@@ -126,9 +153,11 @@ One `bx-tool echo` call, {options.calls} calls each after one warm-up, wall-cloc
 the process to having parsed its JSON result. Bare subprocess: `/usr/bin/python3 -m toolkit`
 with no sandbox. bubblewrap: `BubblewrapSandbox.run` (per-call cgroup, prlimit, bwrap). podman:
 `PodmanSandbox.run` (`podman run --rm` of the toolkit image by digest, runc, private overlay
-store). Machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()},
-programs run by /usr/bin/python3, run as {user}; load average {load:.1f} at the end (the
-machine is shared: compare the rows with each other, not with another run).
+store); podman via its service: the same through `podman system service` and `--remote`, as
+brokerd runs tools on the appliance. Machine: {platform.machine()}, {os.cpu_count()} cores,
+Linux {platform.release()}, programs run by /usr/bin/python3, run as {user}; load average
+{load:.1f} at the end (the machine is shared: compare the rows with each other, not with
+another run).
 Limits as enforced here: {bwrap.enforced_limits()}.
 
 | path | median ms | p90 ms | median overhead vs bare ms |
