@@ -233,7 +233,11 @@ def conversation(
         directory, llama_server=binary, models=models, serving=serving_dir(directory, presets()),
         grants=grants(directory / "grants", directory / "notes"), settings=settings,
     ) as stack, httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(stack.layout.socket("llama"))),
+        # The pool keeps idle connections 2 s, as loopd's does: llama-server closes them at 5 s,
+        # and equal limits race (an earlier 20-turn run died on that "Server disconnected").
+        transport=httpx.HTTPTransport(
+            uds=str(stack.layout.socket("llama")), limits=httpx.Limits(keepalive_expiry=2.0)
+        ),
         base_url="http://llama", timeout=None,
     ) as http:
         registry = load_registry(stack.layout.state / "toolkit-schemas.json")
@@ -266,6 +270,7 @@ def conversation(
         results = [r for r in records if isinstance(r, ToolResult)]
         facts["tool_results"] = f"{len(results)} ({sum(len(r.content) for r in results):,} chars)"
         facts["naive_tool_results"] = f"{len(tools.sizes)} ({sum(tools.sizes):,} chars)"
+        facts["naive_resent"] = harness.resent
         last = boxmaker.completions[-1][-1]
         facts["final_prompt"] = last[0] + last[1]
         if len(stack.epochs(SESSION)) > 1:
@@ -330,7 +335,9 @@ section; the naive harness runs tools bare). *ratio*: naive prompt_n / Boxmaker 
 
 Append-only: {verdict}. {facts["cache_losses"]} cache losses logged. Final prompt
 {facts["final_prompt"]:,} tokens; tool results (count and characters as first appended):
-Boxmaker {facts["tool_results"]}, naive {facts["naive_tool_results"]}. The session stays in
+Boxmaker {facts["tool_results"]}, naive {facts["naive_tool_results"]}. The server dropped
+{facts["naive_resent"]} of the naive harness's (non-streamed) completions without an answer;
+each was sent again and only the answered one is counted. The session stays in
 its first epoch (the slot never reaches loopd's compaction trigger); what a compaction costs is
 measured in its own section, `bench/compaction_bench.py`.
 

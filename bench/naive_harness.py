@@ -91,6 +91,7 @@ class NaiveHarness:
         self._tool_turn: list[int | None] = []  # per history entry: the turn of a tool result
         self.notes: list[str] = []
         self.turns = 0
+        self.resent = 0  # completions sent again after the server dropped them unanswered
 
     def system_prompt(self) -> str:
         parts = [self._system]
@@ -155,7 +156,13 @@ class NaiveHarness:
         if tool_choice is not None:
             body["tool_choice"] = tool_choice
         start = time.perf_counter()
-        response = self._http.post("/v1/chat/completions", json=body)
+        try:
+            response = self._http.post("/v1/chat/completions", json=body)
+        except httpx.RemoteProtocolError:
+            # llama-server's router has dropped a long non-streamed completion without an
+            # answer (seen at turn 16 of a 20-turn run); harnesses resend, and so does this one.
+            self.resent += 1
+            response = self._http.post("/v1/chat/completions", json=body)
         seconds = time.perf_counter() - start
         if response.status_code != 200:
             raise NaiveHarnessError(f"HTTP {response.status_code}: {response.text[:500]}")
