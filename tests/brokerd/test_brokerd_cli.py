@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from brokerd import daemon
 from brokerd.cli import main
 from brokerd.server import start
 from brokerd_support import call_tool, make_rig, request, write
+from bxcore.config import load_config
 from bxcore.tools import ToolResponse
 from click.testing import CliRunner
 
@@ -56,7 +58,8 @@ def test_grants_check_fails_on_a_broken_grant(tmp_path):
     assert "REFUSED (grants nothing)" in result.output and "bad.toml" in result.output
 
 
-def test_audit_verify_and_taint_rebuild(tmp_path):
+def rig_after_one_echo_call(tmp_path: Path):
+    """A broker that has run one granted ``echo`` call of session s1 (audited, taint written)."""
     rig = make_rig(tmp_path)
     write(rig.grants, "echo.toml", 'tools = ["echo"]\nmode = "auto"\nclasses = ["public"]\n')
 
@@ -67,6 +70,11 @@ def test_audit_verify_and_taint_rebuild(tmp_path):
             server.close()
 
     asyncio.run(calls())
+    return rig
+
+
+def test_audit_verify_and_taint_rebuild(tmp_path):
+    rig = rig_after_one_echo_call(tmp_path)
     cfg = config(tmp_path)
     ok = invoke("audit", "verify", "--config", str(cfg), "--json")
     assert ok.exit_code == 0 and json.loads(ok.output)["records"] == 2
@@ -78,6 +86,19 @@ def test_audit_verify_and_taint_rebuild(tmp_path):
     log.write_bytes(log.read_bytes().replace(b'"secret"', b'"public"'))
     bad = invoke("audit", "verify", "--config", str(cfg))
     assert bad.exit_code == 1 and "edited" in bad.output and log.name in bad.output
+
+
+def test_brokerd_start_raises_a_taint_file_that_a_crash_left_behind_the_audit_log(tmp_path):
+    """The result is audited before its taint file is written: a crash between the two leaves
+    the session looking cleaner than the log says, until brokerd starts again."""
+    rig = rig_after_one_echo_call(tmp_path)
+    live = (rig.taint_dir / "s1.json").read_bytes()
+    (rig.taint_dir / "s1.json").unlink()  # the crash: audited, taint not yet written
+    settings = load_config(config(tmp_path))
+    daemon.build(settings, daemon.backend_for(settings))
+    assert (rig.taint_dir / "s1.json").read_bytes() == live
+    daemon.build(settings, daemon.backend_for(settings))  # nothing more to raise
+    assert (rig.taint_dir / "s1.json").read_bytes() == live
 
 
 def test_jobs_check_and_show(tmp_path):

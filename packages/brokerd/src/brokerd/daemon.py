@@ -22,7 +22,7 @@ from bxcore.protocol.broker import TO_BROKERD
 from bxcore.secrets import SecretStore
 
 from .approvals import ApprovalBook, ApprovalDesk
-from .audit import AuditLog
+from .audit import AuditLog, entries
 from .egresslog import CONSULT, ConsultEgress
 from .grantstore import GrantStore
 from .memory import MemoryClient
@@ -30,7 +30,7 @@ from .runner import Runner
 from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
 from .server import connection, handlers
 from .service import Broker
-from .taint import TaintStore
+from .taint import TaintStore, reconcile
 
 log = logging.getLogger("brokerd")
 
@@ -83,6 +83,10 @@ def build(config: Config, backend: Sandbox) -> Broker:
     secrets.warn_plaintext()
     audit = AuditLog(audit_dir(config), rotate_bytes=section.audit_rotate_bytes)
     taints = TaintStore(taint_dir(config))
+    logged = (e for e in entries(audit_dir(config), newest_only=True) if e.kind == "result")
+    for session in reconcile(((e.session, e.data_class, e.untrusted) for e in logged), taints):
+        log.warning("session %s: taint raised to match the audit log (a crash came between a "
+                    "result and its taint file)", session)
     book = ApprovalBook(frozenset(section.approvers), timedelta(seconds=section.approval_timeout))
     desk = ApprovalDesk(book, clock=now,
                         gateway_socket=section.gateway_socket or config.socket("gateway"),

@@ -17,7 +17,7 @@ from bxcore.util import write_durably
 
 from .errors import TaintError
 
-__all__ = ["CLEAN", "Taint", "TaintStore", "rebuild", "replay"]
+__all__ = ["CLEAN", "Taint", "TaintStore", "rebuild", "reconcile", "replay"]
 
 
 class TaintStore:
@@ -63,3 +63,20 @@ def rebuild(results: Iterable[tuple[str, DataClass, bool]], store: TaintStore) -
         store.write(session, taint)
         written.append(store.path(session))
     return written
+
+
+def reconcile(results: Iterable[tuple[str, DataClass, bool]], store: TaintStore) -> list[str]:
+    """Raise each session's taint file to include these results; the sessions it raised.
+
+    A result is audited before its session's taint file is written, so a crash between the two
+    leaves the file behind the log: brokerd replays the current audit file at start. A taint only
+    rises, so replaying results the file already holds changes nothing.
+    """
+    raised = []
+    for session, logged in sorted(replay(results).items()):
+        current = store.get(session)
+        joined = Taint(current.classes | logged.classes, current.untrusted or logged.untrusted)
+        if joined != current:
+            store.write(session, joined)
+            raised.append(session)
+    return raised

@@ -34,8 +34,9 @@ def log_files(directory: Path) -> list[Path]:
         raise AuditError(f"{directory}: cannot list: {exc.strerror}") from None
 
 
-def read_lines(directory: Path) -> Iterator[Line]:
-    for path in log_files(directory):
+def read_lines(directory: Path, *, newest_only: bool = False) -> Iterator[Line]:
+    files = log_files(directory)
+    for path in files[-1:] if newest_only else files:
         try:
             with path.open("rb") as handle:
                 for number, raw in enumerate(handle, start=1):
@@ -50,9 +51,12 @@ def verify(directory: Path) -> tuple[list[BadLink], Head]:
     return ([] if whole else diagnose(read_lines(directory))), head
 
 
-def entries(directory: Path) -> Iterator[DecisionEntry | ResultEntry]:
-    """Every record in log order; AuditError names the first line that is not a record."""
-    for file, number, raw in read_lines(directory):
+def entries(
+    directory: Path, *, newest_only: bool = False
+) -> Iterator[DecisionEntry | ResultEntry]:
+    """Every record in log order (``newest_only``: of the file being appended to); AuditError
+    names the first line that is not a record."""
+    for file, number, raw in read_lines(directory, newest_only=newest_only):
         try:
             entry, _ = parse_line(raw)
         except ValueError as exc:
