@@ -45,7 +45,7 @@ class Session:
 
     def __init__(
         self, *, session_id: str, epoch: int, directory: Path, baseline: Baseline,
-        records: list[Record], size: int,
+        records: list[Record], size: int, earlier_calls: int = FIRST_CALL - 1,
     ):
         start = records[0]
         assert isinstance(start, SessionStart)  # parse_log checked it
@@ -59,9 +59,9 @@ class Session:
         self._messages = messages(baseline, records)
         self._size = size
         self._broken = False
-        self._next_call = 1 + max(
-            (r.call for r in records if isinstance(r, ToolResult)), default=FIRST_CALL - 1
-        )
+        # The call counter runs across the whole session: ``earlier_calls`` is the highest
+        # ToolResult.call of the epochs before this one (M2b design, section 4).
+        self._next_call = 1 + highest_call(records, earlier_calls)
         self._last_usage = next((r for r in reversed(records) if isinstance(r, Usage)), None)
 
     def __repr__(self) -> str:
@@ -84,6 +84,11 @@ class Session:
     def closed(self) -> bool:
         """True once the log ends with ``epoch_end``: the session goes on in the next epoch."""
         return isinstance(self._records[-1], EpochEnd)
+
+    @property
+    def highest_call(self) -> int:
+        """The highest ``ToolRequest.call`` this session has used, in any epoch."""
+        return self._next_call - 1
 
     def take_call(self) -> int:
         """The next ``ToolRequest.call``: one more than any call this session has made."""
@@ -181,6 +186,7 @@ class SessionStore:
         return Session(
             session_id=closed.id, epoch=epoch, directory=closed.directory,
             baseline=Baseline.from_json(data), records=[start], size=len(line),
+            earlier_calls=closed.highest_call,
         )
 
     def open(self, session_id: str) -> Session:
@@ -204,6 +210,7 @@ class SessionStore:
         return Session(
             session_id=session_id, epoch=epoch, directory=directory,
             baseline=Baseline.parse(base_data, base_path), records=records, size=len(data),
+            earlier_calls=_earlier_calls(directory, session_id, epoch),
         )
 
 
@@ -215,6 +222,24 @@ def _epoch_start(
     start = SessionStart(time=time, session=session_id, epoch=epoch, slot=slot,
                          baseline=sha256(data))
     return data, start, encode_record(start)
+
+
+def highest_call(records: list[Record], floor: int = FIRST_CALL - 1) -> int:
+    """The highest ``ToolResult.call`` in ``records``, or ``floor`` if none is higher."""
+    return max((r.call for r in records if isinstance(r, ToolResult)), default=floor)
+
+
+def _earlier_calls(directory: Path, session_id: str, epoch: int) -> int:
+    """The highest call of the closed epochs before ``epoch``: their logs are read once, when
+    the session is opened (logs written before the counter ran across epochs restarted it, so
+    every earlier epoch counts, not only the last)."""
+    highest = FIRST_CALL - 1
+    for earlier in range(epoch):
+        path = log_path(directory, earlier)
+        if path.exists():
+            records = parse_log(_read(path), str(path), session=session_id, epoch=earlier)
+            highest = highest_call(records, highest)
+    return highest
 
 
 def _current_epoch(directory: Path) -> int:
