@@ -62,10 +62,10 @@ async def _read_request(stream: FrameStream) -> Frame | None:
     try:
         return await stream.read(REQUEST_TIMEOUT)
     except FrameError as exc:
-        with contextlib.suppress(BoxmakerError, TimeoutError):
+        with contextlib.suppress(BoxmakerError):
             await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
         return None
-    except (BoxmakerError, TimeoutError):
+    except BoxmakerError:
         return None
 
 
@@ -121,7 +121,7 @@ def connection(path: Path, kinds: frozenset[str], handle: Handler) -> daemon.Han
         stream = FrameStream(reader, writer, kinds)
         try:
             await handle(stream, writer)
-        except (BoxmakerError, TimeoutError) as exc:
+        except BoxmakerError as exc:
             log.info("connection on %s ended: %s", path.name, exc)
         finally:
             await stream.close()
