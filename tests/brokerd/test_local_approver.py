@@ -18,11 +18,12 @@ import pytest
 from brokerd.approvals import ApprovalBook, local_approver
 from brokerd.audit import entries
 from brokerd.errors import NotAnApprover
-from brokerd.server import DEFAULT_OVERFLOW_UID, overflow_uid, start
+from brokerd.server import DEFAULT_OVERFLOW_UID, overflow_uid
 from brokerd_support import ASK, approve_socket, call_tool, make_rig, pending_ids, request, write
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import approval as wire
+from support.brokerd import start
 
 OVERFLOW = 65534
 MM = "8xq3mattermostuserid0000aa"

@@ -95,7 +95,8 @@ def build(config: Config, backend: Sandbox) -> Broker:
                                                                  egress_dir(config))
     runner = Runner(backend=backend,
                     memory=MemoryClient(config.memory.socket or config.socket("memory")),
-                    audit=audit, taints=taints, result_cap=section.result_cap, consult=consult)
+                    audit=audit, taints=taints, result_cap=section.result_cap, consult=consult,
+                    clock=now)
     grants = GrantStore(section.grants_dir())
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,

@@ -144,27 +144,3 @@ def handlers(broker: Broker, overflow: int | None = None) -> tuple[Handler, Hand
         await handle_approval(broker, stream, peer_uid(writer), overflow)
 
     return tool_call, approval
-
-
-async def bind(
-    path: Path,
-    kinds: frozenset[str],
-    handle: Handler,
-    *,
-    mode: int = daemon.DEFAULT_MODE,
-    group: int | None = None,
-) -> asyncio.AbstractServer:
-    """Listen on ``path`` (bxcore.daemon: born with ``mode``, a stale file replaced)."""
-    sock = daemon.bind_unix_socket(path, mode=mode, group=group)
-    return await asyncio.start_unix_server(connection(path, kinds, handle), sock=sock)
-
-
-async def start(
-    broker: Broker, broker_socket: Path, approve_socket: Path
-) -> list[asyncio.AbstractServer]:
-    """Both sockets with the default mode; the daemon binds them with the configured ones."""
-    tool_call, approval = handlers(broker)
-    return [
-        await bind(broker_socket, broker_wire.TO_BROKERD, tool_call),
-        await bind(approve_socket, approval_wire.TO_APPROVE_SOCKET, approval),
-    ]

@@ -34,7 +34,15 @@ from .inference.client import InferenceClient
 from .memory import IdentityFiles, Memory, MemoryLink
 from .server import LoopServer
 from .store import SessionStore
-from .tools import FakeTools, Registry, ToolPort, ToolRunner, load_registry, with_memory_tools
+from .tools import (
+    FakeTools,
+    Registry,
+    ToolPort,
+    ToolRunner,
+    load_registry,
+    with_clock,
+    with_memory_tools,
+)
 from .tools.broker import BrokerPort
 from .turn import Loop, TurnSettings
 
@@ -71,8 +79,12 @@ def build_role(config: Config, config_path: Path, tools: str | None = None) -> R
         registry, port = Registry(fake.schemas), fake
     else:
         if config.loop.registry is None:
-            raise ConfigError(f"{config_path}: loop.registry: the broker port needs a registry")
-        registry = load_registry(config.loop.registry)
+            raise ConfigError(
+                f"{config_path}: loop.registry: set it to the toolkit's registry (bx-tool schemas "
+                f"--out <file>): [loop] tools is \"broker\" (the default), which needs one; "
+                f"tools = \"fake\" is a test double"
+            )
+        registry = with_clock(load_registry(config.loop.registry))
         if isinstance(memory, MemoryLink):  # the memory tools reach memoryd through brokerd
             registry = with_memory_tools(registry)
         port = BrokerPort(config.broker.socket or config.socket("broker"))

@@ -1,0 +1,31 @@
+"""brokerd's sockets bound the simple way, for tests: both with the default mode, no group, the
+kernel's overflow uid. ``brokerd serve`` (brokerd.daemon) binds them with the configured modes
+and groups instead."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from brokerd.server import Handler, connection, handlers
+from brokerd.service import Broker
+from bxcore import daemon
+from bxcore.protocol import approval as approval_wire
+from bxcore.protocol import broker as broker_wire
+
+
+async def bind(path: Path, kinds: frozenset[str], handle: Handler) -> asyncio.AbstractServer:
+    """Listen on ``path`` (bxcore.daemon: born with the default mode, a stale file replaced)."""
+    sock = daemon.bind_unix_socket(path, mode=daemon.DEFAULT_MODE)
+    return await asyncio.start_unix_server(connection(path, kinds, handle), sock=sock)
+
+
+async def start(
+    broker: Broker, broker_socket: Path, approve_socket: Path
+) -> list[asyncio.AbstractServer]:
+    """broker.sock and approve.sock for ``broker``."""
+    tool_call, approval = handlers(broker)
+    return [
+        await bind(broker_socket, broker_wire.TO_BROKERD, tool_call),
+        await bind(approve_socket, approval_wire.TO_APPROVE_SOCKET, approval),
+    ]
