@@ -127,6 +127,9 @@ def run_checks(config_path: Path) -> list[Check]:
         lambda: role_check("model server", "loopd", ["selftest"],
                            "compare [inference.serving] with the server's launch flags",
                            config_path),
+        lambda: role_check("serving since the latest session", "loopd", ["serving"],
+                           "sessions lost their cache once; if the change was meant, the next "
+                           "session records it (and update [inference.serving])", config_path),
         lambda: role_check("baseline budget", "loopd", ["budget"],
                            "shorten system.md or the identity files", config_path),
         lambda: check_sockets(config),

@@ -26,8 +26,10 @@ from bxcore.util import fsync_dir, sha256
 
 from .baseline import Baseline, ChatMessage, messages, replay
 from .errors import CorruptSession, EpochClosed, NoSuchSession, SessionExists
+from .inference.serving import ServingSettings
 from .log import Record, encode_record, parse_log
 
+SERVING_RECORD = "serving.json"  # the serving settings the session's current epoch began under
 _LOG_NAME = re.compile(r"(0|[1-9][0-9]{0,8})\.jsonl")
 FIRST_CALL = 1  # ToolRequest.call of a session's first tool call
 
@@ -188,6 +190,26 @@ class SessionStore:
             baseline=Baseline.from_json(data), records=[start], size=len(line),
             earlier_calls=closed.highest_call,
         )
+
+    def record_serving(self, session: Session, settings: ServingSettings) -> None:
+        """Record the serving settings ``session``'s epoch begins under (inference contract 10),
+        beside its logs; a new epoch records afresh (its prompt is read anew anyway)."""
+        _replace(session.directory / SERVING_RECORD, settings.model_dump_json().encode() + b"\n")
+
+    def latest_serving(self) -> tuple[str, ServingSettings] | None:
+        """The newest record of any session, with the session's id: the settings the latest
+        session (or epoch) began under; None if no session has one."""
+        records = sorted(
+            ((path.stat().st_mtime_ns, path) for path in self.root.glob(f"*/{SERVING_RECORD}")),
+            reverse=True,
+        ) if self.root.is_dir() else []
+        if not records:
+            return None
+        path = records[0][1]
+        try:
+            return path.parent.name, ServingSettings.model_validate_json(_read(path))
+        except ValueError as exc:
+            raise CorruptSession(f"{path}: not a serving record: {exc}") from None
 
     def open(self, session_id: str) -> Session:
         """Read a session's current epoch: its baseline from the baseline file (checked against
