@@ -50,6 +50,17 @@ def _stream_errors(what: str, timeout: float | None) -> Iterator[None]:
         raise StreamClosed(f"connection broken: {exc.strerror or exc}") from exc
 
 
+def _next_frame(decoder: FrameDecoder) -> Frame | None:
+    """The decoder's next frame; None when it needs data; StreamClosed at a clean end."""
+    event = decoder.next_event()
+    if event is END:
+        raise StreamClosed("peer closed the connection")
+    if isinstance(event, Frame):
+        return event
+    assert event is NEED_DATA
+    return None
+
+
 class _Deadline:
     """The time left of one frame's deadline; None: no deadline."""
 
@@ -120,15 +131,10 @@ class FrameStream:
         frame arrived within ``timeout`` seconds of the call."""
         deadline = _Deadline(timeout)
         with _stream_errors("reading a frame", timeout):
-            while True:
-                event = self._decoder.next_event()
-                if isinstance(event, Frame):
-                    return event
-                if event is END:
-                    raise StreamClosed("peer closed the connection")
-                assert event is NEED_DATA
+            while (frame := _next_frame(self._decoder)) is None:
                 data = await asyncio.wait_for(self._reader.read(CHUNK), deadline.left())
                 self._decoder.feed(data)
+            return frame
 
     async def write(self, frame: Frame, timeout: float | None = 30) -> None:
         """Send one frame; StreamTimeout if the peer has not taken it within ``timeout``. A
@@ -177,14 +183,10 @@ class SyncFrameSocket:
         """As ``FrameStream.read``: ``timeout`` is the deadline for the whole frame."""
         deadline = _Deadline(timeout)
         with _stream_errors("reading a frame", timeout):
-            while True:
-                event = self._decoder.next_event()
-                if isinstance(event, Frame):
-                    return event
-                if event is END:
-                    raise StreamClosed("peer closed the connection")
+            while (frame := _next_frame(self._decoder)) is None:
                 self._sock.settimeout(deadline.left())
                 self._decoder.feed(self._sock.recv(CHUNK))
+            return frame
 
     def write(self, frame: Frame, timeout: float | None = 30) -> None:
         """Send one frame whole within ``timeout`` (``sendall`` applies a socket timeout per
