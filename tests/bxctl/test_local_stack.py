@@ -59,6 +59,9 @@ def test_up_chat_doctor_down_leaves_nothing_behind(tmp_path):
         assert "ok   socket loop" in doctor.stdout
         assert "ok   audit chain" in doctor.stdout
         assert "ok   grant files" in doctor.stdout
+        # the chat's session recorded the serving settings it began under; nothing changed since
+        assert "ok   serving since the latest session: ok   serving_since_session: unchanged " \
+            "since session" in doctor.stdout, doctor.stdout
     finally:
         down = bxctl("down", "--state", str(state))
     assert down.returncode == 0, down.stderr

@@ -118,7 +118,9 @@ def test_the_report_names_what_changed_since_the_latest_session_began(tmp_path):
     assert "every cached prefix is gone" in report.text()
 
 
-async def test_compaction_uses_the_servers_per_slot_context_when_none_is_recorded(tmp_path):
+async def test_compaction_uses_the_servers_per_slot_context_when_none_is_recorded(
+    tmp_path, capsys
+):
     """No [inference.serving] per_slot_context: the server's 4,096 tokens per slot put the
     compaction limit at 3,072 (compact_at 0.75), so a turn that fills 3,100 tokens compacts."""
     path = tmp_path / "config.toml"
@@ -156,3 +158,5 @@ async def test_compaction_uses_the_servers_per_slot_context_when_none_is_recorde
         stop.set()
         assert await asyncio.wait_for(serving_task, 10) == 0
     assert inference.requests[1].messages[-1].content == COMPACT_INSTRUCTION
+    # loopd serve's start names the serving settings beside the self-test's report
+    assert "ok   serving_since_session: no session recorded yet" in capsys.readouterr().err
