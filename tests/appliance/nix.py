@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+from support.requires import needs
 
 REPO = Path(__file__).resolve().parents[2]
 LIB = REPO / "nixos-modules" / "lib.nix"
 NIX_CONFIG = "experimental-features = nix-command flakes\nsubstituters =\nwarn-dirty = false"
 
-needs_nix = pytest.mark.skipif(
-    shutil.which("nix-instantiate") is None, reason="nix-instantiate (Debian nix-bin) is missing"
-)
+needs_nix = needs("nix-instantiate")
 
 
 def nix_env() -> dict[str, str]:
