@@ -45,9 +45,18 @@ def read_lines(directory: Path, *, newest_only: bool = False) -> Iterator[Line]:
             raise AuditError(f"{path}: cannot read: {exc.strerror}") from None
 
 
+def read_files(directory: Path) -> Iterator[bytes]:
+    """Each log file's bytes, oldest first (a file is at most ``rotate_bytes`` long)."""
+    for path in log_files(directory):
+        try:
+            yield path.read_bytes()
+        except OSError as exc:
+            raise AuditError(f"{path}: cannot read: {exc.strerror}") from None
+
+
 def verify(directory: Path) -> tuple[list[BadLink], Head]:
     """Every BadLink in the log (none for a whole chain), and its head."""
-    whole, head = check(read_lines(directory))
+    whole, head = check(read_files(directory))
     return ([] if whole else diagnose(read_lines(directory))), head
 
 
