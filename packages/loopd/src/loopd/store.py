@@ -40,6 +40,9 @@ def log_path(directory: Path, epoch: int) -> Path:
     return directory / f"{epoch}.jsonl"
 
 
+# A new session is written here, then renamed to sessions/<id>: it appears whole or not at all.
+STAGING = ".new-"
+
 class Session:
     """One open session in its current epoch. Only ``append`` changes it."""
 
@@ -133,6 +136,14 @@ class SessionStore:
     def exists(self, session_id: str) -> bool:
         return self.directory(session_id).is_dir()
 
+    def remove_staging(self) -> list[str]:
+        """Remove what a crash inside ``create`` left: staging directories never renamed into
+        place, so no turn of theirs was ever acknowledged. Call at start, before serving."""
+        left = sorted(p for p in self.root.glob(f"{STAGING}*") if p.is_dir())
+        for path in left:
+            shutil.rmtree(path)
+        return [path.name for path in left]
+
     def create(self, session_id: str, baseline: Baseline, *, slot: int, time: str) -> Session:
         """A new session in epoch 0. It appears whole or not at all: both files are written in
         a hidden directory, made durable, then renamed into place."""
@@ -140,7 +151,7 @@ class SessionStore:
         if final.exists():
             raise SessionExists(f"session {session_id} exists already")
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        staging = self.root / f".new-{session_id}-{secrets.token_hex(4)}"
+        staging = self.root / f"{STAGING}{session_id}-{secrets.token_hex(4)}"
         staging.mkdir(mode=0o700)
         try:
             data, start, line = _epoch_start(session_id, 0, baseline, slot=slot, time=time)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bxcore.ids import is_session_id
 from bxcore.records import LogRecord, parse_record
 from bxcore.tools import DataClass
 from pydantic import ValidationError
@@ -193,10 +194,13 @@ def fts_query(query: str) -> str | None:
 
 
 def session_logs(sessions_dir: Path) -> list[tuple[str, int, Path]]:
-    """Every ``sessions/<id>/<epoch>.jsonl``, sessions by name, epochs in order."""
+    """Every ``sessions/<id>/<epoch>.jsonl``, sessions by name, epochs in order. A directory
+    whose name is no session id (loopd's ``.new-*`` staging of a session not yet created) is no
+    session."""
     logs = []
     try:
-        session_dirs = sorted(p for p in sessions_dir.iterdir() if p.is_dir())
+        session_dirs = sorted(p for p in sessions_dir.iterdir()
+                              if p.is_dir() and is_session_id(p.name))
     except FileNotFoundError:
         return []
     for directory in session_dirs:
