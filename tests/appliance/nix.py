@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.requires import needs
 
 REPO = Path(__file__).resolve().parents[2]
 LIB = REPO / "nixos-modules" / "lib.nix"
@@ -28,9 +28,7 @@ needs_nixpkgs_lib = pytest.mark.skipif(
     reason=f"nixpkgs' lib/ is not at {NIXPKGS_LIB} (set BOXMAKER_NIXPKGS_LIB)",
 )
 
-needs_nix = pytest.mark.skipif(
-    shutil.which("nix-instantiate") is None, reason="nix-instantiate (Debian nix-bin) is missing"
-)
+needs_nix = needs("nix-instantiate")
 
 
 def nix_env() -> dict[str, str]:

@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 from bxctl.stack import load_manifest, tool_runtime_args
+from support.requires import needs
 
 from .nix import lib_expression, needs_nix, nix_eval, nix_string
 from .units import render_unit
@@ -28,7 +29,7 @@ UNITS = [*ROLES, TOOLS]
 
 pytestmark = [
     needs_nix,
-    pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze"),
+    needs("systemd-analyze"),
 ]
 
 

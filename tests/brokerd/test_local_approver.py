@@ -8,7 +8,6 @@ admits any peer that could open the socket, and the audit log says so, with the 
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import sys
 from datetime import timedelta
@@ -23,6 +22,7 @@ from brokerd_support import ASK, approve_socket, call_tool, make_rig, pending_id
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import approval as wire
+from support.requires import user_namespaces
 
 OVERFLOW = 65534
 MM = "8xq3mattermostuserid0000aa"
@@ -114,14 +114,8 @@ def test_gatewayd_relaying_a_local_approver_does_not_count(tmp_path):
 # --- real sockets, brokerd in a user namespace that maps nobody ------------------------------
 
 
-def _user_namespaces() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    return subprocess.run(["unshare", "--user", "true"], check=False).returncode == 0
-
-
 needs_userns = pytest.mark.skipif(
-    not _user_namespaces(), reason="needs unshare --user (unprivileged user namespaces)"
+    not user_namespaces(), reason="needs unshare --user (unprivileged user namespaces)"
 )
 SERVER = Path(__file__).with_name("overflow_server.py")
 
