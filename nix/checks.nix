@@ -36,7 +36,8 @@ in
 {
   ruff = inSource "ruff" [ pkgs.ruff ] "ruff check --no-cache .";
   import-linter = inSource "import-linter" [ testPython ] "lint-imports --no-cache";
-  tests = inSource "tests" [ testPython pkgs.systemd ] ''
+  # systemd: systemd-creds; skopeo: reading an OCI layout's digest (tests/sandbox/test_image_builder.py).
+  tests = inSource "tests" [ testPython pkgs.systemd pkgs.skopeo ] ''
     export HOME=$TMPDIR HYPOTHESIS_PROFILE=ci
     python3 -m pytest -p no:cacheprovider -m "not real_server and not sandbox" \
       ${pkgs.lib.concatMapStringsSep " " (path: "--ignore=${path}") hermetic.outside} \

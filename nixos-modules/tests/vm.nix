@@ -1,6 +1,6 @@
 # The NixOS VM test: the module boots with a stand-in model server (the fault tests' scripted
-# model, which passes loopd's self-test: tests/appliance/test_stand_in_model.py), every role's unit reaches
-# READY=1, loopd's container has only a loopback interface and cannot reach the model's TCP port,
+# model, which passes loopd's self-test: tests/appliance/test_stand_in_model.py), every role's
+# unit reaches READY=1, loopd's container has only a loopback interface and cannot reach the model's TCP port,
 # the tool runtime starts containers with no network even when asked for the host's, and
 # `bxctl chat --say` gets the stand-in's reply through loopd and inferproxy.
 { pkgs, self }:
