@@ -1,39 +1,16 @@
-# The NixOS VM test: the module boots with a stand-in model server (the fault tests' scripted
-# model, which passes loopd's self-test: tests/appliance/test_stand_in_model.py), every role's
-# unit reaches READY=1, loopd's container has only a loopback interface and cannot reach the model's TCP port,
-# the tool runtime starts containers with no network even when asked for the host's, and
-# `bxctl chat --say` gets the stand-in's reply through loopd and inferproxy.
+# The NixOS VM test: the module boots (./vm-host.nix) with a stand-in model server (the fault
+# tests' scripted model, which passes loopd's self-test: tests/appliance/test_stand_in_model.py);
+# every role's unit reaches READY=1, loopd's container has only a loopback interface and cannot
+# reach the model's TCP port, the tool runtime starts containers with no network even when asked
+# for the host's, and `bxctl chat --say` gets the stand-in's reply through loopd and inferproxy.
 { pkgs, self }:
-let
-  # The stand-in imports tests/faults (and, through it, loopd's self-test probe and httpx).
-  boxmaker = import ../../nix/packages.nix { inherit pkgs; workspace = import ../../nix/workspace.nix { }; };
-  standInPython = pkgs.python3.withPackages (_: [ boxmaker.members.loopd ]);
-in
 pkgs.testers.runNixOSTest {
   name = "boxmaker";
 
-  nodes.machine = { pkgs, ... }: {
-    imports = [ self.nixosModules.default ];
+  nodes.machine = {
+    imports = [ self.nixosModules.default ./vm-host.nix ];
     virtualisation.memorySize = 2048;
     virtualisation.diskSize = 4096;
-
-    services.boxmaker = {
-      enable = true;
-      # No Mattermost in the VM: gatewayd is left out (its unit is checked on the build machine).
-      roles = [ "inferproxy" "loopd" "brokerd" "memoryd" ];
-      egress.router = [ "127.0.0.1" ];
-      settings.inferproxy.upstream = "tcp://127.0.0.1:8080";
-    };
-
-    systemd.services.stand-in-model = {
-      wantedBy = [ "multi-user.target" ];
-      before = [ "boxmaker-inferproxy.service" ];
-      serviceConfig = {
-        ExecStart = "${standInPython}/bin/python3 ${./stand-in-model.py} 127.0.0.1 8080";
-        Environment = [ "PYTHONPATH=${../../tests}" ];
-        DynamicUser = true;
-      };
-    };
   };
 
   testScript = { nodes, ... }: ''

@@ -189,3 +189,18 @@ def test_the_roles_are_built_with_the_hosts_pkgs_and_every_image_carries_the_ca_
         assert "cacert" in image["contents"], name
         assert "SSL_CERT_FILE=/etc/ssl/certs/ca-bundle.crt" in image["config"]["Env"], name
     assert "gatewayd-0.1.0" in built["images"]["gatewayd"]["contents"]
+
+
+def test_the_vm_tests_host_evaluates_with_the_stand_in_model_beside_the_roles():
+    """nixos-modules/tests/vm-host.nix, as vm.nix boots it: its packages from the host's pkgs,
+    no gatewayd (so no credential is asked for), the stand-in's Python holding loopd's package."""
+    vm_host = nix_string(REPO / "nixos-modules" / "tests" / "vm-host.nix")
+    system = nix_eval(evaluate(f"import {vm_host}", build_with_pkgs=True))
+    assert system["failedAssertions"] == []
+    assert sorted(system["services"]) == [
+        "boxmaker-brokerd", "boxmaker-inferproxy", "boxmaker-loopd", "boxmaker-memoryd",
+        "boxmaker-tools", "stand-in-model",
+    ]  # fmt: skip
+    stand_in = system["services"]["stand-in-model"]["serviceConfig"]
+    assert stand_in["ExecStart"].endswith("-stand-in-model.py 127.0.0.1 8080")
+    assert system["configFile"]["inferproxy"]["upstream"] == "tcp://127.0.0.1:8080"
