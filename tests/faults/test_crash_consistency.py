@@ -89,7 +89,7 @@ def test_sigkill_at_each_kind_of_crash_point_leaves_consistent_state(short_dir):
     traces = short_dir / "traces"
     traces.mkdir()
     tally = {victim: 0 for victim in VICTIMS}
-    acknowledged = survived = 0
+    acknowledged = survived = refused = 0
     with scripted_rig(short_dir) as rig:
         stack = rig.stack
         warm = stack.turn("warm", turn_text(rig, 0), resume=False)[-1]
@@ -114,12 +114,13 @@ def test_sigkill_at_each_kind_of_crash_point_leaves_consistent_state(short_dir):
                 acknowledged += 1
                 assert seen[-1].body["content"] in answers_in_log(stack.home, session), where
             if session in session_problems(stack.home):
-                continue  # refused with a clear error (checked above): the owner looks
+                refused += 1  # refused with a clear error (checked above): the owner looks
+                continue
             after = resume_or_start(rig, session, "hello again")
             assert after.kind == "turn_done", (where, after, stack.log("loopd"))
             assert_consistent(stack.config, stack.home)
     sizes = {victim: len(found) for victim, found in offered.items()}
     print(f"crash trials: {len(plan)} ({tally}); points offered per victim: {sizes}; "
           f"acknowledged before the kill: {acknowledged}; turns that passed their point: "
-          f"{survived}")
+          f"{survived}; sessions refused as corrupt (the owner's to look at): {refused}")
     assert survived < len(plan), "no trial killed anything: the points are not being reached"
