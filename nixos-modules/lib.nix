@@ -149,7 +149,8 @@ let
   # IPAddressDeny= apply to it; no session keyring (a unit's seccomp filter may refuse keyctl,
   # and KeyringMode=private already gives the unit its own). `runtime`: crun on NixOS.
   containersSettings = { runtime ? "crun" }: {
-    containers = { cgroups = "disabled"; keyring = false; };
+    # runc refuses cgroups = "disabled"; rootless, it leaves the container in the unit's cgroup.
+    containers = { cgroups = if runtime == "crun" then "disabled" else "enabled"; keyring = false; };
     engine = { inherit runtime; cgroup_manager = "cgroupfs"; events_logger = "file"; };
   };
 
