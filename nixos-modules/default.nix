@@ -55,15 +55,18 @@ let
       $out/${paths.config_file}
   '';
 
-  # Podman as the units run it: crun, and no cgroups of its own, so the container stays in the
-  # unit's cgroup and IPAddressAllow=/IPAddressDeny= apply to it.
-  containersConf = toml.generate "containers.conf" {
-    containers = { cgroups = "disabled"; };
-    engine = { runtime = "crun"; cgroup_manager = "cgroupfs"; events_logger = "file"; };
-  };
+  # Podman as the units run it (see stack.containersSettings).
+  containersConf = toml.generate "containers.conf" (stack.containersSettings { });
 
+  # A credential goes to the role that names it (required or optional); one no role names is a
+  # secret a grant injects into tool calls, so it goes to the tools runner (brokerd).
+  namedBy = role: let r = stack.manifest.roles.${role}; in r.credentials ++ (r.optional_credentials or [ ]);
+  named = builtins.concatMap namedBy stack.roleNames;
   roleCredentials = role:
-    lib.filterAttrs (id: _: builtins.elem id stack.manifest.roles.${role}.credentials) cfg.credentials;
+    lib.filterAttrs
+      (id: _: builtins.elem id (namedBy role)
+        || (role == stack.manifest.tools.runner && !(builtins.elem id named)))
+      cfg.credentials;
 
   egressOf = role:
     let egress = stack.manifest.roles.${role}.egress; in
@@ -239,7 +242,10 @@ in
 
     systemd.tmpfiles.rules = stack.tmpfiles;
     environment.etc."boxmaker/config".source = configDir;
-    environment.systemPackages = [ cfg.packages.bxctl cfg.podmanPackage ];
+    # bxctl's maintenance commands run the role's own command (brokerd audit verify, memoryd
+    # reindex, ...): every role's command is on the owner's PATH beside bxctl.
+    environment.systemPackages = [ cfg.packages.bxctl cfg.podmanPackage ]
+      ++ map (role: cfg.packages.${role}) stack.roleNames;
     virtualisation.containers.enable = true;
 
     systemd.services = lib.listToAttrs

@@ -36,11 +36,11 @@ def test_create_writes_the_baseline_and_session_start(tmp_path):
     assert not [p for p in (tmp_path / "sessions").iterdir() if p.name.startswith(".")]
 
 
-def test_files_are_private(tmp_path):
+def test_files_are_readable_by_the_units_group_and_by_no_one_else(tmp_path):
     new_session(tmp_path, "abc")
     directory = tmp_path / "sessions" / "abc"
-    assert directory.stat().st_mode & 0o777 == 0o700
-    assert (directory / "0.jsonl").stat().st_mode & 0o777 == 0o600
+    assert directory.stat().st_mode & 0o777 == 0o750
+    assert (directory / "0.jsonl").stat().st_mode & 0o777 == 0o640
 
 
 def test_an_append_is_on_disk_when_it_returns(tmp_path):

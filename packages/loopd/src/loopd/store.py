@@ -150,9 +150,9 @@ class SessionStore:
         final = self.directory(session_id)
         if final.exists():
             raise SessionExists(f"session {session_id} exists already")
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o750, parents=True, exist_ok=True)
         staging = self.root / f"{STAGING}{session_id}-{secrets.token_hex(4)}"
-        staging.mkdir(mode=0o700)
+        staging.mkdir(mode=0o750)
         try:
             data, start, line = _epoch_start(session_id, 0, baseline, slot=slot, time=time)
             _write_new(baseline_path(staging, 0), data)
@@ -243,7 +243,7 @@ def _read(path: Path) -> bytes:
 
 
 def _write_new(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
     try:
         _write_all(fd, data)
         os.fsync(fd)

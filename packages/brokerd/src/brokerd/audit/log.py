@@ -82,7 +82,7 @@ class AuditLog:
         self.directory = directory
         self._rotate = rotate_bytes
         self._clock = clock
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o750)
         files = log_files(directory)
         self._path = files[-1] if files else directory / f"{1:08d}.jsonl"
         self._seq, self._head = self._find_head(files)
@@ -120,7 +120,7 @@ class AuditLog:
             self._path = self._path.with_name(f"{int(self._path.stem) + 1:08d}.jsonl")
             created = True
         try:
-            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
             try:
                 os.write(fd, line)
                 os.fsync(fd)

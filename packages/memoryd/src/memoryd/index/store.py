@@ -203,11 +203,17 @@ def session_logs(sessions_dir: Path) -> list[tuple[str, int, Path]]:
                               if p.is_dir() and is_session_id(p.name))
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise StoreError(f"{sessions_dir}: cannot list the sessions: {exc.strerror}") from None
     for directory in session_dirs:
-        for path in directory.iterdir():
-            match = _EPOCH_FILE.fullmatch(path.name)
+        try:
+            names = [path.name for path in directory.iterdir()]
+        except OSError as exc:  # loopd's user owns it: it must be readable by the units' group
+            raise StoreError(f"{directory}: cannot list the session: {exc.strerror}") from None
+        for name in names:
+            match = _EPOCH_FILE.fullmatch(name)
             if match:
-                logs.append((directory.name, int(match[1]), path))
+                logs.append((directory.name, int(match[1]), directory / name))
     return sorted(logs, key=lambda item: (item[0], item[1]))
 
 
