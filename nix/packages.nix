@@ -75,7 +75,7 @@ let
   toolkitImage = ociImage {
     name = "toolkit";
     contents = [ toolkitEnv pkgs.busybox pkgs.cacert ];
-    config.Entrypoint = [ "${toolkitEnv}/bin/python3" "-s" "-B" "-m" "toolkit" ];
+    config.Entrypoint = [ "${toolkitEnv}/bin/python3" "-P" "-s" "-B" "-m" "toolkit" ];
   };
 in
 applications
