@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from brokerd.sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
+from faults.conftest import short_dir  # noqa: F401  (the real daemons' short socket paths)
 from sandbox.conftest import (  # noqa: F401  (session fixtures shared with tests/sandbox)
     CONTAINERS_CONF,
     IMAGE_NAME,

@@ -6,7 +6,8 @@ another tenant on the same connection. So, after the first request head:
 
 - plain HTTP (``RequestStream``): the client's bytes are followed request by request. A body
   passes by its length; every further head is parsed like the first and must name the same
-  host and port, or the connection is refused (``HostChanged``). Each head is rewritten as the
+  host and port, or nothing more is forwarded: the requests before it are answered, and the
+  client's side of the upstream connection is closed. Each head is rewritten as the
   first was (``Host`` from the URL), so no raw head ever reaches the upstream.
 - CONNECT (``client_hello_sni``): the tunnel's first bytes must be a TLS ClientHello whose
   server name (SNI) is the host the CONNECT named. No SNI is accepted only when that host is
@@ -34,15 +35,20 @@ class HostChanged(BadProxyRequest):
 
 class RequestStream:
     """The client's bytes of a plain-HTTP connection after its first head (and that head's
-    ``rest``): ``feed`` returns what may go upstream, or raises BadProxyRequest."""
+    ``rest``): ``feed`` returns what may go upstream. At the first head that is malformed or
+    names another destination it stops: ``refused`` says why, and nothing after it is ever
+    returned (what came before it still is, so earlier requests are answered)."""
 
     def __init__(self, host: str, port: int, body_left: int):
         self._host = canonical_host(host)
         self._port = port
         self._body_left = body_left
         self._buffer = b""
+        self.refused: str | None = None
 
     def feed(self, data: bytes) -> bytes:
+        if self.refused is not None:
+            return b""
         self._buffer += data
         out = bytearray()
         while self._buffer:
@@ -52,16 +58,25 @@ class RequestStream:
                 self._body_left -= len(taken)
                 self._buffer = self._buffer[len(taken) :]
                 continue
-            request = parse_head(self._buffer)
+            try:
+                request = parse_head(self._buffer)
+            except BadProxyRequest as exc:
+                return self._refuse(out, str(exc))
             if request is None:
                 break
             if request.tunnel or (canonical_host(request.host), request.port) != (
                     self._host, self._port):
-                raise HostChanged(f"a later request on this connection names "
-                                  f"{request.host}:{request.port}, not {self._host}:{self._port}")
+                return self._refuse(out, f"a later request on this connection names "
+                                         f"{request.host}:{request.port}, not "
+                                         f"{self._host}:{self._port}")
             out += request.head
             self._body_left = request.body_length
             self._buffer = request.rest
+        return bytes(out)
+
+    def _refuse(self, out: bytearray, why: str) -> bytes:
+        self.refused = why
+        self._buffer = b""
         return bytes(out)
 
 

@@ -122,23 +122,21 @@ class EgressProxy:
                 up_writer.write(request.head + stream.feed(request.rest))
                 client = self._pump_requests(reader, up_writer, request, stream)
             await asyncio.gather(client, _pump(up_reader, writer))
-        except BadProxyRequest as exc:
-            self._note(request, False, f"refused on the connection: {exc}")
         finally:
             up_writer.close()
 
     async def _pump_requests(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
                              request: ProxyRequest, stream: RequestStream) -> None:
-        """The client's side of a plain-HTTP connection: each further head is checked."""
+        """The client's side of a plain-HTTP connection, each further head checked; at a
+        refused one, the upstream gets end-of-file and answers what it already has."""
         try:
-            while data := await source.read(_CHUNK):
+            while stream.refused is None and (data := await source.read(_CHUNK)):
                 sink.write(stream.feed(data))
                 await sink.drain()
+            if stream.refused is not None:
+                self._note(request, False, f"refused on the connection: {stream.refused}")
             if sink.can_write_eof():
                 sink.write_eof()
-        except BadProxyRequest as exc:
-            self._note(request, False, f"refused on the connection: {exc}")
-            sink.close()
         except OSError:
             sink.close()
 

@@ -23,9 +23,9 @@ The socket (``bind_unix_socket``):
 The umask is process-wide: bind before starting threads that create files.
 
 Every connection ``listening`` accepts is checked against its peer first (``bxcore.peers``):
-the socket's own uid, its group and any ``peers.uids``, in the listener's user namespace (or,
-in a container, the overflow uid the socket's directory gates). A refused peer is logged and
-closed before the role's handler sees it.
+the socket's own uid, its group and any ``peers.uids`` (or, in a container, the overflow uid
+the socket's directory gates). A refused peer is logged and closed before the role's handler
+sees it.
 
 Stopping (``run_until_signalled``): the first SIGTERM or SIGINT cancels the role's main
 coroutine, whose ``finally`` blocks and ``async with`` exits then run (close the listener, remove

@@ -2,19 +2,23 @@
 connection before a byte is read. ``admit`` is pure; ``peer_of`` and ``listener`` read the
 kernel.
 
-The socket's mode and group already decide who may ``connect()``. The peer check adds what file
-permissions cannot see: a process in another user namespace that shares the serving uid, which
-is exactly a sandboxed tool of a non-root brokerd (bubblewrap maps the sandbox to brokerd's own
-uid), should a socket ever be reachable from a sandbox. A peer is admitted when
+The socket's mode and group already decide who may ``connect()``; the peer check holds even
+where they are wider than meant (a socket mode of 0666, a group with a stray member), and is
+the layer that names who is refused. A peer is admitted when
 
 1. the listener runs in a user namespace and the peer shows as the overflow uid: the appliance,
    where every role is a rootless container with its own host uid and sees the others as the
    overflow uid. No uid can name anyone there; the gate is the socket's directory (its group
    admits the roles meant to connect, see docs/decisions.md), as for approve.sock's
    ``local:socket``; or
-2. the peer is in the listener's own user namespace (its ``/proc/<pid>/ns/user`` is the
-   listener's; a peer whose namespace cannot be read is refused), and its uid is the listener's,
-   one of ``uids``, or a member of the socket's ``group`` (primary or supplementary).
+2. its uid is the listener's, one of the socket's ``uids`` (approve.sock: the ``local:<uid>``
+   approvers), or it is a member of the socket's ``group`` (primary, or supplementary as
+   ``/proc/<pid>/status`` lists them).
+
+So a root brokerd's sandboxed tool, which runs as ``[broker] sandbox_uid``, is refused by every
+socket. A non-root brokerd's tool runs as brokerd's own uid (in a user namespace, as loopd does
+on the local stack), which no uid check can tell from a role: there the defence is that no
+socket is ever in a sandbox (grants that reach the sockets' directory are refused at load).
 
 A refusal closes the connection unanswered and is logged at WARNING with the socket, the peer's
 uid and pid, and the reason.
@@ -38,13 +42,11 @@ class Peer:
     pid: int  # 0 when the peer is in a PID namespace the listener cannot see
     uid: int
     groups: frozenset[int]  # primary and supplementary gids (supplementary only when readable)
-    user_namespace: str | None  # e.g. "user:[4026531837]"; None when it could not be read
 
 
 @dataclass(frozen=True, kw_only=True)
 class Listener:
     uid: int
-    user_namespace: str | None
     in_user_namespace: bool  # not the initial one: the listener is itself in a container
     overflow_uid: int
 
@@ -61,9 +63,6 @@ def admit(peer: Peer, me: Listener, policy: PeerPolicy) -> str | None:
     """None when ``peer`` may use the socket, else why not."""
     if me.in_user_namespace and peer.uid == me.overflow_uid:
         return None  # rule 1: the socket's directory is the gate
-    if peer.user_namespace is None or peer.user_namespace != me.user_namespace:
-        return (f"the peer (pid {peer.pid}) runs in another user namespace than this role, as "
-                "a sandboxed tool does")
     if peer.uid == me.uid or peer.uid in policy.uids:
         return None
     if policy.group is not None and policy.group in peer.groups:
@@ -74,8 +73,7 @@ def admit(peer: Peer, me: Listener, policy: PeerPolicy) -> str | None:
 def peer_of(sock: socket.socket) -> Peer:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", creds)
-    return Peer(pid=pid, uid=uid, groups=frozenset({gid}) | _supplementary(pid),
-                user_namespace=_user_namespace(pid) if pid > 0 else None)
+    return Peer(pid=pid, uid=uid, groups=frozenset({gid}) | _supplementary(pid))
 
 
 def listener() -> Listener:
@@ -83,8 +81,7 @@ def listener() -> Listener:
         uid_map = Path("/proc/self/uid_map").read_text(encoding="ascii").split()
     except OSError:
         uid_map = []
-    return Listener(uid=os.geteuid(), user_namespace=_user_namespace(os.getpid()),
-                    in_user_namespace=tuple(uid_map) != _INITIAL_UID_MAP,
+    return Listener(uid=os.geteuid(), in_user_namespace=tuple(uid_map) != _INITIAL_UID_MAP,
                     overflow_uid=overflow_uid())
 
 
@@ -95,13 +92,6 @@ def overflow_uid(path: Path = OVERFLOW_UID_FILE) -> int:
         return int(path.read_text(encoding="ascii").strip())
     except (OSError, ValueError):
         return DEFAULT_OVERFLOW_UID
-
-
-def _user_namespace(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/user")
-    except OSError:
-        return None
 
 
 def _supplementary(pid: int) -> frozenset[int]:
