@@ -56,6 +56,16 @@ def python(code: str) -> list[str]:
     return ["python3", "-c", code]
 
 
+# Sandbox code: read the socket ``s`` to its end into ``data`` (saying so if it broke).
+RECEIVE_ALL = """\
+data = b''
+try:
+    while chunk := s.recv(4096):
+        data += chunk
+except OSError as exc:
+    print('CLOSED', exc)
+"""
+
 _TUNNEL = """\
 import os, socket, ssl
 proxy = os.environ['HTTPS_PROXY'].rsplit(':', 1)[1]
@@ -74,13 +84,7 @@ else:
     except ssl.SSLWantReadError:
         pass
     s.sendall(outgoing.read())
-data = b''
-try:
-    while chunk := s.recv(4096):
-        data += chunk
-except OSError as exc:
-    print('CLOSED', exc)
-print('UPSTREAM', 'answered: ' + data.decode('latin-1')[-200:] if data else 'nothing')
+{receive_all}print('UPSTREAM', 'answered: ' + data.decode('latin-1')[-200:] if data else 'nothing')
 """
 
 
@@ -89,4 +93,4 @@ def tunnel_script(host: str, port: int, *, sni: str | None) -> str:
     naming ``sni`` (a real ClientHello; None: plain HTTP inside the tunnel instead), and print
     the proxy's answer line and ``UPSTREAM answered: <the end of what came back>`` (or
     ``UPSTREAM nothing``)."""
-    return _TUNNEL.format(host=host, port=port, sni=sni)
+    return _TUNNEL.format(host=host, port=port, sni=sni, receive_all=RECEIVE_ALL)

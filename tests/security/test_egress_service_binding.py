@@ -10,7 +10,16 @@ the server, and the proxy records each refusal (its events, which brokerd logs).
 
 from __future__ import annotations
 
-from sandbox.helpers import GRANTED_HOST, REFUSED_HOST, python, ro, shell, spec, tunnel_script
+from sandbox.helpers import (
+    GRANTED_HOST,
+    RECEIVE_ALL,
+    REFUSED_HOST,
+    python,
+    ro,
+    shell,
+    spec,
+    tunnel_script,
+)
 
 from .calls import Result
 
@@ -19,14 +28,12 @@ import os, socket
 proxy = int(os.environ['HTTP_PROXY'].rsplit(':', 1)[1])
 s = socket.create_connection(('127.0.0.1', proxy), timeout=10)
 s.sendall({requests!r})
-data = b''
-try:
-    while chunk := s.recv(4096):
-        data += chunk
-except OSError as exc:
-    print('CLOSED', exc)
-print(data.decode('latin-1'))
 """
+
+
+def pipelined(requests: bytes) -> str:
+    """Sandbox code sending ``requests`` on one proxy connection, printing all that comes back."""
+    return PIPELINED.format(requests=requests) + RECEIVE_ALL + "print(data.decode('latin-1'))\n"
 
 
 def in_sandbox(caller, granted, port: int, code: str) -> Result:
@@ -44,7 +51,7 @@ def get(host: str, port: int, path: str) -> bytes:
 def test_a_second_request_for_another_name_on_the_connection_is_refused(caller, granted,
                                                                         web_server):
     requests = get(GRANTED_HOST, web_server, "/one") + get(REFUSED_HOST, web_server, "/two")
-    result = in_sandbox(caller, granted, web_server, PIPELINED.format(requests=requests))
+    result = in_sandbox(caller, granted, web_server, pipelined(requests))
     assert f"page /one for {GRANTED_HOST}" in result.text  # the granted request is carried
     assert "page /two" not in result.text
     assert any(REFUSED_HOST in detail for detail in result.refused_egress()), result.egress
@@ -54,7 +61,7 @@ def test_an_origin_form_second_request_cannot_slip_a_host_header_past(caller, gr
                                                                       web_server):
     sneaky = f"GET /two HTTP/1.1\r\nHost: {REFUSED_HOST}\r\n\r\n".encode()
     requests = get(GRANTED_HOST, web_server, "/one") + sneaky
-    result = in_sandbox(caller, granted, web_server, PIPELINED.format(requests=requests))
+    result = in_sandbox(caller, granted, web_server, pipelined(requests))
     assert "page /two" not in result.text
     assert result.refused_egress(), result.egress
 
@@ -76,8 +83,8 @@ def test_a_tunnel_that_is_not_tls_is_refused(caller, granted, web_server):
 
 
 def test_the_granted_name_still_works_both_ways(caller, granted, web_server):
-    plain = in_sandbox(caller, granted, web_server, PIPELINED.format(
-        requests=get(GRANTED_HOST, web_server, "/one") + get(GRANTED_HOST, web_server, "/two")))
+    plain = in_sandbox(caller, granted, web_server, pipelined(
+        get(GRANTED_HOST, web_server, "/one") + get(GRANTED_HOST, web_server, "/two")))
     assert f"page /one for {GRANTED_HOST}" in plain.text
     tunnel = in_sandbox(caller, granted, web_server,
                         tunnel_script(GRANTED_HOST, web_server, sni=GRANTED_HOST))

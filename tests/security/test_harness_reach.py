@@ -72,26 +72,20 @@ def call(socket_path: Path, tool: str, arguments: dict, session: str) -> Frame:
 
 def test_grants_reaching_the_harness_are_refused_at_load_and_grant_nothing(short_dir):
     home, run, grants = short_dir / "home", short_dir / "run", short_dir / "grants"
-    reaching = {
-        "everything.toml": grant(["fs.read"], "auto", "private",
-                                 argument=("path", "paths", f"{short_dir}/**"),
-                                 sandbox=f'mounts = [{{ path = "{short_dir}" }}]'),
-        "audit.toml": grant(["fs.read"], "auto", "private",
-                            argument=("path", "paths", f"{home}/audit/**"),
-                            sandbox=f'mounts = [{{ path = "{short_dir / "granted"}" }}]'),
-        "sockets.toml": grant(["shell.run"], "auto", "private",
-                              argument=("cwd", "paths", f"{short_dir}/granted/**"),
-                              sandbox=f'mounts = [{{ path = "{run}" }}]'),
-        "grants.toml": grant(["fs.read"], "auto", "private",
-                             argument=("path", "paths", f"{short_dir}/granted/**"),
-                             sandbox=f'mounts = [{{ path = "{grants}" }}]'),
+    granted = short_dir / "granted"
+    # name: (what its argument may name, what it mounts, what brokerd must say it reaches)
+    cases = {
+        "everything.toml": (f"{short_dir}/**", short_dir, "the state directory"),
+        "audit.toml": (f"{home}/audit/**", granted, "the state directory"),
+        "sockets.toml": (f"{granted}/**", run, "the sockets' directory"),
+        "grants.toml": (f"{granted}/**", grants, "the grants directory"),
     }
+    reaching = {name: grant(["fs.read"], "auto", "private", argument=("path", "paths", glob),
+                            sandbox=f'mounts = [{{ path = "{mount}" }}]')
+                for name, (glob, mount, _) in cases.items()}
     with scripted_rig(short_dir, grants=reaching) as rig:
         log = rig.stack.log("brokerd")
-        for name, what in [("everything.toml", "the state directory"),
-                           ("audit.toml", "the state directory"),
-                           ("sockets.toml", "the sockets' directory"),
-                           ("grants.toml", "the grants directory")]:
+        for name, (_, _, what) in cases.items():
             assert f"grant refused, it grants nothing: {grants / name}:" in log, log
             assert what in log.split(str(grants / name), 1)[1].splitlines()[0]
         socket_path = rig.stack.socket("brokerd")
