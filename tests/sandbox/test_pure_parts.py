@@ -22,6 +22,7 @@ from brokerd.sandbox._bwrap_args import BwrapLayout, bwrap_argv
 from brokerd.sandbox._call import check_spec, toolkit_args
 from brokerd.sandbox._outcome import Finished, interpret
 from brokerd.sandbox._podman_args import podman_remove_argv, podman_run_argv
+from brokerd.sandbox.bubblewrap import _for_version
 from bxcore.secrets import Secret
 from bxcore.tools import DataClass
 
@@ -215,3 +216,19 @@ def test_failures_name_their_reason(run, reason, detail):
     response = out.as_response()
     assert (response.status, response.data_class) == ("failed", DataClass.PRIVATE)
     assert response.content.startswith(f"{reason}: ")
+
+
+@pytest.mark.parametrize(("version", "disable_userns"), [((0, 8, 0), True), ((0, 11, 0), True),
+                                                        ((0, 7, 0), False), ((0, 5, 0), False)])
+def test_an_older_bubblewrap_runs_without_disable_userns(version, disable_userns):
+    layout = _for_version(BwrapLayout(), version)
+    assert layout.disable_userns is disable_userns
+    argv = bwrap_argv(SPEC, layout, toolkit_dir=Path("/t"), secrets_dir=None, egress_dir=None,
+                      seccomp_fd=9)
+    assert ("--disable-userns" in argv) is disable_userns
+    assert "--seccomp" in argv  # the filter refuses user namespaces either way
+
+
+def test_a_bubblewrap_that_cannot_size_a_tmpfs_is_refused():
+    with pytest.raises(SandboxUnavailable, match=r"0\.4\.1 is too old"):
+        _for_version(BwrapLayout(), (0, 4, 1))

@@ -60,6 +60,9 @@ class BwrapLayout:
     python: str = "/usr/bin/python3"
     prlimit: str = "/usr/bin/prlimit"
     setpriv: str = "/usr/bin/setpriv"  # a root brokerd's sandboxes change uid with it
+    # bubblewrap >= 0.8 (Debian 12's 0.8.0): --disable-userns. Older ones lack it, and the
+    # seccomp filter alone refuses new user namespaces (BubblewrapSandbox says so at start).
+    disable_userns: bool = True
     system: tuple[tuple[str, ...], ...] = DEBIAN_SYSTEM
     certificates: str = "/etc/ssl"  # bound read-only for calls with egress (https needs it)
 
@@ -82,7 +85,8 @@ def bwrap_argv(
     run_as: int | None = None,
 ) -> list[str]:
     if run_as is None:
-        argv = [layout.bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
+        argv = [layout.bwrap, "--unshare-all", "--unshare-user"]
+        argv += ["--disable-userns"] if layout.disable_userns else []
         capabilities = ["--cap-drop", "ALL"]
     else:
         argv = [layout.bwrap, *NAMESPACES_BUT_USER]

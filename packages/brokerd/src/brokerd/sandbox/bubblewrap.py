@@ -20,9 +20,13 @@ What is enforced where (see also ``_bwrap_args`` and ``_cgroup``):
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
+import re
 import secrets
 import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -41,6 +45,9 @@ from .spec import SandboxSpec
 
 # bwrap outside, bwrap as PID 1 inside: two tasks the sandboxed program does not get.
 _BWRAP_TASKS = 2
+MIN_BWRAP = (0, 5)
+DISABLE_USERNS_BWRAP = (0, 8)
+log = logging.getLogger("brokerd.sandbox")
 
 
 class BubblewrapSandbox(Backend):
@@ -63,6 +70,7 @@ class BubblewrapSandbox(Backend):
         for program in (*programs, *(() if self._run_as is None else (self.layout.setpriv,))):
             if shutil.which(program) is None:
                 raise SandboxUnavailable(f"bubblewrap backend: {program!r} is not installed")
+        self.layout = _for_version(self.layout, bwrap_version(self.layout.bwrap))
         if not (toolkit_dir / "main.py").is_file():
             raise SandboxUnavailable(f"bubblewrap: {toolkit_dir} is not the toolkit package")
         super().__init__(scratch_root, egress_resolver, owner=self._run_as)
@@ -106,3 +114,30 @@ class BubblewrapSandbox(Backend):
                 cgroup.remove()
         return interpret(finished, data_class=spec.data_class, egress=bool(spec.hosts),
                          timeout_s=spec.limits.timeout_s, stdout_cap=stdout_cap(spec))
+
+
+def bwrap_version(bwrap: str) -> tuple[int, ...]:
+    """``bwrap --version`` as numbers, e.g. (0, 8, 0)."""
+    try:
+        text = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=30,
+                              check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SandboxUnavailable(f"bubblewrap backend: {bwrap} --version failed: {exc}") from None
+    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if found is None:
+        raise SandboxUnavailable(f"bubblewrap backend: cannot read {bwrap}'s version: {text!r}")
+    return tuple(int(part) for part in found.groups("0"))
+
+
+def _for_version(layout: BwrapLayout, version: tuple[int, ...]) -> BwrapLayout:
+    """0.5 is the least that can size a tmpfs (``--size``, ``--perms``); before 0.8 there is no
+    ``--disable-userns`` and the seccomp filter alone refuses user namespaces."""
+    shown = ".".join(map(str, version))
+    if version < MIN_BWRAP:
+        raise SandboxUnavailable(f"bubblewrap {shown} is too old: 0.5 or later sizes /tmp "
+                                 "(--size); Debian 12 ships 0.8.0")
+    if version < DISABLE_USERNS_BWRAP:
+        log.warning("bubblewrap %s has no --disable-userns (0.8 or later): only the seccomp "
+                    "filter refuses user namespaces inside the sandbox", shown)
+        return dataclasses.replace(layout, disable_userns=False)
+    return layout
