@@ -85,7 +85,7 @@ let
   toolkitImage = ociImage {
     name = "toolkit";
     contents = [ toolkitEnv pkgs.busybox pkgs.cacert ];
-    config.Entrypoint = [ "${toolkitEnv}/bin/python3" "-s" "-B" "-m" "toolkit" ];
+    config.Entrypoint = [ "${toolkitEnv}/bin/python3" "-P" "-s" "-B" "-m" "toolkit" ];
   };
   images = lib.listToAttrs (map (role: { name = "image-${role}"; value = roleImage role; }) stack.roleNames)
     // { image-toolkit = toolkitImage; };
