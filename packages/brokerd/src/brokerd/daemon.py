@@ -100,7 +100,8 @@ def build(config: Config, backend: Sandbox) -> Broker:
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
                   secrets=secrets, clock=now,
-                  configured={CONSULT: consult.settings} if consult is not None else None)
+                  configured={CONSULT: consult.settings} if consult is not None else None,
+                  floor=config.memory.identity_ceiling)
 
 
 async def serve(config: Config, backend: Sandbox, source: str | Path = "config") -> None:

@@ -104,10 +104,14 @@ class GrantStore:
 
 def resolve_paths(arguments: Mapping[str, Any], names: frozenset[str]) -> dict[str, str]:
     """The resolved form of each named argument that is an absolute path string; the rest are
-    left out, and a grant constraining them by path does not match."""
+    left out, and a grant constraining them by path does not match. A path the host cannot
+    name (a NUL, text that is not Unicode) is left out too: resolving never raises."""
     resolved = {}
     for name in names:
         value = arguments.get(name)
         if isinstance(value, str) and value.startswith("/") and "\0" not in value:
-            resolved[name] = real_path(value)
+            try:
+                resolved[name] = real_path(value)
+            except (ValueError, OSError):  # UnicodeEncodeError is a ValueError
+                continue
     return resolved
