@@ -26,6 +26,7 @@ from .audit import AuditLog, entries
 from .egresslog import CONSULT, ConsultEgress
 from .grantstore import GrantStore
 from .memory import MemoryClient
+from .provenance import ProvenanceStore
 from .runner import Runner
 from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
 from .server import connection, handlers
@@ -41,6 +42,10 @@ def audit_dir(config: Config) -> Path:
 
 def taint_dir(config: Config) -> Path:
     return config.paths.home / "broker" / "sessions"
+
+
+def provenance_file(config: Config) -> Path:
+    return config.paths.home / "broker" / "provenance.jsonl"
 
 
 def egress_dir(config: Config) -> Path:
@@ -95,7 +100,8 @@ def build(config: Config, backend: Sandbox) -> Broker:
                                                                  egress_dir(config))
     runner = Runner(backend=backend,
                     memory=MemoryClient(config.memory.socket or config.socket("memory")),
-                    audit=audit, taints=taints, result_cap=section.result_cap, consult=consult)
+                    audit=audit, taints=taints, result_cap=section.result_cap, consult=consult,
+                    provenance=ProvenanceStore(provenance_file(config)))
     grants = GrantStore(section.grants_dir())
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,

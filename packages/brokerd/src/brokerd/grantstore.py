@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ._files import read_text, toml_files
@@ -40,21 +40,61 @@ def home() -> Path:
     return Path(os.path.expanduser("~"))
 
 
-def read_grant(path: Path) -> Grant:
+def read_grant(path: Path) -> tuple[Grant, list[str]]:
+    """The grant in ``path``, and every host path its parsing resolved (globs' directory parts,
+    mount paths), as written with ``~`` expanded."""
     text = read_text(path, MAX_GRANT_FILE, GrantError, "a grant")
-    return parse_grant(text, path, home=home(), resolve=real_path)
+    resolved: list[str] = []
+
+    def resolve(written: str) -> str:
+        resolved.append(written)
+        return real_path(written)
+
+    return parse_grant(text, path, home=home(), resolve=resolve), resolved
 
 
 def load_grants(directory: Path) -> GrantSet:
-    """Every ``*.toml`` grant in ``directory``; broken files are in ``errors`` and grant nothing."""
-    grants: list[Grant] = []
+    """Every ``*.toml`` grant in ``directory``; broken files are in ``errors`` and grant nothing,
+    and so does an auto or ask grant a tool could re-target (``retarget_risk``)."""
+    parsed: list[tuple[Path, Grant, list[str]]] = []
     errors: list[GrantError] = []
     for path in toml_files(directory, GrantError, "grants"):
         try:
-            grants.append(read_grant(path))
+            parsed.append((path, *read_grant(path)))
         except GrantError as exc:
             errors.append(exc)
+    writable = [(g.name, m.source) for _, g, _ in parsed if g.mode != "deny"
+                for m in g.mounts if m.writable]
+    grants: list[Grant] = []
+    for path, grant, resolved in parsed:
+        why = None if grant.mode == "deny" else retarget_risk(resolved, writable)
+        if why is None:
+            grants.append(grant)
+        else:
+            errors.append(GrantError(f"{path}: {why}"))
     return GrantSet(tuple(grants), tuple(errors))
+
+
+def retarget_risk(paths: list[str], writable: list[tuple[str, Path]]) -> str | None:
+    """Why a grant resolving ``paths`` could be re-targeted by a tool, or None.
+
+    Paths are resolved when grants load. If one step of that resolution is a directory entry
+    inside a mount some grant lets a tool write (not the mount itself: a tool cannot replace
+    its own mount point), the tool can swap it for a symlink, and the next reload would point
+    this grant wherever the symlink says. Such a grant is refused, loudly, naming both.
+    """
+    for written in paths:
+        parts = PurePosixPath(written).parts
+        for end in range(2, len(parts) + 1):
+            step = str(PurePosixPath(*parts[:end]))
+            real = Path(real_path(step))
+            for owner, source in writable:
+                if real != source and real.is_relative_to(source):
+                    return (f"{written} resolves through {step}, inside the writable mount "
+                            f"{source} of grant {owner}: a tool could replace it with a symlink "
+                            "and re-target this grant at the next reload; grant a path outside "
+                            "every writable mount")
+    return None
 
 
 class GrantStore:
