@@ -87,9 +87,11 @@ def retarget_risk(paths: list[str], writable: list[tuple[str, Path]]) -> str | N
         parts = PurePosixPath(written).parts
         for end in range(2, len(parts) + 1):
             step = str(PurePosixPath(*parts[:end]))
-            real = Path(real_path(step))
+            # Where the entry itself is (its parent resolved, not the entry: a symlink already
+            # planted there must count where it sits, not where it points).
+            entry = Path(real_path(str(PurePosixPath(*parts[:end - 1])))) / parts[end - 1]
             for owner, source in writable:
-                if real != source and real.is_relative_to(source):
+                if entry != source and entry.is_relative_to(source):
                     return (f"{written} resolves through {step}, inside the writable mount "
                             f"{source} of grant {owner}: a tool could replace it with a symlink "
                             "and re-target this grant at the next reload; grant a path outside "
