@@ -119,7 +119,12 @@ def cap_text(text: str, cap: int) -> tuple[str, bool]:
 
 
 def _ours(name: str, content: str, status: Literal["ok", "failed"] = "failed") -> ToolOutcome:
-    return ToolOutcome(name=name, response=plain_answer(status, content))
+    # A name the model made up may hold what no channel can carry (a lone surrogate): escaped.
+    return ToolOutcome(name=_carried(name), response=plain_answer(status, _carried(content)))
+
+
+def _carried(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _object_or_none(text: str) -> dict[str, Any] | None:
