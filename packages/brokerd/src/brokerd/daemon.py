@@ -31,6 +31,7 @@ from .egresslog import CONSULT, ConsultEgress
 from .grantstore import GrantStore, real_path
 from .memory import MemoryClient
 from .policy._protected import Protected
+from .provenance import ProvenanceStore
 from .runner import Runner
 from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
 from .sandbox._workspace import default_scratch_root
@@ -47,6 +48,10 @@ def audit_dir(config: Config) -> Path:
 
 def taint_dir(config: Config) -> Path:
     return config.paths.home / "broker" / "sessions"
+
+
+def provenance_file(config: Config) -> Path:
+    return config.paths.home / "broker" / "provenance.jsonl"
 
 
 def egress_dir(config: Config) -> Path:
@@ -127,12 +132,14 @@ def build(config: Config, backend: Sandbox) -> Broker:
                                                                  egress_dir(config))
     runner = Runner(backend=backend,
                     memory=MemoryClient(config.memory.socket or config.socket("memory")),
-                    audit=audit, taints=taints, result_cap=section.result_cap, consult=consult)
+                    audit=audit, taints=taints, result_cap=section.result_cap, consult=consult,
+                    provenance=ProvenanceStore(provenance_file(config)))
     grants = GrantStore(section.grants_dir(), harness_paths(config, os.environ))
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
                   secrets=secrets, clock=now,
-                  configured={CONSULT: consult.settings} if consult is not None else None)
+                  configured={CONSULT: consult.settings} if consult is not None else None,
+                  floor=config.memory.identity_ceiling)
 
 
 async def serve(config: Config, backend: Sandbox, source: str | Path = "config") -> None:

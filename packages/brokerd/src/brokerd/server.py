@@ -60,12 +60,22 @@ async def _read_request(stream: FrameStream) -> Frame | None:
 
 
 async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
-    frame = await _read_request(stream)
-    if frame is None:
+    """One request on broker.sock, answered and audited whatever it holds: a frame that cannot
+    be decoded or is not a tool request is audited as refused, and a failure inside brokerd is
+    answered with an error frame, never a dropped connection."""
+    try:
+        frame = await stream.read(REQUEST_TIMEOUT)
+    except FrameError as exc:
+        broker.refuse(f"the request frame could not be decoded: {exc}")
+        with contextlib.suppress(BoxmakerError, TimeoutError):
+            await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
         return
+    except (BoxmakerError, TimeoutError):
+        return  # no request arrived: the peer closed or said nothing
     try:
         request = frame.parse(ToolRequest)
     except FrameError as exc:
+        broker.refuse(f"not a tool request: {exc}", body=frame.body)
         await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
         return
 
@@ -74,9 +84,10 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
 
     try:
         response = await broker.call(request, waiting)
-    except BoxmakerError as exc:
+    except Exception as exc:  # anything at all: the caller gets an answer, the log has the trace
         log.exception("call %s/%s (%s) failed", request.session, request.call, request.tool)
-        await stream.write(error_frame(ErrorCode.INTERNAL, f"brokerd failed the call: {exc}"))
+        await stream.write(error_frame(ErrorCode.INTERNAL, f"brokerd failed the call: "
+                                                           f"{type(exc).__name__}"))
         return
     await stream.write(Frame.of(broker_wire.TOOL_RESPONSE, response, final=True))
 
