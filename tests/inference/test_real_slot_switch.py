@@ -143,7 +143,7 @@ async def test_many_sessions_round_robin_on_one_slot(llama_router_proxy: Path):
     async with client(llama_router_proxy) as qwen:
         for thread, topic in zip(threads, ("bees", "taxes", "car", "books", "bikes", "camera"),
                                  strict=True):
-            await thread.say(qwen, long_text(topic, 20))
+            await thread.say(qwen, long_text(topic, 8))
         for round_ in range(2):
             for thread in threads:
                 await thread.say(qwen, f"Round {round_}: one word, please.")
@@ -156,7 +156,7 @@ async def test_a_request_another_client_sent_on_the_slot_does_not_cost_the_sessi
 ):
     a = Thread("foreign-a", f"{nonce()} {BASELINE}")
     async with client(llama_router_proxy) as qwen:
-        await a.say(qwen, long_text("printer", 30))
+        await a.say(qwen, long_text("printer", 20))
         # Another client of the shared server: its own system prompt, pinned to our slot...
         raw_chat(llama_router, f"{nonce()} You translate to French.", long_text("vin", 10))
         await a.say(qwen, "Is the printer fine?")
