@@ -10,14 +10,17 @@ from pathlib import Path
 from brokerd.server import Handler, connection, handlers
 from brokerd.service import Broker
 from bxcore import daemon
+from bxcore.peers import PeerPolicy
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
 
 
 async def bind(path: Path, kinds: frozenset[str], handle: Handler) -> asyncio.AbstractServer:
-    """Listen on ``path`` (bxcore.daemon: born with the default mode, a stale file replaced)."""
+    """Listen on ``path`` (bxcore.daemon: born with the default mode, a stale file replaced,
+    peers checked as the daemon checks them)."""
     sock = daemon.bind_unix_socket(path, mode=daemon.DEFAULT_MODE)
-    return await asyncio.start_unix_server(connection(path, kinds, handle), sock=sock)
+    gated = daemon.gate_peers(path, connection(path, kinds, handle), PeerPolicy(group=None))
+    return await asyncio.start_unix_server(gated, sock=sock)
 
 
 async def start(

@@ -184,6 +184,8 @@ async def run(
         settings=TurnSettings.from_config(role.config), now=now_rfc3339,
     )
     store = SessionStore(role.config.paths.home)
+    for name in store.remove_staging():
+        log.warning("removed %s: a session whose creation a crash interrupted", name)
     settings = await _served_now(serving, store)
     epochs = EpochSettings.from_config(
         role.config, served_context=None if settings is None else settings.per_slot_context
