@@ -3,7 +3,8 @@ changes, so every call is decided against the grants as they are at that moment.
 
 brokerd only ever reads this directory. A file that fails to parse is logged loudly and grants
 nothing; the other files still count. Only ``*.toml`` files are grants: an editor's backup or a
-README beside them is ignored.
+README beside them is ignored. A grant that reaches one of the harness's own directories
+(``protected``, see ``policy._protected``) is refused like a broken file, naming it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from ._files import read_text, toml_files
 from .errors import GrantError
 from .policy import Grant, parse_grant
+from .policy._protected import Protected, reaching
 
 log = logging.getLogger("brokerd.grants")
 
@@ -40,9 +42,9 @@ def home() -> Path:
     return Path(os.path.expanduser("~"))
 
 
-def read_grant(path: Path) -> tuple[Grant, list[str]]:
+def read_grant(path: Path, protected: tuple[Protected, ...] = ()) -> tuple[Grant, list[str]]:
     """The grant in ``path``, and every host path its parsing resolved (globs' directory parts,
-    mount paths), as written with ``~`` expanded."""
+    mount paths), as written with ``~`` expanded. GrantError if it reaches a protected path."""
     text = read_text(path, MAX_GRANT_FILE, GrantError, "a grant")
     resolved: list[str] = []
 
@@ -50,17 +52,23 @@ def read_grant(path: Path) -> tuple[Grant, list[str]]:
         resolved.append(written)
         return real_path(written)
 
-    return parse_grant(text, path, home=home(), resolve=resolve), resolved
+    grant = parse_grant(text, path, home=home(), resolve=resolve)
+    why = reaching(grant, protected)
+    if why is not None:
+        raise GrantError(f"{path}: {why}; a grant may never reach the harness's own files, so "
+                         "this one grants nothing")
+    return grant, resolved
 
 
-def load_grants(directory: Path) -> GrantSet:
+def load_grants(directory: Path, protected: tuple[Protected, ...] = ()) -> GrantSet:
     """Every ``*.toml`` grant in ``directory``; broken files are in ``errors`` and grant nothing,
-    and so does an auto or ask grant a tool could re-target (``retarget_risk``)."""
+    and so does a grant reaching the harness's own files, or an auto or ask grant a tool could
+    re-target (``retarget_risk``)."""
     parsed: list[tuple[Path, Grant, list[str]]] = []
     errors: list[GrantError] = []
     for path in toml_files(directory, GrantError, "grants"):
         try:
-            parsed.append((path, *read_grant(path)))
+            parsed.append((path, *read_grant(path, protected)))
         except GrantError as exc:
             errors.append(exc)
     writable = [(g.name, m.source) for _, g, _ in parsed if g.mode != "deny"
@@ -102,8 +110,9 @@ def retarget_risk(paths: list[str], writable: list[tuple[str, Path]]) -> str | N
 class GrantStore:
     """The grants in force. ``current()`` re-reads the directory when any file in it changed."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, protected: tuple[Protected, ...] = ()):
         self.directory = directory
+        self.protected = protected
         self._signature: tuple[Any, ...] | None = None
         self._set = GrantSet((), ())
 
@@ -116,7 +125,7 @@ class GrantStore:
 
     def _load(self) -> GrantSet:
         try:
-            grants = load_grants(self.directory)
+            grants = load_grants(self.directory, self.protected)
         except GrantError as exc:
             log.error("%s: every call is denied until this is fixed", exc)
             return GrantSet((), (exc,))

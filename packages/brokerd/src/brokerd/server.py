@@ -21,6 +21,7 @@ from bxcore.config.broker import LOCAL_SOCKET
 from bxcore.errors import BoxmakerError, ErrorCode, FrameError, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
+from bxcore.peers import PeerPolicy, overflow_uid
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.tools import ToolRequest
@@ -32,8 +33,6 @@ from .service import Broker
 log = logging.getLogger("brokerd.server")
 
 REQUEST_TIMEOUT = 30.0  # seconds for a client to send its one request frame
-OVERFLOW_UID_FILE = Path("/proc/sys/kernel/overflowuid")
-DEFAULT_OVERFLOW_UID = 65534
 
 Handler = Callable[[FrameStream, asyncio.StreamWriter], Awaitable[None]]
 
@@ -46,15 +45,6 @@ def peer_uid(writer: asyncio.StreamWriter) -> int:
     sock: socket.socket = writer.get_extra_info("socket")
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[1])
-
-
-def overflow_uid(path: Path = OVERFLOW_UID_FILE) -> int:
-    """The uid a user namespace shows for one it does not map (the kernel's default if the
-    file cannot be read)."""
-    try:
-        return int(path.read_text(encoding="ascii").strip())
-    except (OSError, ValueError):
-        return DEFAULT_OVERFLOW_UID
 
 
 async def _read_request(stream: FrameStream) -> Frame | None:
@@ -107,6 +97,12 @@ async def handle_approval(broker: Broker, stream: FrameStream, uid: int, overflo
     if frame is None:
         return
     if frame.kind == approval_wire.APPROVAL_LIST:
+        try:  # the pending calls' arguments are for approvers only
+            local_approver(uid, broker.desk.book.approvers, overflow)
+        except ApprovalError as exc:
+            log.warning("approval list for local:%d refused: %s", uid, exc)
+            await stream.write(error_frame(exc.code, str(exc)))
+            return
         body = approval_wire.ApprovalPending(approvals=broker.desk.pending())
         await stream.write(Frame.of(approval_wire.APPROVAL_PENDING, body, final=True))
         return
@@ -167,7 +163,8 @@ async def bind(
 ) -> asyncio.AbstractServer:
     """Listen on ``path`` (bxcore.daemon: born with ``mode``, a stale file replaced)."""
     sock = daemon.bind_unix_socket(path, mode=mode, group=group)
-    return await asyncio.start_unix_server(connection(path, kinds, handle), sock=sock)
+    gated = daemon.gate_peers(path, connection(path, kinds, handle), PeerPolicy(group=group))
+    return await asyncio.start_unix_server(gated, sock=sock)
 
 
 async def start(

@@ -45,9 +45,18 @@ def read_lines(directory: Path, *, newest_only: bool = False) -> Iterator[Line]:
             raise AuditError(f"{path}: cannot read: {exc.strerror}") from None
 
 
+def read_files(directory: Path) -> Iterator[bytes]:
+    """Each log file's bytes, oldest first (a file is at most ``rotate_bytes`` long)."""
+    for path in log_files(directory):
+        try:
+            yield path.read_bytes()
+        except OSError as exc:
+            raise AuditError(f"{path}: cannot read: {exc.strerror}") from None
+
+
 def verify(directory: Path) -> tuple[list[BadLink], Head]:
     """Every BadLink in the log (none for a whole chain), and its head."""
-    whole, head = check(read_lines(directory))
+    whole, head = check(read_files(directory))
     return ([] if whole else diagnose(read_lines(directory))), head
 
 
@@ -73,7 +82,7 @@ class AuditLog:
         self.directory = directory
         self._rotate = rotate_bytes
         self._clock = clock
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o750)
         files = log_files(directory)
         self._path = files[-1] if files else directory / f"{1:08d}.jsonl"
         self._seq, self._head = self._find_head(files)
@@ -116,7 +125,7 @@ class AuditLog:
             self._path = self._path.with_name(f"{int(self._path.stem) + 1:08d}.jsonl")
             created = True
         try:
-            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
             try:
                 os.write(fd, line)
                 os.fsync(fd)
