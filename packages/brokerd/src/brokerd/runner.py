@@ -10,6 +10,9 @@ grant's (the spec carries it), or memoryd's for memory tools.
 (``brokerd.egresslog``) before it runs, and it does not run when that record cannot be
 written or consult is not configured. Its answer is labelled at least the session's highest
 class, since whatever was attached came from the session.
+
+``delegate`` runs a child session through the caller (``brokerd.delegate``); its answer is
+labelled with the child's taint.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import logging
 from typing import Protocol
 
 from bxcore.errors import BoxmakerError
+from bxcore.protocol.delegate import DELEGATE
 from bxcore.protocol.memory import MEMORY_TOOLS
 from bxcore.tools import DataClass, ToolRequest, ToolResponse
 from bxcore.util import sha256
 
 from .audit import AuditLog
+from .delegate import Children, run_delegate
 from .egresslog import CONSULT, ConsultEgress
 from .errors import EgressLogError
 from .policy import Decision
@@ -64,15 +69,18 @@ class Runner:
         self._taints = taints
         self._cap = result_cap
 
-    async def run(self, decision: Decision, request: ToolRequest, *, taint: Taint
-                  ) -> ToolResponse:
+    async def run(self, decision: Decision, request: ToolRequest, *, taint: Taint,
+                  children: Children | None = None) -> ToolResponse:
         """Run an allowing Decision for ``request``. Raises NotAuthorized for a forged, used or
-        refusing Decision, before anything runs."""
+        refusing Decision, before anything runs. ``children`` runs a delegate call's child."""
         decision.verify()
         if decision.record.call != request.call or decision.record.session != request.session:
             raise BoxmakerError("the Decision was made for another call")
         if request.tool in MEMORY_TOOLS:
             answer = await self._memory.call(decision, request, taint)
+        elif request.tool == DELEGATE:
+            answer = await run_delegate(request, taint, children=children, audit=self._audit,
+                                        taints=self._taints)
         elif request.tool == CONSULT:
             answer = await self._run_consult(decision, request, taint)
         else:

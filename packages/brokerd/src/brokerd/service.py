@@ -23,6 +23,7 @@ from bxcore.tools import DataClass, ToolRequest, ToolResponse
 
 from .approvals import ApprovalDesk
 from .audit import AuditLog
+from .delegate import Children
 from .grantstore import GrantStore, resolve_paths
 from .policy import Grant, decide, parse_arguments, path_arguments, settle
 from .runner import Runner
@@ -85,7 +86,10 @@ class Broker:
         self._clock = clock
         self._configured = dict(configured or {})  # tool -> what the config fixes for it
 
-    async def call(self, request: ToolRequest, on_waiting: Notify) -> ToolResponse:
+    async def call(self, request: ToolRequest, on_waiting: Notify,
+                   children: Children | None = None) -> ToolResponse:
+        """Decide, audit, ask, run and label one call; ``children`` is the caller's way of
+        running a delegate call's child session (loopd's connection)."""
         grants = self.grants.current()
         taint = self.taints.get(request.session)
         arguments = parse_arguments(request.arguments) or {}
@@ -119,8 +123,8 @@ class Broker:
             self.audit.decision(decision=record)
         if not decision.allowed:
             return denied(decision.record.reason)
-        return await while_running(self._runner.run(decision, request, taint=taint),
-                                   self.desk.interval, on_waiting)
+        run = self._runner.run(decision, request, taint=taint, children=children)
+        return await while_running(run, self.desk.interval, on_waiting)
 
     def _secrets_for(self, tool: str, grants: tuple[Grant, ...]) -> dict[str, Secret]:
         """The secrets grants for ``tool`` inject; one that cannot be read is left out, so a

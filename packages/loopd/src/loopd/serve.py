@@ -25,6 +25,7 @@ from bxcore.daemon import (
     wait_forever,
 )
 from bxcore.errors import ConfigError
+from bxcore.protocol.delegate import DELEGATE_SCHEMA
 from bxcore.util import now_rfc3339
 
 from .checks import budget_report, selftest_report, startup_checks
@@ -34,8 +35,10 @@ from .inference.client import InferenceClient
 from .memory import IdentityFiles, Memory, MemoryLink
 from .server import LoopServer
 from .store import SessionStore
+from .subagents import Subagents
 from .tools import FakeTools, Registry, ToolPort, ToolRunner, load_registry, with_memory_tools
 from .tools.broker import BrokerPort
+from .tools.registry import with_builtin
 from .turn import Loop, TurnSettings
 
 log = logging.getLogger("loopd")
@@ -75,6 +78,7 @@ def build_role(config: Config, config_path: Path, tools: str | None = None) -> R
         registry = load_registry(config.loop.registry)
         if isinstance(memory, MemoryLink):  # the memory tools reach memoryd through brokerd
             registry = with_memory_tools(registry)
+        registry = with_builtin(registry, [DELEGATE_SCHEMA])  # brokerd decides, loopd runs it
         port = BrokerPort(config.broker.socket or config.socket("broker"))
     return Role(
         config=config, source=config_path, system=system_path(config, config_path),
@@ -162,6 +166,8 @@ async def run(
         store=SessionStore(role.config.paths.home), loop=loop, new_baseline=role.baselines,
         slots=role.config.inference.slots, memory=role.memory, epochs=epochs,
     )
+    if isinstance(role.port, BrokerPort):
+        role.port.children = Subagents(server)  # an allowed delegate call's child runs here
     async with listening(served.path, server.handle, mode=served.mode, group=group):
         (notifier or Notifier()).ready(f"serving {served.path}")
         log.info("serving on %s", served.path)
