@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from bxcore.records import Assistant, SessionStart, ToolResult
 from bxcore.taint import read_taint
+from bxctl.scheduler import RESCAN
 from loopd.store import SessionStore
 from support.llama import llama_paths, require_llama
 
@@ -69,18 +70,19 @@ def test_a_job_runs_by_its_schedule_and_a_subagents_answer_and_taint_reach_its_p
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "keys.md").write_text(NOTE + "\n")
-    (state / "jobs").mkdir(parents=True)
-    # Once, about a minute from now (UTC, written as systemd's calendar takes it).
-    when = (datetime.now(UTC) + timedelta(seconds=60)).replace(microsecond=0)
-    (state / "jobs" / "hello.toml").write_text(
-        'ask = "Say hello in one short sentence."\n'
-        f'schedule = "{when:%Y-%m-%d %H:%M:%S} UTC"\n')
     up = bxctl("up", "--no-chat", "--state", str(state), "--llama-server", str(binary),
                "--models", str(models), "--grants", str(grants(tmp_path / "grants", notes)))
     home = state / "home"
     try:
         assert up.returncode == 0, up.stderr
         assert "up: scheduler" in up.stderr
+        # A job added while the stack runs, due once, after the scheduler's next read of the
+        # directory (every 60 s): UTC, written as systemd's calendar takes it.
+        when = (datetime.now(UTC) + timedelta(seconds=RESCAN + 30)).replace(
+            microsecond=0)
+        (state / "jobs" / "hello.toml").write_text(
+            'ask = "Say hello in one short sentence."\n'
+            f'schedule = "{when:%Y-%m-%d %H:%M:%S} UTC"\n')
         say(state, "parent", f"Use call_tool to call fs.read with the path {notes}/keys.md.",
             "required", "none")
         say(state, "parent", 'Use call_tool to call the tool "delegate" with the task: '
