@@ -6,6 +6,7 @@ import os
 
 import pytest
 from hypothesis import HealthCheck, settings
+from support.requires import require
 
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile(
@@ -26,3 +27,10 @@ def _private_state(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BOXMAKER_HOME", str(root / "home"))
     monkeypatch.setenv("BOXMAKER_RUN", str(root / "run"))
     return root
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@needs("podman")`` (tests/support/requires.py): skip without the program, or fail when
+    scripts/setup ran and should have installed it."""
+    for mark in item.iter_markers("needs"):
+        require(*mark.args)

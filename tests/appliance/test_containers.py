@@ -20,21 +20,20 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import roles as images
+from bximage import toolkit as toolkit_image
 from gatewayd.render import PLACEHOLDER
+from support import llama
+from support.requires import needs
 
 from .rootless import NOBODY, WAIT
 from .stack import NOTE_MARKER, ROLES, running_appliance
-
-images = pytest.importorskip("roles", reason="images/ must be on sys.path")  # see conftest
-toolkit_image = pytest.importorskip("bximage.toolkit", reason="images/ must be on sys.path")
-llama = pytest.importorskip("support.llama")
 
 pytestmark = [
     pytest.mark.sandbox,
     pytest.mark.real_server,
     pytest.mark.skipif(os.geteuid() != 0, reason="runs podman as nobody: needs root to set up"),
-    pytest.mark.skipif(shutil.which("podman") is None, reason="podman is missing"),
-    pytest.mark.skipif(shutil.which("systemd-creds") is None, reason="systemd-creds is missing"),
+    needs("podman", "systemd-creds"),
 ]
 
 TURN_WAIT = WAIT * 4  # a tiny model on a shared 2-core machine: a bound on hanging, not a measure

@@ -10,7 +10,6 @@ into a directory laid out as systemd lays it out (measured under a real systemd 
 
 from __future__ import annotations
 
-import shutil
 import stat
 
 import pytest
@@ -18,9 +17,10 @@ from bxcore.config import SecretSpec
 from bxcore.errors import SecretError
 from bxcore.secrets import SecretStore
 from bxctl.stack import load_manifest, podman_args
+from support.requires import needs
 from support.systemd import creds, encrypt, load_as_systemd_does
 
-pytestmark = pytest.mark.skipif(shutil.which("systemd-creds") is None, reason="no systemd-creds")
+pytestmark = needs("systemd-creds")
 
 TOKEN = "mm-bot-token-7f3a9c"
 

@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 from bxctl.stack import load_manifest, tool_runtime_args
+from support.requires import needs
 
 from .nix import lib_expression, needs_nix, nix_eval, nix_string
 from .units import render_unit
@@ -28,7 +29,7 @@ UNITS = [*ROLES, TOOLS]
 
 pytestmark = [
     needs_nix,
-    pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze"),
+    needs("systemd-analyze"),
 ]
 
 
@@ -94,8 +95,11 @@ def test_every_unit_is_notify_restarting_and_hardened(role):
     service = unit_of(role)["serviceConfig"]
     assert service["Type"] == "notify"
     assert service["Restart"] == "on-failure"
+    # It sees /home (grants mount the owner's files), writable where permissions allow.
+    assert (service["ProtectHome"], service["ProtectSystem"]) == ("no", "full")
     for key, value in MANIFEST.hardening.common.items():
-        assert service[key] == value
+        if key not in ("ProtectHome", "ProtectSystem"):
+            assert service[key] == value
     assert service["CapabilityBoundingSet"] == ""
     assert service["NoNewPrivileges"] == "yes"
     assert service["IPAddressDeny"] == "any"
@@ -133,8 +137,11 @@ def test_the_unit_runs_exactly_the_launcher_arguments_with_the_digest_put_in_by_
 
 
 def test_the_role_sockets_form_a_cycle_so_units_are_not_ordered_on_each_other():
-    after = {role: unit_of(role)["after"] for role in ROLES}
-    assert all(a == ["network-online.target"] for a in after.values())
+    """Only a role with a network waits for (and wants) network-online.target; loopd has none."""
+    for role in ROLES:
+        online = [] if MANIFEST.roles[role].network == "none" else ["network-online.target"]
+        assert unit_of(role)["after"] == online
+        assert unit_of(role)["wants"][len(unit_of(role)["wants"]) - len(online):] == online
     assert unit_of("loopd")["wants"] == [
         "boxmaker-brokerd.service", "boxmaker-inferproxy.service", "boxmaker-memoryd.service",
     ]  # fmt: skip
@@ -153,8 +160,11 @@ def test_the_tool_runtime_runs_as_brokerds_user_before_brokerd_with_the_launcher
     assert service["ExecStart"] == " ".join([PODMAN, *tool_runtime_args(MANIFEST)])
     assert service["ExecStartPre"].endswith("load --quiet --input=/nix/store/x-toolkit/image.tar")
     assert unit["before"] == unit["wantedBy"] == ["boxmaker-brokerd.service"]
+    # It sees /home (grants mount the owner's files), writable where permissions allow.
+    assert (service["ProtectHome"], service["ProtectSystem"]) == ("no", "full")
     for key, value in MANIFEST.hardening.common.items():
-        assert service[key] == value
+        if key not in ("ProtectHome", "ProtectSystem"):
+            assert service[key] == value
 
 
 def test_tmpfiles_keep_the_tool_runtime_and_the_call_scratch_to_brokerds_user():

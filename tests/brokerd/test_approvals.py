@@ -70,7 +70,9 @@ def test_an_id_answers_once_and_is_then_unknown():
 
 # --- end to end over broker.sock and approve.sock --------------------------------------------
 
-def scenario(tmp_path, body, *, approvers=frozenset({LOCAL}), ttl=30.0, gateway=None):
+def scenario(tmp_path, body, *, approvers=frozenset({LOCAL}), ttl=30.0, gateway=None,
+             pass_rig=False):
+    """Run ``body(broker_sock, approve_sock)`` (``body(rig, ...)`` with ``pass_rig``)."""
     rig = make_rig(tmp_path, approvers=approvers, ttl=ttl, gateway=gateway)
     write(rig.grants, "echo.toml", ASK)
     sockets = tmp_path / "broker.sock", tmp_path / "approve.sock"
@@ -78,7 +80,7 @@ def scenario(tmp_path, body, *, approvers=frozenset({LOCAL}), ttl=30.0, gateway=
     async def main():
         servers = await start(rig.broker, *sockets)
         try:
-            return await body(*sockets)
+            return await (body(rig, *sockets) if pass_rig else body(*sockets))
         finally:
             for server in servers:
                 server.close()
@@ -125,15 +127,20 @@ def test_an_unanswered_approval_expires_as_a_denial(tmp_path):
 
 
 def test_an_approver_not_on_the_allowlist_does_not_count(tmp_path):
-    async def body(broker_sock, approve_sock):
+    async def body(rig, broker_sock, approve_sock):
         call = asyncio.create_task(call_tool(broker_sock, request("echo", '{"text": "hi"}')))
-        (approval_id,) = await pending_ids(approve_sock, 1)
+        while not rig.broker.desk.pending():
+            await asyncio.sleep(0.01)
+        listed = await approve_socket(approve_sock, wire.APPROVAL_LIST, {})
+        (pending,) = rig.broker.desk.pending()
         refused = await approve_socket(approve_sock, wire.APPROVAL_ANSWER, wire.ApprovalAnswer(
-            id=approval_id, verdict="approve", by=LOCAL))
-        return refused, await call
+            id=pending.id, verdict="approve", by=LOCAL))
+        return listed, refused, await call
 
-    rig, (refused, frames) = scenario(tmp_path, body, approvers=frozenset({"local:0-nobody"}),
-                                      ttl=0.5)
+    rig, (listed, refused, frames) = scenario(
+        tmp_path, body, approvers=frozenset({"local:0-nobody"}), ttl=0.5, pass_rig=True)
+    # Not an approver: neither the pending calls (with their arguments) nor an answer.
+    assert listed.kind == wire.ERROR and listed.body["code"] == "denied"
     assert refused.kind == wire.ERROR and refused.body["code"] == "denied"
     assert frames[-1].body["status"] == "denied" and rig.backend.runs == []
 

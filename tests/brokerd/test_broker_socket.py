@@ -20,7 +20,7 @@ from bxcore.protocol import memory as memory_wire
 from bxcore.tools import ToolResponse
 
 ECHO = 'tools = ["echo"]\nmode = "auto"\nclasses = ["public", "private"]\n' \
-       'result_class = "private"\n'
+       'result_class = "private"\nallow_untrusted = true\n'
 
 
 def serve(rig, tmp_path, body):

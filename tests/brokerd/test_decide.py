@@ -222,4 +222,12 @@ def test_the_record_names_the_call_and_hashes_its_arguments():
 def test_a_denial_says_why_per_grant():
     decision = decide(request("fs.read", '{"path": "/home/o/x"}'), (NOTES,), now=NOW,
                       taint=CLEAN, resolved_paths={"path": "/home/o/x"}, secrets={})
-    assert "notes: argument 'path' resolves to /home/o/x" in decision.record.reason
+    assert "notes: argument 'path' is outside the granted paths" in decision.record.reason
+
+
+def test_a_denial_never_quotes_a_resolved_path_the_model_did_not_give():
+    decision = decide(request("fs.read", '{"path": "/proc/self/cwd/x"}'), (NOTES,), now=NOW,
+                      taint=CLEAN, resolved_paths={"path": "/srv/brokerd/x"}, secrets={})
+    reason = decision.record.reason
+    assert "/srv/brokerd" not in reason
+    assert "outside the granted paths once symlinks and '..' are resolved" in reason

@@ -10,7 +10,6 @@ As root the host key is used (SYSTEMD_CREDENTIAL_SECRET points it at a temp file
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -20,14 +19,12 @@ import pytest
 from bxcore.config import SecretSpec
 from bxcore.errors import SecretError
 from bxcore.secrets import SecretStore
+from support.requires import needs
 
 CANARY = "canary-2b8e51d0-never-in-a-message"
 UNIT = "loopd.service"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("systemd-creds") is None,
-    reason="systemd-creds is not installed (apt-get install systemd)",
-)
+pytestmark = needs("systemd-creds")
 
 
 def systemd_creds(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:

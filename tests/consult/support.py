@@ -15,7 +15,6 @@ import contextlib
 import http.server
 import json
 import secrets
-import shutil
 import textwrap
 import threading
 import time
@@ -24,7 +23,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
 from brokerd.approvals import ApprovalBook, ApprovalDesk
 from brokerd.audit import AuditLog
 from brokerd.egresslog import CONSULT, ConsultEgress
@@ -38,6 +36,7 @@ from bxcore.config import ConsultSection, SecretSpec
 from bxcore.protocol.broker import ToolWaiting
 from bxcore.secrets import SecretStore
 from bxcore.tools import ToolRequest, ToolResponse
+from support.requires import require
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLKIT_DIR = REPO / "packages" / "toolkit" / "src" / "toolkit"
@@ -230,8 +229,7 @@ async def no_approval_wait(waiting: ToolWaiting) -> None:
 
 def make_rig(tmp_path: Path, section: ConsultSection, host: str = CLOUD) -> ConsultRig:
     """A Broker for ``section``'s endpoint; the egress proxy resolves ``host`` to loopback."""
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed (scripts/setup installs it)")
+    require("bwrap")
     home, grants, scratch = tmp_path / "home", tmp_path / "grants", tmp_path / "scratch"
     for directory in (grants, scratch):
         directory.mkdir(parents=True)

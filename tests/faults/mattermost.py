@@ -66,6 +66,10 @@ class MattermostThread:
     def owner_says(self, message: str, root_id: str = "") -> str:
         return self.call(lambda: self.fake.user_posts(self.owner, self.dm, message, root_id))
 
+    def bot_says(self, message: str, root_id: str) -> str:
+        """A post by the bot's own account: what the model's reply would put in the thread."""
+        return self.call(lambda: self.fake.user_posts(self.bot, self.dm, message, root_id))
+
     def bot_posts_in(self, root: str) -> list[dict[str, Any]]:
         return self.call(lambda: [p for p in self.fake.data.posts.values()
                                   if p["user_id"] == self.bot and p["root_id"] == root])

@@ -73,7 +73,7 @@ class Rig:
 @contextlib.contextmanager
 def scripted_rig(root: Path, *, roles: tuple[str, ...] = ROLES, extra_config: str = "",
                  env: dict[str, str] | None = None, grants: dict[str, str] | None = None,
-                 approval_timeout: float = 5.0,
+                 approval_timeout: float = 5.0, approvers: tuple[str, ...] = (),
                  tracer: Callable[[str], list[str]] | None = None) -> Iterator[Rig]:
     (root / "granted").mkdir()
     (root / "outside").mkdir()
@@ -82,7 +82,8 @@ def scripted_rig(root: Path, *, roles: tuple[str, ...] = ROLES, extra_config: st
     model = ScriptedModel()
     with UnixHTTPServer(root / "model.sock", model.handle):
         stack = FaultStack(root, root / "model.sock", roles=roles, extra_config=extra_config,
-                           env=env, approval_timeout=approval_timeout, tracer=tracer)
+                           env=env, approval_timeout=approval_timeout, approvers=approvers,
+                           tracer=tracer)
         (stack.grants / "read.toml").write_text(read_grant(root / "granted"))
         for name, text in (grants or {}).items():
             (stack.grants / name).write_text(text)

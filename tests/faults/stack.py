@@ -62,7 +62,8 @@ INFERENCE = {"model": "fake", "retries": 2, "retry_backoff": 0.05, "liveness_tim
 
 def render_config(root: Path, model_socket: Path, grants: Path, extra: str = "",
                   inference: dict[str, object] | None = None,
-                  approval_timeout: float = 5.0) -> str:
+                  approval_timeout: float = 5.0, approvers: tuple[str, ...] = ()) -> str:
+    """``approvers``: who may answer an ask call besides the local user (Mattermost ids)."""
     settings = {**INFERENCE, **(inference or {})}
     inference_lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in settings.items())
     return f"""[paths]
@@ -86,7 +87,7 @@ registry = {q(root / "registry.json")}
 
 [broker]
 grants = {q(grants)}
-approvers = [{q(f"local:{os.getuid()}")}]
+approvers = [{", ".join(q(a) for a in (f"local:{os.getuid()}", *approvers))}]
 backend = "bubblewrap"
 approval_timeout = {approval_timeout}
 {extra}"""
@@ -96,6 +97,7 @@ class FaultStack:
     def __init__(self, root: Path, model_socket: Path, *, roles: tuple[str, ...] = ROLES,
                  extra_config: str = "", env: dict[str, str] | None = None,
                  inference: dict[str, object] | None = None, approval_timeout: float = 5.0,
+                 approvers: tuple[str, ...] = (),
                  tracer: Callable[[str], list[str]] | None = None):
         self.root = root
         self.roles = roles
@@ -107,7 +109,7 @@ class FaultStack:
         registry_file(root / "registry.json")
         self.config.write_text(
             render_config(root, model_socket, self.grants, extra_config, inference,
-                          approval_timeout))
+                          approval_timeout, approvers))
         self.env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET",)}
         self.env.update(env or {})
         self.tracer = tracer  # a command prefix per role, e.g. strace's (the egress test)

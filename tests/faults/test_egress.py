@@ -14,11 +14,11 @@ configured model socket, a sandbox's egress-proxy socket).
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from support.requires import needs
 
 from .mattermost import MattermostThread
 from .rig import directive, scripted_rig, tool_results, via_call_tool
@@ -27,7 +27,7 @@ from .test_gateway_crash import wait_until
 from .test_hostile_model import fetch_grant, web_page
 
 pytestmark = [pytest.mark.sandbox,
-              pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")]
+              needs("strace")]
 EGRESS_DOC = Path(__file__).parents[2] / "docs" / "egress.md"
 CONNECT = re.compile(r"(connect|sendto|sendmsg)\(\d+, .*?\{sa_family=(AF_INET6?|AF_UNIX)"
                      r"(?:, sun_path=(?:@?)\"(?P<path>[^\"]*)\""

@@ -20,6 +20,7 @@ from bxcore.framestream import SyncFrameSocket
 from bxcore.protocol import loop as wire
 from inference.fake_server import completion
 from memoryd.notes import read_notes
+from support.sandbox_uid import writable_by_sandbox
 
 from .rig import directive, grant, scripted_rig, tool_results, via_call_tool
 
@@ -112,6 +113,7 @@ def test_every_escalation_is_refused_and_nothing_outside_the_grants_changes(shor
     ))
     inbox = short_dir / "inbox"
     inbox.mkdir()
+    writable_by_sandbox(inbox)
     port = page.server_address[1]
     try:
         grants = {"fetch.toml": fetch_grant(port), "inbox.toml": write_grant(inbox),
@@ -146,7 +148,7 @@ def test_every_escalation_is_refused_and_nothing_outside_the_grants_changes(shor
                 (result,) = tool_results(home, name)
                 assert result["content"].startswith("Unknown tool"), (name, result)
             (markup,) = tool_results(home, "markup")
-            assert not markup["content"].startswith("Noted"), markup
+            assert "refused by the sanitizer" in markup["content"], markup
             assert "<|im_start|>" not in read(home / "memory" / "notes.md")
             (big,) = tool_results(home, "oversized")
             assert big["truncated"] and len(big["content"].encode()) <= 16 * 1024
@@ -182,11 +184,7 @@ def test_every_escalation_is_refused_and_nothing_outside_the_grants_changes(shor
                         and "no grant matches" in e.decision.reason]
             assert len(refusals) == 2, refusals  # both taint refusals are audited
 
-            # Its own approval: it says "!approve" and the ask call still expires unapproved.
-            write = via_call_tool("fs.write", {"path": str(inbox / "w.txt"), "content": "pwned"})
-            stack.turn("ask", directive(write) + "\n!approve", resume=False)
-            (asked,) = tool_results(home, "ask")
-            assert not (inbox / "w.txt").exists(), asked
+            # Its own "!approve" in the thread: test_self_approval.py, with gatewayd in the rig.
 
             # A session id that escapes its directory never reaches the store.
             with SyncFrameSocket.connect(stack.socket("loopd"), wire.FROM_LOOPD) as conn:
@@ -199,9 +197,8 @@ def test_every_escalation_is_refused_and_nothing_outside_the_grants_changes(shor
             seen = json.dumps(rig.model.bodies)
             assert CANARY not in seen  # no forbidden byte ever reached the model
             assert {p: tree_hash(p) for p in before} == before
-            print(f"hostile model: {len(attempts) + 5} attempts, denials audited: "
-                  f"{len(audited)}, inject results: {[r['content'][:60] for r in results]}, "
-                  f"self-approval: {asked['content'][:60]}")
+            print(f"hostile model: {len(attempts) + 4} attempts, denials audited: "
+                  f"{len(audited)}, inject results: {[r['content'][:60] for r in results]}")
     finally:
         page.shutdown()
         page.server_close()

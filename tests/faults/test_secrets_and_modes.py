@@ -11,12 +11,12 @@ and every state file no wider than 0600.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
+from support.requires import needs
 
 from .rig import directive, grant, scripted_rig, tool_results, via_call_tool
 
@@ -71,7 +71,7 @@ def written_by_the_stack(root: Path) -> list[Path]:
             and not any(p == s or s in p.parents for s in skip)]
 
 
-@pytest.mark.skipif(shutil.which("systemd-creds") is None, reason="systemd-creds not installed")
+@needs("systemd-creds")
 def test_canary_secrets_never_reach_a_file_and_modes_are_tight(short_dir):
     env = {**credential(short_dir), "BX_CANARY_ENV": CANARIES["canary_env"]}
     with scripted_rig(short_dir, extra_config=secrets_config(short_dir), env=env,

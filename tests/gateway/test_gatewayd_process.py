@@ -22,12 +22,13 @@ from pathlib import Path
 
 import pytest
 from gatewayd.render import PLACEHOLDER
+from support.requires import needs
 from support.systemd import NotifySocket, encrypt, load_as_systemd_does
 
 from .mmthread import BackgroundLoop, ThreadedFake, running_fake, running_scripted_loop
 from .scripted import ScriptedLoop
 
-pytestmark = pytest.mark.skipif(shutil.which("systemd-creds") is None, reason="no systemd-creds")
+pytestmark = needs("systemd-creds")
 
 GATEWAYD = Path(sys.executable).parent / "gatewayd"  # the console script of this environment
 WAIT = 120.0  # bound on the daemon starting or stopping on a busy 2-core machine, not a measure

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from support.requires import require
 
 from .harness import run, until
 from .mmfake import serve
@@ -36,8 +36,7 @@ def client_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def node_modules():
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed to run the official client")
+    require("node", "npm")
     return client_dir() / "node_modules"
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bxcore.display import describe_call
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import approval
@@ -58,7 +59,7 @@ def test_a_jobs_approval_opens_a_dm_thread_the_owner_answers_in_and_its_answer_f
             assert "Scheduled job run" in root["message"]
             shown = [p["message"] for p in h.thread(root["id"]) if "Approval needed" in
                      p["message"]]
-            assert shown and request.arguments in shown[0]
+            assert shown and describe_call(request.tool, request.arguments) in shown[0]
 
             fake.user_posts(h.owner, h.dm, f"!approve {request.id}", root_id=root["id"])
             frame = await asyncio.wait_for(asked, 15)

@@ -36,11 +36,11 @@ def test_create_writes_the_baseline_and_session_start(tmp_path):
     assert not [p for p in (tmp_path / "sessions").iterdir() if p.name.startswith(".")]
 
 
-def test_files_are_private(tmp_path):
+def test_files_are_readable_by_the_units_group_and_by_no_one_else(tmp_path):
     new_session(tmp_path, "abc")
     directory = tmp_path / "sessions" / "abc"
-    assert directory.stat().st_mode & 0o777 == 0o700
-    assert (directory / "0.jsonl").stat().st_mode & 0o777 == 0o600
+    assert directory.stat().st_mode & 0o777 == 0o750
+    assert (directory / "0.jsonl").stat().st_mode & 0o777 == 0o640
 
 
 def test_an_append_is_on_disk_when_it_returns(tmp_path):
@@ -174,3 +174,17 @@ def test_a_new_session_uses_its_baseline_as_a_resumed_one_will(tmp_path):
     reopened = SessionStore(tmp_path).open("s1")
     dumped = [json.dumps(t.model_dump(mode="json")) for t in session.baseline.tools]
     assert dumped == [json.dumps(t.model_dump(mode="json")) for t in reopened.baseline.tools]
+
+
+def test_a_creation_cut_short_leaves_only_staging_which_the_next_start_removes(tmp_path):
+    """A crash inside create() before its rename leaves a hidden staging directory: no session,
+    never acknowledged. remove_staging (loopd serve calls it at start) deletes exactly those."""
+    new_session(tmp_path, "kept")
+    sessions = tmp_path / "sessions"
+    cut_short = sessions / ".new-lost-0a1b2c3d"
+    cut_short.mkdir()
+    (cut_short / "0.jsonl").write_text("{}\n")
+    store = SessionStore(tmp_path)
+    assert store.remove_staging() == [".new-lost-0a1b2c3d"]
+    assert sorted(p.name for p in sessions.iterdir()) == ["kept"]
+    assert store.open("kept").epoch == 0

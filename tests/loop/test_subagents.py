@@ -50,10 +50,12 @@ ECHO = ToolSchema(name="echo", description="Echo.", core=True,
 FETCH = ToolSchema(name="fetch", description="Fetch.", core=True,
                    parameters={"type": "object", "properties": {"url": {"type": "string"}}})
 GRANTS = {
-    "delegate.toml": 'tools = ["delegate"]\nmode = "auto"\nclasses = ["public", "private"]\n',
+    # a session that read untrusted content may still delegate here: its child inherits that
+    "delegate.toml": 'tools = ["delegate"]\nmode = "auto"\nclasses = ["public", "private"]\n'
+                     'allow_untrusted = true\n',
     # echo reads private data from an untrusted source
     "echo.toml": 'tools = ["echo"]\nmode = "auto"\nclasses = ["public", "private"]\n'
-                 'result_class = "private"\n',
+                 'allow_untrusted = true\nresult_class = "private"\n',
     # fetch only for a session that has seen nothing but public data
     "fetch.toml": 'tools = ["fetch"]\nmode = "auto"\nclasses = ["public"]\n'
                   'result_class = "public"\n',

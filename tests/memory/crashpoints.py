@@ -82,7 +82,9 @@ def writer(home: Path, *, stage: bool = False) -> MemoryWriter:
     """memoryd's writer as the service builds it (this is the restart: it recovers)."""
     layout = Layout(home)
     layout.ensure()
-    return MemoryWriter(layout, stage_identity_writes=stage, clock=lambda: T)
+    # A private caller that may edit identity: these tests are about crashes, not the ceiling.
+    return MemoryWriter(layout, stage_identity_writes=stage, clock=lambda: T,
+                        identity_ceiling=DataClass.PRIVATE)
 
 
 def setup(home: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from brokerd.sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup
+from support.requires import require
 
 from .helpers import GRANTED_HOST, REFUSED_HOST
 
@@ -32,8 +33,7 @@ IMAGE_NAME = "localhost/boxmaker/toolkit"
 def podman_store(tmp_path_factory) -> Iterator[tuple[str, ...]]:
     """A private podman store holding the toolkit image, loaded by skopeo with its digest kept;
     emptied and deleted after the session."""
-    if shutil.which("podman") is None or shutil.which("skopeo") is None:
-        pytest.skip("podman and skopeo are needed (scripts/setup installs them)")
+    require("podman", "skopeo")
     root = tmp_path_factory.mktemp("podman")
     storage = ("--root", str(root / "root"), "--runroot", str(root / "run"),
                "--storage-driver", "overlay")
@@ -110,8 +110,7 @@ RESOLVER = {GRANTED_HOST: "127.0.0.1", REFUSED_HOST: "127.0.0.1"}
 def backend(request, scratch):
     """Each sandbox test runs once per backend, and podman also through a podman service."""
     if request.param == "bubblewrap":
-        if shutil.which("bwrap") is None:
-            pytest.skip("bubblewrap is not installed (scripts/setup installs it)")
+        require("bwrap")
         return BubblewrapSandbox(toolkit_dir=TOOLKIT_DIR, scratch_root=scratch,
                                  egress_resolver=RESOLVER)
     digest = request.getfixturevalue("toolkit_digest")

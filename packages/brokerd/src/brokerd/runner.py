@@ -17,7 +17,9 @@ labelled with the child's taint.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from typing import Protocol
 
 from bxcore.errors import BoxmakerError
@@ -29,8 +31,10 @@ from bxcore.util import sha256
 from .audit import AuditLog
 from .delegate import Children, run_delegate
 from .egresslog import CONSULT, ConsultEgress
-from .errors import EgressLogError
+from .errors import EgressLogError, ProvenanceError
+from .grantstore import real_path
 from .policy import Decision
+from .provenance import Mark, ProvenanceStore
 from .sandbox import Sandbox
 from .taint import Taint, TaintStore
 
@@ -42,6 +46,20 @@ TRUNCATED = "\n[truncated]"
 class MemoryPort(Protocol):
     async def call(self, decision: Decision, request: ToolRequest, taint: Taint) -> ToolResponse:
         ...
+
+
+def _path_argument(arguments: str) -> str | None:
+    """The call's ``path`` argument resolved on the host, or None when it has none usable."""
+    try:
+        value = json.loads(arguments).get("path")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+        return None
+    try:
+        return real_path(value)
+    except ValueError:
+        return None
 
 
 def cap(content: str, limit: int) -> tuple[str, bool]:
@@ -61,8 +79,10 @@ def not_run(why: str) -> ToolResponse:
 
 class Runner:
     def __init__(self, *, backend: Sandbox, memory: MemoryPort, audit: AuditLog,
-                 taints: TaintStore, result_cap: int, consult: ConsultEgress | None = None):
+                 taints: TaintStore, result_cap: int, consult: ConsultEgress | None = None,
+                 provenance: ProvenanceStore | None = None):
         self._backend = backend
+        self._provenance = provenance
         self._consult = consult
         self._memory = memory
         self._audit = audit
@@ -83,9 +103,36 @@ class Runner:
                                         taints=self._taints)
         elif request.tool == CONSULT:
             answer = await self._run_consult(decision, request, taint)
-        else:
+        elif self._provenance is None:
             answer = await self._run_sandboxed(decision, request)
+        else:
+            answer = await self._run_tracked(decision, request, taint, self._provenance)
         return self._finish(request, answer)
+
+    async def _run_tracked(self, decision: Decision, request: ToolRequest, taint: Taint,
+                           provenance: ProvenanceStore) -> ToolResponse:
+        """Run a sandboxed call; its result carries the marks of what it can read, and what it
+        wrote is marked with what the session had seen (brokerd.provenance)."""
+        mounts = decision.mounts
+        seen = provenance.seen_by(request.tool, _path_argument(request.arguments),
+                                  [m.source for m in mounts])
+        started = time.time_ns()
+        answer = await self._run_sandboxed(decision, request)
+        if seen is not None:
+            answer = answer.model_copy(update={
+                "data_class": max(answer.data_class, seen.data_class),
+                "untrusted": answer.untrusted or seen.untrusted})
+        writable = [m.source for m in mounts if m.writable]
+        if writable:
+            mark = Mark(taint.highest or DataClass.PUBLIC, taint.untrusted or answer.untrusted)
+            try:
+                provenance.record(writable, started, mark, session=request.session,
+                                  call=request.call)
+            except ProvenanceError as exc:
+                log.error("call %s/%s: what it wrote is not marked: %s",
+                          request.session, request.call, exc)
+                answer = answer.model_copy(update={"untrusted": True})
+        return answer
 
     async def _run_sandboxed(self, decision: Decision, request: ToolRequest) -> ToolResponse:
         try:

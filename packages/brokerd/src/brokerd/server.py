@@ -21,6 +21,7 @@ from bxcore.config.broker import LOCAL_SOCKET
 from bxcore.errors import BoxmakerError, ErrorCode, FrameError, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
+from bxcore.peers import PeerPolicy, overflow_uid
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.protocol import delegate as delegate_wire
@@ -33,8 +34,6 @@ from .service import Broker
 log = logging.getLogger("brokerd.server")
 
 REQUEST_TIMEOUT = 30.0  # seconds for a client to send its one request frame
-OVERFLOW_UID_FILE = Path("/proc/sys/kernel/overflowuid")
-DEFAULT_OVERFLOW_UID = 65534
 
 Handler = Callable[[FrameStream, asyncio.StreamWriter], Awaitable[None]]
 
@@ -47,15 +46,6 @@ def peer_uid(writer: asyncio.StreamWriter) -> int:
     sock: socket.socket = writer.get_extra_info("socket")
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[1])
-
-
-def overflow_uid(path: Path = OVERFLOW_UID_FILE) -> int:
-    """The uid a user namespace shows for one it does not map (the kernel's default if the
-    file cannot be read)."""
-    try:
-        return int(path.read_text(encoding="ascii").strip())
-    except (OSError, ValueError):
-        return DEFAULT_OVERFLOW_UID
 
 
 async def _read_request(stream: FrameStream) -> Frame | None:
@@ -88,12 +78,22 @@ class LoopChildren:
 
 
 async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
-    frame = await _read_request(stream)
-    if frame is None:
+    """One request on broker.sock, answered and audited whatever it holds: a frame that cannot
+    be decoded or is not a tool request is audited as refused, and a failure inside brokerd is
+    answered with an error frame, never a dropped connection."""
+    try:
+        frame = await stream.read(REQUEST_TIMEOUT)
+    except FrameError as exc:
+        broker.refuse(f"the request frame could not be decoded: {exc}")
+        with contextlib.suppress(BoxmakerError, TimeoutError):
+            await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
         return
+    except (BoxmakerError, TimeoutError):
+        return  # no request arrived: the peer closed or said nothing
     try:
         request = frame.parse(ToolRequest)
     except FrameError as exc:
+        broker.refuse(f"not a tool request: {exc}", body=frame.body)
         await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
         return
 
@@ -102,9 +102,10 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
 
     try:
         response = await broker.call(request, waiting, LoopChildren(stream))
-    except BoxmakerError as exc:
+    except Exception as exc:  # anything at all: the caller gets an answer, the log has the trace
         log.exception("call %s/%s (%s) failed", request.session, request.call, request.tool)
-        await stream.write(error_frame(ErrorCode.INTERNAL, f"brokerd failed the call: {exc}"))
+        await stream.write(error_frame(ErrorCode.INTERNAL, f"brokerd failed the call: "
+                                                           f"{type(exc).__name__}"))
         return
     await stream.write(Frame.of(broker_wire.TOOL_RESPONSE, response, final=True))
 
@@ -114,6 +115,12 @@ async def handle_approval(broker: Broker, stream: FrameStream, uid: int, overflo
     if frame is None:
         return
     if frame.kind == approval_wire.APPROVAL_LIST:
+        try:  # the pending calls' arguments are for approvers only
+            local_approver(uid, broker.desk.book.approvers, overflow)
+        except ApprovalError as exc:
+            log.warning("approval list for local:%d refused: %s", uid, exc)
+            await stream.write(error_frame(exc.code, str(exc)))
+            return
         body = approval_wire.ApprovalPending(approvals=broker.desk.pending())
         await stream.write(Frame.of(approval_wire.APPROVAL_PENDING, body, final=True))
         return
@@ -174,7 +181,8 @@ async def bind(
 ) -> asyncio.AbstractServer:
     """Listen on ``path`` (bxcore.daemon: born with ``mode``, a stale file replaced)."""
     sock = daemon.bind_unix_socket(path, mode=mode, group=group)
-    return await asyncio.start_unix_server(connection(path, kinds, handle), sock=sock)
+    gated = daemon.gate_peers(path, connection(path, kinds, handle), PeerPolicy(group=group))
+    return await asyncio.start_unix_server(gated, sock=sock)
 
 
 async def start(

@@ -1,5 +1,6 @@
-"""The startup checks as named reports: the inference self-test (inference contract 9 and 10) and
-the baseline budget (contract 1). ``loopd serve`` runs both before it binds loop.sock; ``loopd
+"""The startup checks as named reports: the inference self-test (inference contract 9 and 10, and
+the ``slot_switch`` check of the server's prompt-cache settings) and the baseline budget
+(contract 1). ``loopd serve`` runs both before it binds loop.sock; ``loopd
 selftest`` and ``loopd budget`` run one each, for ``bxctl doctor``. Each report's last line says
 how it ended, so a caller that shows one line shows the verdict.
 
@@ -20,7 +21,8 @@ from .errors import MemoryUnavailable
 from .inference.budget import count_baseline_tokens
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
-from .inference.selftest import self_test
+from .inference.selftest import SelfTestReport, self_test
+from .inference.slot_switch import slot_switch_check
 from .memory import IdentityFiles, MemoryLink
 
 
@@ -34,7 +36,10 @@ class Report:
 
 
 async def selftest_report(client: InferenceClient) -> Report:
-    report = await self_test(client)
+    """The self-test's checks, then ``slot_switch`` (the server keeps a session that leaves its
+    slot: inference/slot_switch.py)."""
+    tested = await self_test(client)
+    report = SelfTestReport(checks=(*tested.checks, await slot_switch_check(client)))
     failed = [check.name for check in report.failures]
     verdict = (f"self-test: ok, {len(report.checks)} checks passed" if report.ok
                else f"self-test: FAILED: {', '.join(failed)}")

@@ -162,8 +162,11 @@ async def run(
     if epochs.compact_at_tokens is None:
         log.warning("[inference.serving] per_slot_context is not recorded: sessions are never "
                     "compacted, and end with session_full when their slot is full")
+    store = SessionStore(role.config.paths.home)
+    for name in store.remove_staging():
+        log.warning("removed %s: a session whose creation a crash interrupted", name)
     server = LoopServer(
-        store=SessionStore(role.config.paths.home), loop=loop, new_baseline=role.baselines,
+        store=store, loop=loop, new_baseline=role.baselines,
         slots=role.config.inference.slots, memory=role.memory, epochs=epochs,
     )
     if isinstance(role.port, BrokerPort):

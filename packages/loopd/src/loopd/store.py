@@ -40,6 +40,9 @@ def log_path(directory: Path, epoch: int) -> Path:
     return directory / f"{epoch}.jsonl"
 
 
+# A new session is written here, then renamed to sessions/<id>: it appears whole or not at all.
+STAGING = ".new-"
+
 class Session:
     """One open session in its current epoch. Only ``append`` changes it."""
 
@@ -133,15 +136,23 @@ class SessionStore:
     def exists(self, session_id: str) -> bool:
         return self.directory(session_id).is_dir()
 
+    def remove_staging(self) -> list[str]:
+        """Remove what a crash inside ``create`` left: staging directories never renamed into
+        place, so no turn of theirs was ever acknowledged. Call at start, before serving."""
+        left = sorted(p for p in self.root.glob(f"{STAGING}*") if p.is_dir())
+        for path in left:
+            shutil.rmtree(path)
+        return [path.name for path in left]
+
     def create(self, session_id: str, baseline: Baseline, *, slot: int, time: str) -> Session:
         """A new session in epoch 0. It appears whole or not at all: both files are written in
         a hidden directory, made durable, then renamed into place."""
         final = self.directory(session_id)
         if final.exists():
             raise SessionExists(f"session {session_id} exists already")
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        staging = self.root / f".new-{session_id}-{secrets.token_hex(4)}"
-        staging.mkdir(mode=0o700)
+        self.root.mkdir(mode=0o750, parents=True, exist_ok=True)
+        staging = self.root / f"{STAGING}{session_id}-{secrets.token_hex(4)}"
+        staging.mkdir(mode=0o750)
         try:
             data, start, line = _epoch_start(session_id, 0, baseline, slot=slot, time=time)
             _write_new(baseline_path(staging, 0), data)
@@ -232,7 +243,7 @@ def _read(path: Path) -> bytes:
 
 
 def _write_new(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
     try:
         _write_all(fd, data)
         os.fsync(fd)

@@ -64,8 +64,8 @@ class Layout:
     def ensure(self) -> None:
         """Create memoryd's own directories, owner-only."""
         for directory in (self.memory, self.edits, self.index):
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(directory, 0o700)
+            directory.mkdir(mode=0o750, parents=True, exist_ok=True)
+            os.chmod(directory, 0o750)
 
 
 def split_entries(text: str) -> list[str]:

@@ -1,8 +1,9 @@
 """Re-derive every hash of the audit log and name each record that breaks the chain. Pure:
 lines in (with the file and line number they came from), BadLinks out.
 
-``check`` streams with constant memory and stops at the first break; it is the common case.
-``diagnose`` holds the whole log and explains every break:
+``check`` reads one file at a time and stops at the first break; it is the common case, so it
+works on the bytes as written and decodes no JSON (see its docstring). ``diagnose`` holds the
+whole log, parses every record and explains every break:
 
 - edited: a record's hash does not match its content, or (hash recomputed too) the next
   record does not point at it;
@@ -18,7 +19,9 @@ value noted earlier to catch that.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,6 +30,14 @@ from .records import GENESIS, entry_hash
 
 Problem = Literal["malformed", "edited", "deleted", "inserted", "reordered"]
 Line = tuple[str, int, bytes]  # file name, line number (from 1), the line's bytes
+
+# The members every record has, in canonical (sorted) order right after its nested objects:
+# hash, kind, prev, seq. A JSON string cannot hold an unescaped quote, so in a canonical line
+# the last ',"hash":"' is the record's own, and the link members follow it.
+_HASH_KEY = b',"hash":"'
+_LINK = re.compile(rb',"hash":"sha256:([0-9a-f]{64})","kind":"(?:decision|result)",'
+                   rb'"prev":"(sha256:[0-9a-f]{64})","seq":([1-9][0-9]{0,18}),')
+_HASH_MEMBER = len(b',"hash":"sha256:"') + 64
 
 
 @dataclass(frozen=True)
@@ -72,18 +83,32 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     return body
 
 
-def check(lines: Iterable[Line]) -> tuple[bool, Head]:
-    """True and the head when every record links to the one before it; False at the first
-    break (then run ``diagnose``)."""
-    previous, count = GENESIS, 0
-    for _file, _line, raw in lines:
-        body = _parse(raw)
-        if body is None or body["prev"] != previous or body["seq"] != count + 1:
-            return False, Head(count, previous)
-        if entry_hash(body) != body["hash"]:
-            return False, Head(count, previous)
-        previous, count = body["hash"], count + 1
-    return True, Head(count, previous)
+def check(files: Iterable[bytes]) -> tuple[bool, Head]:
+    """True and the head when every record of the files (each one's bytes, in log order) links
+    to the one before it; False at the first break (then run ``diagnose``).
+
+    brokerd writes each record as the canonical JSON of the record plus ``hash``, so a line
+    without its hash member is exactly the canonical JSON the hash was taken of: the bytes are
+    hashed as they stand. A line in any other form fails here and ``diagnose`` judges it. (A
+    line rewritten in another form with its hash recomputed is no more hidden than one
+    rewritten canonically: the next record's ``prev`` catches both.)
+    """
+    previous, count = GENESIS.encode(), 0
+    for data in files:
+        lines = data.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()  # the newline that ends the last record
+        for raw in lines:
+            at = raw.rfind(_HASH_KEY)
+            link = _LINK.match(raw, at) if at > 0 else None
+            if link is None or link[2] != previous or int(link[3]) != count + 1:
+                return False, Head(count, previous.decode())
+            digest = hashlib.sha256(raw[:at])
+            digest.update(raw[at + _HASH_MEMBER:])
+            if digest.hexdigest().encode() != link[1]:
+                return False, Head(count, previous.decode())
+            previous, count = b"sha256:" + link[1], count + 1
+    return True, Head(count, previous.decode())
 
 
 def diagnose(lines: Iterable[Line]) -> list[BadLink]:

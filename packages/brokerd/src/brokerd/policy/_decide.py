@@ -27,7 +27,7 @@ from typing import Any
 from bxcore.protocol.memory import MEMORY_TOOLS
 from bxcore.secrets import Secret
 from bxcore.tools import DecisionRecord, ToolRequest, Verdict
-from bxcore.util import sha256
+from bxcore.util import text_sha256
 
 from ..sandbox.spec import Mount, SandboxSpec, ToolSettings
 from ..taint import Taint
@@ -72,7 +72,7 @@ def decide(
     def record(verdict: Verdict, grant: str | None, reason: str) -> DecisionRecord:
         return DecisionRecord(
             session=request.session, call=request.call, tool=request.tool,
-            arguments_sha256=sha256(request.arguments.encode("utf-8")),
+            arguments_sha256=text_sha256(request.arguments),
             verdict=verdict, grant=grant, reason=reason,
         )
 
@@ -164,7 +164,10 @@ def _argument_miss(
         if path is None:
             return f"argument {name!r} is not an absolute path"
         if not any(glob.fullmatch(path) for glob in constraint.paths):
-            return f"argument {name!r} resolves to {path}, outside the granted paths"
+            # Never the resolved path: it can name what the model did not (brokerd's own
+            # /proc/self/cwd, where a symlink points), only the text it gave.
+            how = "" if path == value else " once symlinks and '..' are resolved"
+            return f"argument {name!r} is outside the granted paths{how}"
     if constraint.hosts is not None:
         host = host_of(value)
         if host is None:

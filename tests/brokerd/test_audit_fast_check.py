@@ -1,0 +1,101 @@
+"""verify()'s fast path hashes each line as written, without decoding JSON. It must agree with
+the definition (every record parsed, its canonical JSON hashed, prev and seq followed) on every
+log: honest ones, and any edit, deletion, insertion or re-encoding of one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from brokerd.audit import GENESIS, AuditLog, log_files
+from brokerd.audit.log import read_files
+from brokerd.audit.verify import check
+from bxcore.canonical import canonical_json
+from bxcore.tools import DecisionRecord
+from bxcore.util import sha256
+from hypothesis import given
+from hypothesis import strategies as st
+
+REASONS = st.text(min_size=0, max_size=40)  # quotes, backslashes, "hash" keys, any Unicode
+
+
+def definition(files: list[bytes]) -> tuple[bool, int]:
+    """The chain rule as records.py states it, record by record (the slow, obvious way)."""
+    previous, count = GENESIS, 0
+    for data in files:
+        for raw in data.splitlines():
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                return False, count
+            if not isinstance(body, dict) or canonical_json(body) != raw:
+                return False, count  # not as brokerd writes a record
+            rest = {k: v for k, v in body.items() if k != "hash"}
+            if (body.get("prev") != previous or body.get("seq") != count + 1
+                    or sha256(canonical_json(rest)) != body.get("hash")):
+                return False, count
+            previous, count = body["hash"], count + 1
+        if data and not data.endswith(b"\n"):
+            return False, count
+    return True, count
+
+
+def write(directory: Path, reasons: list[str]) -> list[bytes]:
+    log = AuditLog(directory, rotate_bytes=600)
+    for call, reason in enumerate(reasons):
+        if call % 2:
+            log.decision(decision=DecisionRecord(
+                session="s1", call=call, tool="fs.read", arguments_sha256=sha256(b"{}"),
+                verdict="deny", grant=None, reason=reason or "no grant matches"))
+        else:
+            log.result(session="s1", call=call, tool=reason or "fs.read", status="ok",
+                       **{"class": "private"}, untrusted=False, truncated=False,
+                       content_sha256=sha256(reason.encode()))
+    return list(read_files(directory))
+
+
+@given(reasons=st.lists(REASONS, min_size=1, max_size=8))
+def test_an_honest_log_passes_both(tmp_path_factory, reasons):
+    files = write(tmp_path_factory.mktemp("audit"), reasons)
+    whole, head = check(files)
+    assert (whole, head.count) == definition(files) == (True, len(reasons))
+
+
+@given(reasons=st.lists(REASONS, min_size=2, max_size=6), data=st.data())
+def test_any_change_of_bytes_is_judged_as_the_definition_judges_it(tmp_path_factory, reasons,
+                                                                   data):
+    files = write(tmp_path_factory.mktemp("audit"), reasons)
+    which = data.draw(st.integers(0, len(files) - 1))
+    original = files[which]
+    change = data.draw(st.sampled_from(["flip", "delete", "insert", "respace", "duplicate"]))
+    at = data.draw(st.integers(0, max(0, len(original) - 1)))
+    if change == "flip":
+        mutated = original[:at] + bytes([original[at] ^ 0x01]) + original[at + 1:]
+    elif change == "delete":
+        mutated = original[:at] + original[at + 1:]
+    elif change == "insert":
+        mutated = original[:at] + data.draw(st.binary(min_size=1, max_size=4)) + original[at:]
+    elif change == "respace":  # the same record in a non-canonical form, hash left as it was
+        mutated = original.replace(b'":', b'": ', 1)
+    else:
+        first = original.split(b"\n", 1)[0] + b"\n"
+        mutated = original + first
+    files[which] = mutated
+    whole, head = check(files)
+    expected_whole, expected_count = definition(files)
+    assert whole == expected_whole
+    if not whole:
+        assert head.count == expected_count  # both stop at the same record
+
+
+def test_a_reason_that_spells_a_hash_member_does_not_confuse_the_fast_path(tmp_path):
+    forged = ',"hash":"sha256:' + "0" * 64 + '","kind":"result","prev":"' + GENESIS + '","seq":1,'
+    files = write(tmp_path, ["x", forged, forged])
+    assert check(files)[0] and definition(files)[0]
+
+
+def test_a_log_that_ends_in_a_torn_line_fails(tmp_path):
+    files = write(tmp_path, ["a", "b", "c"])
+    files[-1] = files[-1][:-5]
+    assert check(files)[0] is False
+    assert len(log_files(tmp_path)) >= 1
