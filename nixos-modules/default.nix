@@ -84,6 +84,8 @@ let
   };
 in
 {
+  imports = [ ./jobs.nix ]; # services.boxmaker.jobs: scheduled jobs as systemd timers
+
   options.services.boxmaker = {
     enable = lib.mkEnableOption "Boxmaker, a personal agent harness (one container per role)";
 

@@ -202,3 +202,25 @@ def test_gatewayd_gets_the_request_and_its_answer_counts(tmp_path):
     assert seen[0].tool == "echo" and seen[0].arguments == '{"text": "hi"}'
     assert seen[0].grant == "echo" and seen[0].session == "s1"
     assert verdicts(rig)[-1] == ("allow", "approved by mm-owner-id")
+
+
+def test_a_scheduled_jobs_ask_call_is_listed_for_bxctl_approvals_and_answered_there(tmp_path):
+    """A job's run has no Mattermost thread of its own to start from; its approval is listed on
+    approve.sock (``bxctl approvals``) with the run's session, and an answer there counts."""
+    job_session = "job-morning-notes-20261201-073000-3f9a1c2b"
+
+    async def body(broker_sock, approve_sock):
+        call = asyncio.create_task(call_tool(broker_sock, request(
+            "echo", '{"text": "morning"}', session=job_session)))
+        frame = None
+        while frame is None or not frame.parse(wire.ApprovalPending).approvals:
+            frame = await approve_socket(approve_sock, wire.APPROVAL_LIST, {})
+        (listed,) = frame.parse(wire.ApprovalPending).approvals
+        await approve_socket(approve_sock, wire.APPROVAL_ANSWER, wire.ApprovalAnswer(
+            id=listed.id, verdict="approve", by="local"))
+        return listed, await call
+
+    rig, (listed, frames) = scenario(tmp_path, body)
+    assert (listed.session, listed.tool, listed.arguments) == \
+        (job_session, "echo", '{"text": "morning"}')
+    assert frames[-1].body["status"] == "ok" and len(rig.backend.runs) == 1

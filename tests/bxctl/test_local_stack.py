@@ -35,12 +35,12 @@ def test_up_chat_doctor_down_leaves_nothing_behind(tmp_path):
                "--models", str(models))
     try:
         assert up.returncode == 0, up.stderr
-        for role in ("llama-server", "inferproxy", "memoryd", "brokerd", "loopd"):
+        for role in ("llama-server", "inferproxy", "memoryd", "brokerd", "loopd", "scheduler"):
             assert f"up: {role}" in up.stderr
 
         status = bxctl("status", "--state", str(state))
         assert status.returncode == 0, status.stdout + status.stderr
-        assert status.stdout.count("running") == 5
+        assert status.stdout.count("running") == 6
 
         again = bxctl("up", "--no-chat", "--state", str(state), "--llama-server", str(binary),
                       "--models", str(models))

@@ -11,6 +11,9 @@ grant's (the spec carries it), or memoryd's for memory tools.
 (``brokerd.egresslog``) before it runs, and it does not run when that record cannot be
 written or consult is not configured. Its answer is labelled at least the session's highest
 class, since whatever was attached came from the session.
+
+``delegate`` runs a child session through the caller (``brokerd.delegate``); its answer is
+labelled with the child's taint.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from bxcore.errors import BoxmakerError
+from bxcore.protocol.delegate import DELEGATE
 from bxcore.protocol.memory import MEMORY_TOOLS
 from bxcore.tools import CLOCK, DataClass, ToolRequest, ToolResponse
 from bxcore.util import format_rfc3339, sha256
 
 from .audit import AuditLog
+from .delegate import Children, run_delegate
 from .egresslog import CONSULT, ConsultEgress
 from .errors import EgressLogError, ProvenanceError
 from .grantstore import real_path
@@ -97,10 +102,10 @@ class Runner:
         self._cap = result_cap
         self._clock = clock
 
-    async def run(self, decision: Decision, request: ToolRequest, *, taint: Taint
-                  ) -> ToolResponse:
+    async def run(self, decision: Decision, request: ToolRequest, *, taint: Taint,
+                  children: Children | None = None) -> ToolResponse:
         """Run an allowing Decision for ``request``. Raises NotAuthorized for a forged, used or
-        refusing Decision, before anything runs."""
+        refusing Decision, before anything runs. ``children`` runs a delegate call's child."""
         decision.verify()
         if decision.record.call != request.call or decision.record.session != request.session:
             raise BoxmakerError("the Decision was made for another call")
@@ -109,6 +114,9 @@ class Runner:
         elif request.tool == CLOCK.name:
             decision.authorize()
             answer = _public("ok", format_rfc3339(self._clock()))
+        elif request.tool == DELEGATE:
+            answer = await run_delegate(request, taint, children=children, audit=self._audit,
+                                        taints=self._taints)
         elif request.tool == CONSULT:
             answer = await self._run_consult(decision, request, taint)
         elif self._provenance is None:

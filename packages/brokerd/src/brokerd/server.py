@@ -24,6 +24,7 @@ from bxcore.framestream import FrameStream
 from bxcore.peers import overflow_uid
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
+from bxcore.protocol import delegate as delegate_wire
 from bxcore.tools import ToolRequest
 
 from .approvals import local_approver
@@ -59,6 +60,23 @@ async def _read_request(stream: FrameStream) -> Frame | None:
         return None
 
 
+class LoopChildren:
+    """A delegate call's child, run by loopd on the call's own connection: ``delegate_run`` out,
+    ``delegate_done`` back (no timeout: the child's turn is as long as its rounds; loopd going
+    away ends the wait with StreamClosed)."""
+
+    def __init__(self, stream: FrameStream):
+        self._stream = stream
+
+    async def run(self, order: delegate_wire.DelegateRun) -> delegate_wire.DelegateDone:
+        await self._stream.write(Frame.of(delegate_wire.DELEGATE_RUN, order, final=False))
+        frame = await self._stream.read()
+        if frame.kind != delegate_wire.DELEGATE_DONE or not frame.final:
+            raise FrameError(f"expected a final {delegate_wire.DELEGATE_DONE!r}, got "
+                             f"{frame.kind!r}")
+        return frame.parse(delegate_wire.DelegateDone)
+
+
 async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
     """One request on broker.sock, answered and audited whatever it holds: a frame that cannot
     be decoded or is not a tool request is audited as refused, and a failure inside brokerd is
@@ -83,7 +101,7 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
         await stream.write(Frame.of(broker_wire.TOOL_WAITING, body, final=False))
 
     try:
-        response = await broker.call(request, waiting)
+        response = await broker.call(request, waiting, LoopChildren(stream))
     except Exception as exc:  # anything at all: the caller gets an answer, the log has the trace
         log.exception("call %s/%s (%s) failed", request.session, request.call, request.tool)
         await stream.write(error_frame(ErrorCode.INTERNAL, f"brokerd failed the call: "

@@ -25,6 +25,7 @@ from bxcore.util import sha256, text_sha256
 
 from .approvals import ApprovalDesk
 from .audit import AuditLog
+from .delegate import Children
 from .grantstore import GrantStore, resolve_paths
 from .policy import Decision, Grant, decide, parse_arguments, path_arguments, settle
 from .runner import Runner
@@ -103,7 +104,10 @@ class Broker:
             fields["request_sha256"] = sha256(canonical_json(body))
         self.audit.refused(reason=reason, **fields)
 
-    async def call(self, request: ToolRequest, on_waiting: Notify) -> ToolResponse:
+    async def call(self, request: ToolRequest, on_waiting: Notify,
+                   children: Children | None = None) -> ToolResponse:
+        """Decide, audit, ask, run and label one call; ``children`` is the caller's way of
+        running a delegate call's child session (loopd's connection)."""
         taint = self.taints.get(request.session).seen_at_least(self.floor)
         try:
             decision = self._decide(request, taint)
@@ -142,8 +146,8 @@ class Broker:
             self.audit.decision(decision=record)
         if not decision.allowed:
             return denied(decision.record.reason)
-        return await while_running(self._runner.run(decision, request, taint=taint),
-                                   self.desk.interval, on_waiting)
+        run = self._runner.run(decision, request, taint=taint, children=children)
+        return await while_running(run, self.desk.interval, on_waiting)
 
     def _decide(self, request: ToolRequest, taint: Taint) -> Decision:
         grants = self.grants.current()

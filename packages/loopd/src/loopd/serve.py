@@ -25,6 +25,7 @@ from bxcore.daemon import (
     wait_forever,
 )
 from bxcore.errors import ConfigError
+from bxcore.protocol.delegate import DELEGATE_SCHEMA
 from bxcore.util import now_rfc3339
 
 from .checks import (
@@ -42,6 +43,7 @@ from .inference.serving import ServingSettings, fetch_serving
 from .memory import IdentityFiles, Memory, MemoryLink
 from .server import LoopServer
 from .store import SessionStore
+from .subagents import Subagents
 from .tools import (
     FakeTools,
     Registry,
@@ -52,6 +54,7 @@ from .tools import (
     with_memory_tools,
 )
 from .tools.broker import BrokerPort
+from .tools.registry import with_builtin
 from .turn import Loop, TurnSettings
 
 log = logging.getLogger("loopd")
@@ -96,6 +99,7 @@ def build_role(config: Config, config_path: Path, tools: str | None = None) -> R
         registry = with_clock(load_registry(config.loop.registry))
         if isinstance(memory, MemoryLink):  # the memory tools reach memoryd through brokerd
             registry = with_memory_tools(registry)
+        registry = with_builtin(registry, [DELEGATE_SCHEMA])  # brokerd decides, loopd runs it
         port = BrokerPort(config.broker.socket or config.socket("broker"))
     return Role(
         config=config, source=config_path, system=system_path(config, config_path),
@@ -198,6 +202,8 @@ async def run(
         store=store, loop=loop, new_baseline=role.baselines,
         slots=role.config.inference.slots, memory=role.memory, epochs=epochs, serving=serving,
     )
+    if isinstance(role.port, BrokerPort):
+        role.port.children = Subagents(server)  # an allowed delegate call's child runs here
     async with listening(served.path, server.handle, mode=served.mode, group=group):
         (notifier or Notifier()).ready(f"serving {served.path}")
         log.info("serving on %s", served.path)

@@ -22,6 +22,7 @@ doctor`` can name what changed since. A server that cannot say leaves no record;
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -87,22 +88,30 @@ class LoopServer:
         channel = _Channel(stream)
         return await self.run(turn, channel.send)
 
-    async def run(self, turn: Turn, events: EventSink) -> Frame:
-        """The final frame for one turn. The session's lock is held only inside."""
+    async def run(self, turn: Turn, events: EventSink, *, rounds: int | None = None) -> Frame:
+        """The final frame for one turn. The session's lock is held only inside. ``rounds``
+        lowers the turn's limit of tool rounds (a subagent's task may ask for fewer)."""
         if turn.session in self._busy:
             busy = SessionBusy(f"session {turn.session} is running a turn")
             return error_frame(busy.code, str(busy))
         self._busy.add(turn.session)
         try:
-            return await self._run_locked(turn, events)
+            return await self._run_locked(turn, events, self._loop_with(rounds))
         finally:
             self._busy.discard(turn.session)
 
-    async def _run_locked(self, turn: Turn, events: EventSink) -> Frame:
+    def _loop_with(self, rounds: int | None) -> Loop:
+        limit = self.loop.settings.tool_iterations
+        if rounds is None or rounds >= limit:
+            return self.loop
+        return dataclasses.replace(
+            self.loop, settings=dataclasses.replace(self.loop.settings, tool_iterations=rounds))
+
+    async def _run_locked(self, turn: Turn, events: EventSink, loop: Loop) -> Frame:
         try:
             session = await self._session_for(turn)
             session = await self._current_epoch(session, events, thinking=turn.thinking)
-            done = await self._turn(session, turn, events)
+            done = await self._turn(session, turn, events, loop)
         except LoopError as exc:
             if not isinstance(exc, SessionBusy | SessionExists):
                 self._kept.pop(turn.session, None)
@@ -115,12 +124,13 @@ class LoopServer:
             return error_frame(ErrorCode.INTERNAL, f"session {turn.session}: {exc}")
         return Frame.of(wire.TURN_DONE, done, final=True)
 
-    async def _turn(self, session: Session, turn: Turn, events: EventSink) -> wire.TurnDone:
+    async def _turn(self, session: Session, turn: Turn, events: EventSink, loop: Loop
+                    ) -> wire.TurnDone:
         """Run the turn; whatever it ends with, report what it appended to memoryd."""
         start = len(session.records)
         try:
             return await run_turn(
-                self.loop, session, turn.content, events, turn.tool_choice, thinking=turn.thinking
+                loop, session, turn.content, events, turn.tool_choice, thinking=turn.thinking
             )
         finally:
             self._report(session, start)
