@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -294,6 +293,3 @@ def booted(root: Path, name: str, log: Path) -> Iterator[Machine]:
 def remove(work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
-
-def owner_env() -> dict[str, str]:
-    return {"LANG": "C.UTF-8", **({"TERM": os.environ["TERM"]} if "TERM" in os.environ else {})}
