@@ -181,5 +181,6 @@ def test_an_edited_last_record_is_refused_at_open(tmp_path):
 
 
 def test_audit_files_are_private(tmp_path):
+    """Readable by the state group (the owner reads the audit log), nothing for others."""
     fill(tmp_path, count=1)
-    assert log_files(tmp_path)[0].stat().st_mode & 0o077 == 0
+    assert log_files(tmp_path)[0].stat().st_mode & 0o037 == 0
