@@ -5,15 +5,27 @@ model that obeys every directive it reads)."""
 from __future__ import annotations
 
 import http.server
+import os
 import threading
 from pathlib import Path
 
 from brokerd.audit.log import entries, verify
+from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from faults.rig import directive, grant, scripted_rig, tool_results, via_call_tool
 from faults.test_hostile_model import tree_hash
 
-__all__ = ["Page", "audited", "chain_ok", "directive", "grant", "scripted_rig", "tool_results",
-           "tree_hash", "via_call_tool"]
+__all__ = [
+    "Page",
+    "audited",
+    "chain_ok",
+    "directive",
+    "grant",
+    "scripted_rig",
+    "tool_results",
+    "tree_hash",
+    "via_call_tool",
+    "writable_by_tools",
+]
 
 
 class Page:
@@ -62,3 +74,12 @@ def audited(home: Path, tool: str) -> list[tuple[str, str]]:
 def chain_ok(home: Path) -> bool:
     bad, _head = verify(home / "audit")
     return not bad
+
+
+def writable_by_tools(path: Path) -> Path:
+    """Make ``path`` (a directory a grant mounts writable) the tools' own: with brokerd as root
+    they run as ``[broker] sandbox_uid``, which must be able to write it."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(path, DEFAULT_SANDBOX_UID, DEFAULT_SANDBOX_UID)
+    return path

@@ -62,8 +62,8 @@ def test_the_mattermost_post_uses_the_same_rendering():
 
 @pytest.mark.sandbox
 def test_bxctl_approvals_shows_a_pending_call_truthfully(short_dir):
-    ask = grant(["shell.run"], "ask", "private", argument=("cwd", "paths", "/**"),
-                sandbox="")
+    ask = grant(["shell.run"], "ask", "private",
+                argument=("cwd", "paths", f"{short_dir}/granted/**"), sandbox="")
     with scripted_rig(short_dir, grants={"ask.toml": ask}, approval_timeout=120) as rig:
         stack, home = rig.stack, rig.stack.home
         argv = ["sh", "-c", f"echo harmless #{RLO}; rm -rf ~"]

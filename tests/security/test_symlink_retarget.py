@@ -25,6 +25,7 @@ from .laundering_support import (
     tool_results,
     tree_hash,
     via_call_tool,
+    writable_by_tools,
 )
 
 pytestmark = pytest.mark.sandbox
@@ -63,8 +64,8 @@ def test_a_grant_resolving_through_another_grants_writable_mount_is_refused(tmp_
 def test_a_planted_symlink_does_not_re_target_a_grant_at_reload(short_dir):
     with scripted_rig(short_dir) as rig:
         stack, home = rig.stack, rig.stack.home
-        work = short_dir / "work"
-        (work / "sub").mkdir(parents=True)
+        work = writable_by_tools(short_dir / "work")
+        (work / "sub").mkdir()
         (work / "sub" / "x.txt").write_text("in sub\n")
         (rig.outside / "secret.txt").write_text(CANARY)
         (stack.grants / "shell.toml").write_text(shell_grant(work))

@@ -25,6 +25,7 @@ from .laundering_support import (
     tool_results,
     tree_hash,
     via_call_tool,
+    writable_by_tools,
 )
 
 pytestmark = pytest.mark.sandbox
@@ -37,8 +38,7 @@ def test_what_an_injected_session_wrote_reads_back_untrusted_in_a_clean_session(
     try:
         with scripted_rig(short_dir, grants={"fetch.toml": page.grant()}) as rig:
             stack, home = rig.stack, rig.stack.home
-            inbox = rig.granted / "inbox"
-            inbox.mkdir()
+            inbox = writable_by_tools(rig.granted / "inbox")
             write = grant(["fs.write"], "auto", "private",
                           argument=("path", "paths", f"{inbox}/**"),
                           sandbox=f'mounts = [{{ path = "{inbox}", write = true }}]',
