@@ -18,7 +18,7 @@ from brokerd.sandbox import (
     ToolFailure,
     ToolOutput,
 )
-from brokerd.sandbox._bwrap_args import BwrapLayout, bwrap_argv
+from brokerd.sandbox._bwrap_args import BECOME, BwrapLayout, bwrap_argv
 from brokerd.sandbox._call import check_spec, toolkit_args
 from brokerd.sandbox._outcome import Finished, interpret
 from brokerd.sandbox._podman_args import podman_remove_argv, podman_run_argv
@@ -84,7 +84,7 @@ def test_bwrap_unshares_everything_and_binds_only_what_was_granted():
         "--size", str(32 * 1024 * 1024), "--tmpfs", "/tmp"]
     assert argv[argv.index("--chdir") + 1] == "/"
     assert argv[argv.index("/usr/bin/python3") + 1] == "-P"  # the working directory is not
-    assert "/usr/bin/setpriv" not in argv  # on sys.path; brokerd is not root here
+    assert "-I" not in argv  # the working directory is not on sys.path; brokerd is not root
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert ("/home/o/notes", "/home/o/notes") in _pairs(argv, "--ro-bind")
     assert _pairs(argv, "--bind") == [("/home/o/inbox", "/home/o/inbox")]
@@ -113,11 +113,9 @@ def test_a_root_brokerds_bwrap_makes_no_user_namespace_and_changes_uid_before_th
     kept = argv[argv.index("--cap-drop"):argv.index("--", argv.index("--cap-drop"))]
     assert kept == ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
                     "--cap-add", "CAP_SETPCAP"]
-    setpriv = argv.index("/usr/bin/setpriv")
-    assert argv[setpriv:setpriv + 7] == ["/usr/bin/setpriv", "--reuid=1234", "--regid=1234",
-                                         "--clear-groups", "--inh-caps=-all",
-                                         "--bounding-set=-all", "--"]
-    assert setpriv < argv.index("/usr/bin/prlimit") < argv.index("/usr/bin/python3")
+    become = argv.index("-I") - 1
+    assert argv[become:become + 5] == ["/usr/bin/python3", "-I", "-c", BECOME, "1234"]
+    assert become < argv.index("/usr/bin/prlimit") < argv.index("-P")
     # bwrap would make the parents of a bind target 0700, which the tool could not pass
     opt = argv.index("/opt")
     assert argv[opt - 3:opt + 1] == ["--perms", "0755", "--dir", "/opt"]

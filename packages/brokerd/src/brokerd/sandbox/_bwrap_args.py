@@ -14,8 +14,10 @@ Who the tool is on the host (never a privileged uid):
   ``--disable-userns`` (bubblewrap >= 0.8) forbids any further one inside;
 - brokerd root (``run_as``): bwrap stays root for its set-up, so it can reach every source, but
   makes no user namespace (one made by root would map the sandbox to host root). It keeps only
-  CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and ``setpriv`` inside changes to ``run_as``, which
-  drops those too, every group and the bounding set, before the toolkit starts. bwrap refuses
+  CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and ``BECOME`` (a few lines of the sandbox's own
+  Python, ``-I``) empties the bounding set, drops every group and changes to ``run_as``, which
+  clears those three too, then execs prlimit and the toolkit. Not ``setpriv``: it looks the uid
+  up by name first (getpwnam), and glibc then connects to nscd's socket. bwrap refuses
   ``--disable-userns`` without a user namespace of its own; there the seccomp filter alone
   refuses new user namespaces.
 
@@ -59,7 +61,6 @@ class BwrapLayout:
     bwrap: str = "bwrap"
     python: str = "/usr/bin/python3"
     prlimit: str = "/usr/bin/prlimit"
-    setpriv: str = "/usr/bin/setpriv"  # a root brokerd's sandboxes change uid with it
     # bubblewrap >= 0.8 (Debian 12's 0.8.0): --disable-userns. Older ones lack it, and the
     # seccomp filter alone refuses new user namespaces (BubblewrapSandbox says so at start).
     disable_userns: bool = True
@@ -67,9 +68,25 @@ class BwrapLayout:
     certificates: str = "/etc/ssl"  # bound read-only for calls with egress (https needs it)
 
 
-# What setpriv needs to become run_as and clear the bounding set; it drops all three.
+# What the uid change needs to become run_as and clear the bounding set; it drops all three.
 KEPT_FOR_SETPRIV = ("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add",
                     "CAP_SETPCAP")
+# Run as root inside a root brokerd's sandbox: no bounding set, no groups, uid and gid run_as
+# (which clears the permitted and effective capabilities), then exec the rest of argv.
+BECOME = """\
+import ctypes, os, sys
+uid = int(sys.argv[1])
+prctl = ctypes.CDLL(None, use_errno=True).prctl
+cap = 0
+while prctl(24, cap, 0, 0, 0) == 0:  # PR_CAPBSET_DROP until EINVAL: past the last capability
+    cap += 1
+if ctypes.get_errno() != 22:
+    raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP")
+os.setgroups([])
+os.setresgid(uid, uid, uid)
+os.setresuid(uid, uid, uid)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 NAMESPACES_BUT_USER = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                       "--unshare-cgroup")
 
@@ -114,8 +131,7 @@ def bwrap_argv(
              TOOLKIT_DIR, "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp"]
     argv += [*capabilities, "--"]
     if run_as is not None:
-        argv += [layout.setpriv, f"--reuid={run_as}", f"--regid={run_as}", "--clear-groups",
-                 "--inh-caps=-all", "--bounding-set=-all", "--"]
+        argv += [layout.python, "-I", "-c", BECOME, str(run_as)]
     argv += [layout.prlimit, f"--data={data_bytes(spec)}", f"--nproc={spec.limits.pids}",
              f"--cpu={cpu_seconds(spec)}", f"--nofile={OPEN_FILES}", "--"]
     argv += [layout.python, *TOOLKIT_INTERPRETER, *toolkit_args(spec)]

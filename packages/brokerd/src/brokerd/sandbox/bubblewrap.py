@@ -2,7 +2,7 @@
 
 Who the tool is on the host: never a privileged uid. A non-root brokerd's sandbox is brokerd's
 own uid in a user namespace; a root brokerd's is ``sandbox_uid`` (``[broker] sandbox_uid``, a
-dedicated uid owning no files), which bwrap changes to before the toolkit starts
+dedicated uid owning no files), which the sandbox becomes before the toolkit starts
 (``_bwrap_args`` says how). The call's scratch files (secrets, the proxy's socket directory) are
 then given to that uid. As root, a writable mount is writable to the tool only where
 ``sandbox_uid`` may write.
@@ -67,7 +67,7 @@ class BubblewrapSandbox(Backend):
             raise SandboxUnavailable("bubblewrap backend: sandbox_uid must not be 0 (root)")
         self._run_as = self.sandbox_uid if os.geteuid() == 0 else None
         programs = (self.layout.bwrap, self.layout.prlimit, self.layout.python)
-        for program in (*programs, *(() if self._run_as is None else (self.layout.setpriv,))):
+        for program in programs:
             if shutil.which(program) is None:
                 raise SandboxUnavailable(f"bubblewrap backend: {program!r} is not installed")
         self.layout = _for_version(self.layout, bwrap_version(self.layout.bwrap))
