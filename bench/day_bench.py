@@ -201,8 +201,10 @@ The day {verdict} the goal of processed <= 1.2x new ({ratio:.2f}x); {facts["cach
 cache losses logged; {facts["seconds"]:.0f} s of turns here. Projected to the owner's host
 (prompt processing 1,170 tokens/s at depth 0, 669 at 32k): **{host:.0f} s** of prompt
 processing for the day, against **{before:.0f} s** had every return to a thread re-read it
-whole, as the shared main slot did before sessions carried their marker (issue 21). What is
-above 1.0x is the server evaluating again a token or two of a returning prompt. Each thread's
+whole, as the shared main slot did before sessions carried their marker (issue 21). Re-read
+counts what the session held, its generated tokens included, that its next request did not find
+cached: the last token (always evaluated again) and any generated text the template renders
+otherwise when it is replayed. Each thread's
 first request is all new here, its baseline included: the session marker keeps threads from
 sharing the baseline (docs/decisions.md, "Sessions switch on a slot through the RAM cache"), so
 the day reads it {threads} times, where the physical limit of a server shared by every thread

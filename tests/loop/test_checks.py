@@ -64,7 +64,7 @@ def test_selftest_and_budget_pass_on_the_real_server():
         path = config(directory, llama.socket, "[inference.sampling]\ntemperature = 0.0\n")
         tested = loopd("selftest", path)
         budget = loopd("budget", path)
-    assert tested[0] == 0, tested[1]
+    assert tested[0] == 0, "\n".join(tested[1])
     assert tested[1][-1] == "self-test: ok, 8 checks passed"
     switch = "ok   slot_switch: a session back on its slot"
     assert any(line.startswith(switch) for line in tested[1]), tested[1]
