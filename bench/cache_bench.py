@@ -73,10 +73,11 @@ TOPICS = (
 )
 
 
-def presets(slot_context: int = SLOT_CONTEXT) -> str:
-    """serving/presets.ini with three slots of ``slot_context`` tokens each; qwen-tools as is."""
+def presets(slot_context: int = SLOT_CONTEXT, slots: int = SLOTS) -> str:
+    """serving/presets.ini with ``slots`` slots of ``slot_context`` tokens each; qwen-tools as
+    is."""
     text = (ROOT / "serving" / "presets.ini").read_text()
-    for key, value in (("c", slot_context * SLOTS), ("np", SLOTS)):
+    for key, value in (("c", slot_context * slots), ("np", slots)):
         text, count = re.subn(rf"^{key} = \d+$", f"{key} = {value}", text, count=1,
                               flags=re.MULTILINE)
         if count != 1:

@@ -52,7 +52,7 @@ def allow(spec: SandboxSpec):
 def bare() -> None:
     """The same program and interpreter with no sandbox at all."""
     done = subprocess.run(
-        ["/usr/bin/python3", "-s", "-B", "-m", "toolkit", "echo", "--class", "public"],
+        ["/usr/bin/python3", "-P", "-s", "-B", "-m", "toolkit", "echo", "--class", "public"],
         input=ARGUMENTS.encode(), capture_output=True, check=True,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(TOOLKIT_DIR.parent)},
     )

@@ -1,5 +1,6 @@
 # An example host configuration using the flake's module. In the host's flake:
 #   inputs.boxmaker.url = "github:<owner>/boxmaker";
+#   inputs.boxmaker.inputs.nixpkgs.follows = "nixpkgs";  # one nixpkgs: the module builds with the host's
 #   nixosConfigurations.straylight = nixpkgs.lib.nixosSystem {
 #     modules = [ boxmaker.nixosModules.default ./boxmaker.nix ];
 #   };

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bximage import BuiltImage, Entry, File, ImageConfig, Symlink, build_cached
 from bximage.host import host_path, host_tree, shared_libraries
-from bximage.toolkit import PYTHON, STDLIB, STDLIB_SKIP, default_cache
+from bximage.toolkit import CA_BUNDLE, PYTHON, STDLIB, STDLIB_SKIP, default_cache
 from packaging.requirements import Requirement
 
 SITE = "opt/boxmaker/site"  # the role's packages; on PYTHONPATH
@@ -32,7 +32,8 @@ PASSWD = b"root:x:0:0:root:/:/bin/false\nnobody:x:65534:65534::/:/bin/false\n"
 
 def config_for(role: str) -> ImageConfig:
     return ImageConfig(
-        env=(*ENV, f"PYTHONPATH=/{SITE}"),
+        # httpx reads SSL_CERT_FILE before certifi's bundle: the image's trust store is the host's.
+        env=(*ENV, f"PYTHONPATH=/{SITE}", f"SSL_CERT_FILE={CA_BUNDLE}"),
         # The image's own user is nobody; the launcher maps one id and runs --user=0:0.
         user="65534:65534",
         labels={"org.opencontainers.image.title": f"boxmaker {role}"},
@@ -123,6 +124,10 @@ def entries(role: str) -> list[Entry]:
         found += host_path(library)
     found += site_files
     found.append(_console_script(metadata.distribution(role), role))
+    # The trust store, for every role that speaks TLS (gatewayd's wss:// and https:// to the
+    # owner's Mattermost, memoryd's Honcho, brokerd's consult endpoint): the host's bundle,
+    # so a CA the host trusts is trusted in the container too.
+    found.append(File(CA_BUNDLE, data=Path(CA_BUNDLE).read_bytes()))
     found.append(File("etc/passwd", data=PASSWD))
     found.append(File("etc/group", data=b"root:x:0:\nnogroup:x:65534:\n"))
     return found

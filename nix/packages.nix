@@ -1,4 +1,7 @@
-# Every workspace package built with nixpkgs' Python tooling, and one OCI image per role.
+# Every workspace package built with nixpkgs' Python tooling, and one OCI image per role, from
+# whichever `pkgs` the caller gives: the flake's for `nix build`, the host's for the NixOS module
+# (one nixpkgs per system). `members`: the Python packages (for withPackages); `all`: the
+# applications and images, flat (the flake's packages output, the module's default).
 { pkgs, workspace }:
 let
   lib = pkgs.lib;
@@ -35,6 +38,7 @@ let
     members;
 
   stack = import ../nixos-modules/lib.nix { };
+  caBundle = "/etc/ssl/certs/ca-bundle.crt"; # where cacert's etc/ lands in an image's root
 
   # dockerTools writes a docker archive; skopeo turns it into an OCI archive without changing a
   # layer, and the image digest (sha256 of the manifest bytes) is recorded beside it, so the
@@ -48,11 +52,17 @@ let
         config = config // {
           # Runs as this user anywhere else; the units map only one id and pass --user=0:0.
           User = "65534:65534";
-          Env = [ "PATH=/bin" "LANG=C.UTF-8" "PYTHONDONTWRITEBYTECODE=1" ];
+          # The CA bundle (cacert, in every image): Python's ssl reads SSL_CERT_FILE, nixpkgs'
+          # certifi NIX_SSL_CERT_FILE, so gatewayd's https:// and wss:// can verify a server.
+          Env = [ "PATH=/bin" "LANG=C.UTF-8" "PYTHONDONTWRITEBYTECODE=1"
+                  "SSL_CERT_FILE=${caBundle}" "NIX_SSL_CERT_FILE=${caBundle}" ];
         };
       };
     in
-    pkgs.runCommand "boxmaker-image-${name}" { nativeBuildInputs = [ pkgs.skopeo ]; } ''
+    pkgs.runCommand "boxmaker-image-${name}" {
+      nativeBuildInputs = [ pkgs.skopeo ];
+      passthru.layered = docker; # what went in (contents, config), for inspection
+    } ''
       mkdir -p $out
       skopeo --insecure-policy --tmpdir "$TMPDIR" copy \
         docker-archive:${docker} oci-archive:$out/image.tar:localhost/boxmaker/${name}:latest
@@ -67,7 +77,7 @@ let
   # podman, as a client of the tool runtime's service).
   roleImage = role: ociImage {
     name = role;
-    contents = [ applications.${role} ] ++ map (program: pkgs.${program}) (stack.manifest.roles.${role}.programs or [ ]);
+    contents = [ applications.${role} pkgs.cacert ] ++ map (program: pkgs.${program}) (stack.manifest.roles.${role}.programs or [ ]);
     config = { };
   };
 
@@ -75,9 +85,12 @@ let
   toolkitImage = ociImage {
     name = "toolkit";
     contents = [ toolkitEnv pkgs.busybox pkgs.cacert ];
-    config.Entrypoint = [ "${toolkitEnv}/bin/python3" "-s" "-B" "-m" "toolkit" ];
+    config.Entrypoint = [ "${toolkitEnv}/bin/python3" "-P" "-s" "-B" "-m" "toolkit" ];
   };
+  images = lib.listToAttrs (map (role: { name = "image-${role}"; value = roleImage role; }) stack.roleNames)
+    // { image-toolkit = toolkitImage; };
 in
-applications
-// lib.listToAttrs (map (role: { name = "image-${role}"; value = roleImage role; }) stack.roleNames)
-// { image-toolkit = toolkitImage; default = applications.bxctl; }
+{
+  inherit members applications images;
+  all = applications // images // { default = applications.bxctl; };
+}

@@ -4,14 +4,16 @@
 # Everything the units are made of comes from ./lib.nix (builtins only, checked on the build
 # machine against the Python launcher and systemd-analyze); this file only wires it into NixOS:
 # options, users, tmpfiles, the config file and the images. It needs nixpkgs and is checked by
-# the VM test in ./tests/vm.nix on the owner's host.
-{ self }:
+# the VM test in ./tests/vm.nix on the owner's host, and evaluated with nixpkgs' real module
+# system against NixOS's option types on the build machine (./tests/eval.nix).
+#
+# The roles are built with the host's own `pkgs` (../nix/packages.nix, called here), so the
+# images, podman and the rest of the system come from one nixpkgs.
 { config, lib, pkgs, ... }:
 let
   cfg = config.services.boxmaker;
   stack = import ./lib.nix { };
   toml = pkgs.formats.toml { };
-  system = pkgs.stdenv.hostPlatform.system;
   paths = stack.manifest.paths;
 
   dropNulls = value:
@@ -45,7 +47,7 @@ let
     mkdir -p $out
     ${lib.getExe' cfg.packages.toolkit "bx-tool"} schemas --out $out/toolkit-schemas.json
     # The toolkit's digest is known only once its image is built: put in here, not at evaluation.
-    substitute ${toml.generate paths.config_file settings} $out/${paths.config_file} \
+    substitute ${toml.generate paths.config_file cfg.configFile} $out/${paths.config_file} \
       --replace-fail @toolkitDigest@ "$(cat ${cfg.images.toolkit}/digest)"
     ${lib.optionalString (cfg.systemPrompt != null) "cp ${cfg.systemPrompt} $out/system.md"}
     ${lib.concatStrings (lib.mapAttrsToList (name: file: "cp ${file} $out/${name}\n") cfg.configFiles)}
@@ -53,15 +55,18 @@ let
       $out/${paths.config_file}
   '';
 
-  # Podman as the units run it: crun, and no cgroups of its own, so the container stays in the
-  # unit's cgroup and IPAddressAllow=/IPAddressDeny= apply to it.
-  containersConf = toml.generate "containers.conf" {
-    containers = { cgroups = "disabled"; };
-    engine = { runtime = "crun"; cgroup_manager = "cgroupfs"; events_logger = "file"; };
-  };
+  # Podman as the units run it (see stack.containersSettings).
+  containersConf = toml.generate "containers.conf" (stack.containersSettings { });
 
+  # A credential goes to the role that names it (required or optional); one no role names is a
+  # secret a grant injects into tool calls, so it goes to the tools runner (brokerd).
+  namedBy = role: let r = stack.manifest.roles.${role}; in r.credentials ++ (r.optional_credentials or [ ]);
+  named = builtins.concatMap namedBy stack.roleNames;
   roleCredentials = role:
-    lib.filterAttrs (id: _: builtins.elem id stack.manifest.roles.${role}.credentials) cfg.credentials;
+    lib.filterAttrs
+      (id: _: builtins.elem id (namedBy role)
+        || (role == stack.manifest.tools.runner && !(builtins.elem id named)))
+      cfg.credentials;
 
   egressOf = role:
     let egress = stack.manifest.roles.${role}.egress; in
@@ -79,6 +84,8 @@ let
   };
 in
 {
+  imports = [ ./jobs.nix ]; # services.boxmaker.jobs: scheduled jobs as systemd timers
+
   options.services.boxmaker = {
     enable = lib.mkEnableOption "Boxmaker, a personal agent harness (one container per role)";
 
@@ -90,8 +97,8 @@ in
 
     packages = lib.mkOption {
       type = lib.types.attrsOf lib.types.package;
-      default = self.packages.${system};
-      defaultText = lib.literalExpression "boxmaker.packages.\${system}";
+      default = (import ../nix/packages.nix { inherit pkgs; workspace = import ../nix/workspace.nix { }; }).all;
+      defaultText = lib.literalExpression "boxmaker's nix/packages.nix built with this system's pkgs";
       description = "The Boxmaker packages; bxctl is installed for the owner, bxcore checks the config.";
     };
 
@@ -106,8 +113,8 @@ in
 
     settings = lib.mkOption {
       description = ''
-        Boxmaker's config file (TOML; every key is documented in bxcore.config). Nulls are
-        dropped. Socket paths, `paths` and `broker.grants` are fixed by the role manifest so they
+        Boxmaker's config file (TOML; every key is documented in bxcore.config). TOML has no
+        null: leave a key out for bxcore's default. Socket paths, `paths` and `broker.grants` are fixed by the role manifest so they
         agree with the containers' mounts.
       '';
       default = { };
@@ -134,6 +141,16 @@ in
           gateway.server = "https://chat.example.org";
           gateway.allowlist = "/etc/boxmaker/config/allowlist";
         }
+      '';
+    };
+
+    configFile = lib.mkOption {
+      type = toml.type;
+      internal = true;
+      readOnly = true;
+      description = ''
+        The config file as written: `settings` over the module's defaults, under the keys the
+        manifest fixes. Typed, so a generated value TOML cannot hold fails evaluation here.
       '';
     };
 
@@ -204,6 +221,8 @@ in
   };
 
   config = lib.mkIf cfg.enable {
+    services.boxmaker.configFile = settings;
+
     assertions = stack.assertions ++ map
       (role: {
         assertion = builtins.all (id: cfg.credentials ? ${id}) stack.manifest.roles.${role}.credentials;
@@ -225,7 +244,10 @@ in
 
     systemd.tmpfiles.rules = stack.tmpfiles;
     environment.etc."boxmaker/config".source = configDir;
-    environment.systemPackages = [ cfg.packages.bxctl cfg.podmanPackage ];
+    # bxctl's maintenance commands run the role's own command (brokerd audit verify, memoryd
+    # reindex, ...): every role's command is on the owner's PATH beside bxctl.
+    environment.systemPackages = [ cfg.packages.bxctl cfg.podmanPackage ]
+      ++ map (role: cfg.packages.${role}) stack.roleNames;
     virtualisation.containers.enable = true;
 
     systemd.services = lib.listToAttrs

@@ -99,7 +99,8 @@ let
     Environment = [
       "HOME=${podmanHome store}"
       "XDG_RUNTIME_DIR=${podmanRun store}"
-      "CONTAINERS_CONF=${containersConf}"
+      # Added to the host's containers.conf, not instead of it (CONTAINERS_CONF would replace it).
+      "CONTAINERS_CONF_OVERRIDE=${containersConf}"
     ];
   };
 
@@ -131,6 +132,9 @@ let
     // {
       Type = "notify";
       NotifyAccess = "all"; # the READY=1 comes from the container, through conmon
+      # READY=1 may wait for the role's start checks (loopd's self-test waits for the model,
+      # up to first_byte_timeout): the manifest bounds each role's start.
+      TimeoutStartSec = "${toString (r.start_timeout or 90)}s";
       EnvironmentFile = digestEnv;
       ReadWritePaths = writable;
       ExecStartPre = "${podman} load --quiet --input=${imageArchive}";
@@ -139,6 +143,16 @@ let
     // (if credentialIds == [ ] then { } else {
       LoadCredentialEncrypted = map (id: "${id}:${credentialFiles.${id}}") credentialIds;
     });
+
+  # The containers.conf every unit adds to the host's (CONTAINERS_CONF_OVERRIDE): crun, and no
+  # cgroups of podman's own, so the container stays in the unit's cgroup and IPAddressAllow=/
+  # IPAddressDeny= apply to it; no session keyring (a unit's seccomp filter may refuse keyctl,
+  # and KeyringMode=private already gives the unit its own). `runtime`: crun on NixOS.
+  containersSettings = { runtime ? "crun" }: {
+    # runc refuses cgroups = "disabled"; rootless, it leaves the container in the unit's cgroup.
+    containers = { cgroups = if runtime == "crun" then "disabled" else "enabled"; keyring = false; };
+    engine = { inherit runtime; cgroup_manager = "cgroupfs"; events_logger = "file"; };
+  };
 
   # The podman service that runs tool containers for the runner (brokerd): as the runner's host
   # user, so the per-call files brokerd writes (0400 secrets in a 0700 directory) are readable by
@@ -150,6 +164,12 @@ let
     // manifest.hardening.network.none
     // rootlessPodman { user = userName tools.runner; store = "tools"; inherit containersConf; }
     // {
+      # Tool containers mount what the owner's grants name (~/notes read-only, ~/inbox
+      # read-write): the service must see /home, writable where file permissions allow. What
+      # it may reach there is what the owner opened to the units' group (docs/deploy.md);
+      # /usr, /boot and /etc stay read-only.
+      ProtectHome = "no";
+      ProtectSystem = "full";
       IPAddressDeny = "any";
       Type = "exec";
       ReadWritePaths = [ toolRuntimeDir ];
@@ -169,10 +189,13 @@ let
   # that is still starting is an ordinary "unavailable" answer, not a failed start.
   dependencies = role: map (name: "${unitName manifest.sockets.${name}.server}.service") (usedBy role);
 
+  # Only a role with a network waits for it; one with none (loopd) has nothing to wait for.
+  online = role: if manifest.roles.${role}.network == "none" then [ ] else [ "network-online.target" ];
+
   unit = args@{ role, ... }: {
     description = "Boxmaker ${role}";
-    after = [ "network-online.target" ];
-    wants = dependencies role;
+    after = online role;
+    wants = dependencies role ++ online role;
     wantedBy = [ "multi-user.target" ];
     serviceConfig = serviceConfig args;
   };
@@ -208,6 +231,7 @@ let
 in
 {
   inherit manifest roleNames socketPath podmanArgs fixedSettings serviceConfig unit tmpfiles
+    containersSettings
     assertions userName unitName containerName credentialsDirOf toolRuntimeArgs toolRuntimeUnit
     ownerGroups;
 }

@@ -1,7 +1,7 @@
 """The toolkit image: the host's Python 3.11 and its standard library, the shared libraries
 they need, static busybox for shell.run, CA certificates, and the toolkit package.
 
-Entrypoint ``python3.11 -s -B -m toolkit`` with ``PYTHONPATH=/opt/toolkit``, the same way the
+Entrypoint ``python3.11 -P -s -B -m toolkit`` with ``PYTHONPATH=/opt/toolkit``, the same way the
 bubblewrap backend starts it. brokerd appends ``<tool> --class ... --root ...`` and passes the
 arguments on stdin. Nix builds the owner's image from source; this one is for hosts and tests
 without nixpkgs (see ../shared/reference/containers-nix-systemd.md, section 6).
@@ -31,7 +31,7 @@ TOOLKIT_TARGET = "opt/toolkit/toolkit"
 REF = "boxmaker-toolkit"
 
 CONFIG = ImageConfig(
-    entrypoint=(PYTHON, "-s", "-B", "-m", "toolkit"),
+    entrypoint=(PYTHON, "-P", "-s", "-B", "-m", "toolkit"),
     env=("PATH=/usr/bin:/bin", "PYTHONPATH=/opt/toolkit", "LANG=C.UTF-8"),
     user="0:0",
     labels={"org.opencontainers.image.title": "boxmaker toolkit"},

@@ -1,59 +1,45 @@
-"""A stand-in for the llama-server router in the NixOS VM test: it answers every chat completion
-with one fixed streamed reply, in the OpenAI SSE shape llama-server uses, and /health, /props,
-/slots with the values the test config expects. It is no model: the test is about the plumbing
-(loopd without a network reaching it through inferproxy), not about inference.
+"""The model server of the NixOS VM test: the fault tests' scripted model (tests/faults/model.py),
+served over TCP as llama-server is. It passes loopd's start-up self-test (a probe tool call, its
+round trip with a cache hit, /props, /slots, /apply-template) and answers every other turn
+``ok: <the first 40 characters of the owner's message>``. It is no model: the VM test is about
+the plumbing (loopd without a network reaching it through inferproxy), not about inference.
 
-    python3 stand-in-model.py HOST PORT
+    PYTHONPATH=<repo>/tests python3 stand-in-model.py HOST PORT    (port 0: any; printed)
+
+It needs loopd (for the self-test's probe) and httpx importable, and tests/ on the path.
 """
 
-import json
+from __future__ import annotations
+
+import asyncio
+import contextlib
 import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-REPLY = "Hello from the stand-in model."
-PROPS = {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 2, "chat_template": ""}
+from faults.httpserve import read_request, write_response
+from faults.model import ScriptedModel
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+async def serve(host: str, port: int) -> None:
+    model = ScriptedModel()
 
-    def _json(self, value: object) -> None:
-        body = json.dumps(value).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await read_request(reader)
+            if request is not None:
+                await write_response(await model.handle(request), writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away mid-answer
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
 
-    def do_GET(self) -> None:
-        if self.path.startswith("/slots"):
-            self._json([{"id": 0, "n_ctx": 4096}, {"id": 1, "n_ctx": 4096}])
-        elif self.path.startswith("/props"):
-            self._json(PROPS)
-        else:
-            self._json({"status": "ok"})
-
-    def do_POST(self) -> None:
-        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
-        if self.path.startswith("/tokenize"):
-            self._json({"tokens": list(range(len(request.get("content", "")) // 4 + 1))})
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        chunks = [
-            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": REPLY}}]},
-            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-             "usage": {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17},
-             "timings": {"cache_n": 0, "prompt_n": 10}},
-        ]
-        for chunk in chunks:
-            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
-        self.close_connection = True
+    server = await asyncio.start_server(connection, host, port)
+    bound = server.sockets[0].getsockname()[1]  # port 0: the kernel's choice, for the tests
+    print(f"stand-in model listening on {host}:{bound}", flush=True)
+    async with server:
+        await server.serve_forever()
 
 
 if __name__ == "__main__":
-    ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), Handler).serve_forever()
+    asyncio.run(serve(sys.argv[1], int(sys.argv[2])))

@@ -80,14 +80,17 @@ def test_the_unit_passes_systemd_analyze_verify_without_a_word(unit_files, role)
 
 
 @pytest.mark.parametrize("role", UNITS)
-def test_the_unit_scores_2_0_or_better_in_systemd_analyze_security(unit_files, role):
+def test_the_unit_scores_2_2_or_better_in_systemd_analyze_security(unit_files, role):
+    """2.0 before the units were booted; booting them (test_boot.py) cost three measured needs:
+    podman's setrlimit (@resources, 0.2), crun's /proc/mounts (ProcSubset=, 0.1), and state the
+    units' group may read (UMask=0027, 0.1). See docs/decisions.md."""
     done = subprocess.run(
         ["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit_files[role])],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     match = re.search(r"Overall exposure level for \S+: (\d+\.\d)", done.stdout)
     assert match, done.stdout + done.stderr
-    assert float(match.group(1)) <= 2.0, done.stdout
+    assert float(match.group(1)) <= 2.2, done.stdout
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -134,8 +137,11 @@ def test_the_unit_runs_exactly_the_launcher_arguments_with_the_digest_put_in_by_
 
 
 def test_the_role_sockets_form_a_cycle_so_units_are_not_ordered_on_each_other():
-    after = {role: unit_of(role)["after"] for role in ROLES}
-    assert all(a == ["network-online.target"] for a in after.values())
+    """Only a role with a network waits for (and wants) network-online.target; loopd has none."""
+    for role in ROLES:
+        online = [] if MANIFEST.roles[role].network == "none" else ["network-online.target"]
+        assert unit_of(role)["after"] == online
+        assert unit_of(role)["wants"][len(unit_of(role)["wants"]) - len(online):] == online
     assert unit_of("loopd")["wants"] == [
         "boxmaker-brokerd.service", "boxmaker-inferproxy.service", "boxmaker-memoryd.service",
     ]  # fmt: skip
@@ -154,8 +160,11 @@ def test_the_tool_runtime_runs_as_brokerds_user_before_brokerd_with_the_launcher
     assert service["ExecStart"] == " ".join([PODMAN, *tool_runtime_args(MANIFEST)])
     assert service["ExecStartPre"].endswith("load --quiet --input=/nix/store/x-toolkit/image.tar")
     assert unit["before"] == unit["wantedBy"] == ["boxmaker-brokerd.service"]
+    # It sees /home (grants mount the owner's files), writable where permissions allow.
+    assert (service["ProtectHome"], service["ProtectSystem"]) == ("no", "full")
     for key, value in MANIFEST.hardening.common.items():
-        assert service[key] == value
+        if key not in ("ProtectHome", "ProtectSystem"):
+            assert service[key] == value
 
 
 def test_tmpfiles_keep_the_tool_runtime_and_the_call_scratch_to_brokerds_user():

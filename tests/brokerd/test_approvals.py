@@ -12,13 +12,13 @@ import pytest
 from brokerd.approvals import ApprovalBook
 from brokerd.audit import entries
 from brokerd.errors import ApprovalExpired, ApprovalMismatch, NotAnApprover, UnknownApproval
-from brokerd.server import start
 from brokerd_support import ASK, approve_socket, call_tool, make_rig, pending_ids, request, write
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import approval as wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.util import sha256
+from support.brokerd import start
 
 LOCAL = f"local:{os.getuid()}"
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
@@ -70,7 +70,9 @@ def test_an_id_answers_once_and_is_then_unknown():
 
 # --- end to end over broker.sock and approve.sock --------------------------------------------
 
-def scenario(tmp_path, body, *, approvers=frozenset({LOCAL}), ttl=30.0, gateway=None):
+def scenario(tmp_path, body, *, approvers=frozenset({LOCAL}), ttl=30.0, gateway=None,
+             pass_rig=False):
+    """Run ``body(broker_sock, approve_sock)`` (``body(rig, ...)`` with ``pass_rig``)."""
     rig = make_rig(tmp_path, approvers=approvers, ttl=ttl, gateway=gateway)
     write(rig.grants, "echo.toml", ASK)
     sockets = tmp_path / "broker.sock", tmp_path / "approve.sock"
@@ -78,7 +80,7 @@ def scenario(tmp_path, body, *, approvers=frozenset({LOCAL}), ttl=30.0, gateway=
     async def main():
         servers = await start(rig.broker, *sockets)
         try:
-            return await body(*sockets)
+            return await (body(rig, *sockets) if pass_rig else body(*sockets))
         finally:
             for server in servers:
                 server.close()
@@ -125,15 +127,20 @@ def test_an_unanswered_approval_expires_as_a_denial(tmp_path):
 
 
 def test_an_approver_not_on_the_allowlist_does_not_count(tmp_path):
-    async def body(broker_sock, approve_sock):
+    async def body(rig, broker_sock, approve_sock):
         call = asyncio.create_task(call_tool(broker_sock, request("echo", '{"text": "hi"}')))
-        (approval_id,) = await pending_ids(approve_sock, 1)
+        while not rig.broker.desk.pending():
+            await asyncio.sleep(0.01)
+        listed = await approve_socket(approve_sock, wire.APPROVAL_LIST, {})
+        (pending,) = rig.broker.desk.pending()
         refused = await approve_socket(approve_sock, wire.APPROVAL_ANSWER, wire.ApprovalAnswer(
-            id=approval_id, verdict="approve", by=LOCAL))
-        return refused, await call
+            id=pending.id, verdict="approve", by=LOCAL))
+        return listed, refused, await call
 
-    rig, (refused, frames) = scenario(tmp_path, body, approvers=frozenset({"local:0-nobody"}),
-                                      ttl=0.5)
+    rig, (listed, refused, frames) = scenario(
+        tmp_path, body, approvers=frozenset({"local:0-nobody"}), ttl=0.5, pass_rig=True)
+    # Not an approver: neither the pending calls (with their arguments) nor an answer.
+    assert listed.kind == wire.ERROR and listed.body["code"] == "denied"
     assert refused.kind == wire.ERROR and refused.body["code"] == "denied"
     assert frames[-1].body["status"] == "denied" and rig.backend.runs == []
 
@@ -195,3 +202,25 @@ def test_gatewayd_gets_the_request_and_its_answer_counts(tmp_path):
     assert seen[0].tool == "echo" and seen[0].arguments == '{"text": "hi"}'
     assert seen[0].grant == "echo" and seen[0].session == "s1"
     assert verdicts(rig)[-1] == ("allow", "approved by mm-owner-id")
+
+
+def test_a_scheduled_jobs_ask_call_is_listed_for_bxctl_approvals_and_answered_there(tmp_path):
+    """A job's run has no Mattermost thread of its own to start from; its approval is listed on
+    approve.sock (``bxctl approvals``) with the run's session, and an answer there counts."""
+    job_session = "job-morning-notes-20261201-073000-3f9a1c2b"
+
+    async def body(broker_sock, approve_sock):
+        call = asyncio.create_task(call_tool(broker_sock, request(
+            "echo", '{"text": "morning"}', session=job_session)))
+        frame = None
+        while frame is None or not frame.parse(wire.ApprovalPending).approvals:
+            frame = await approve_socket(approve_sock, wire.APPROVAL_LIST, {})
+        (listed,) = frame.parse(wire.ApprovalPending).approvals
+        await approve_socket(approve_sock, wire.APPROVAL_ANSWER, wire.ApprovalAnswer(
+            id=listed.id, verdict="approve", by="local"))
+        return listed, await call
+
+    rig, (listed, frames) = scenario(tmp_path, body)
+    assert (listed.session, listed.tool, listed.arguments) == \
+        (job_session, "echo", '{"text": "morning"}')
+    assert frames[-1].body["status"] == "ok" and len(rig.backend.runs) == 1

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from brokerd import daemon
 from brokerd.cli import main
-from brokerd.server import start
 from brokerd_support import call_tool, make_rig, request, write
 from bxcore.config import load_config
 from bxcore.tools import ToolResponse
 from click.testing import CliRunner
+from support.brokerd import start
 
 EXAMPLES = Path(__file__).parents[2] / "grants-examples"
 
@@ -88,6 +88,7 @@ def test_audit_verify_and_taint_rebuild(tmp_path):
     assert bad.exit_code == 1 and "edited" in bad.output and log.name in bad.output
 
 
+@pytest.mark.sandbox  # brokerd builds its sandbox backend (bubblewrap here)
 def test_brokerd_start_raises_a_taint_file_that_a_crash_left_behind_the_audit_log(tmp_path):
     """The result is audited before its taint file is written: a crash between the two leaves
     the session looking cleaner than the log says, until brokerd starts again."""

@@ -174,6 +174,10 @@ ROWS = [
      None, "allow", "builtin:memory"),
     ("memory tools: no grant can deny them", "memory", '{"action": "note", "text": "x"}',
      (ALL_DENY,), SECRET_TAINT, None, "allow", "builtin:memory"),
+    ("clock: built-in allow, no grant needed", "clock", "{}", (), CLEAN, None, "allow",
+     "builtin:clock"),
+    ("clock: no grant can deny it, whatever the taint", "clock", "{}", (ALL_DENY,),
+     SECRET_TAINT, None, "allow", "builtin:clock"),
     ("a needed secret that is not available: deny", "http.fetch", url("https://a.b/"),
      (TOKEN,), CLEAN, None, "deny", None),
 ]
@@ -222,4 +226,12 @@ def test_the_record_names_the_call_and_hashes_its_arguments():
 def test_a_denial_says_why_per_grant():
     decision = decide(request("fs.read", '{"path": "/home/o/x"}'), (NOTES,), now=NOW,
                       taint=CLEAN, resolved_paths={"path": "/home/o/x"}, secrets={})
-    assert "notes: argument 'path' resolves to /home/o/x" in decision.record.reason
+    assert "notes: argument 'path' is outside the granted paths" in decision.record.reason
+
+
+def test_a_denial_never_quotes_a_resolved_path_the_model_did_not_give():
+    decision = decide(request("fs.read", '{"path": "/proc/self/cwd/x"}'), (NOTES,), now=NOW,
+                      taint=CLEAN, resolved_paths={"path": "/srv/brokerd/x"}, secrets={})
+    reason = decision.record.reason
+    assert "/srv/brokerd" not in reason
+    assert "outside the granted paths once symlinks and '..' are resolved" in reason

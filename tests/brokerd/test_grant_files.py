@@ -96,7 +96,7 @@ def test_the_example_grants_all_parse():
     assert not found.errors, found.errors
     assert {g.name: g.mode for g in found.grants} == {
         "notes-read": "auto", "inbox-write": "ask", "docs-fetch": "auto", "ssh-deny": "deny",
-        "ssh-deny-cwd": "deny", "consult": "ask", "tailnet-fetch": "ask"}
+        "ssh-deny-cwd": "deny", "consult": "ask", "tailnet-fetch": "ask", "delegate": "auto"}
 
 
 def test_a_removed_grant_stops_counting_at_the_next_call(tmp_path):

@@ -17,11 +17,12 @@ import pytest
 from brokerd.approvals import ApprovalBook, local_approver
 from brokerd.audit import entries
 from brokerd.errors import NotAnApprover
-from brokerd.server import DEFAULT_OVERFLOW_UID, overflow_uid, start
-from brokerd_support import ASK, approve_socket, call_tool, make_rig, pending_ids, request, write
+from brokerd_support import ASK, approve_socket, call_tool, make_rig, request, write
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
+from bxcore.peers import DEFAULT_OVERFLOW_UID, overflow_uid
 from bxcore.protocol import approval as wire
+from support.brokerd import start
 from support.requires import user_namespaces
 
 OVERFLOW = 65534
@@ -139,23 +140,35 @@ async def _in_userns(directory: Path, ttl: float, approvers: list[str], body):
         await server.wait()
 
 
+async def _asked_id(audit: Path) -> str:
+    """The pending approval's id, from the audit log (a peer that is not an approver may not
+    list pending calls on approve.sock)."""
+    while True:
+        asked = [e.approval for e in entries(audit) if e.kind == "decision" and e.approval]
+        if asked:
+            return asked[0]
+        await asyncio.sleep(0.01)
+
+
 def _ask_and_answer(tmp_path: Path, ttl: float, approvers: list[str]):
     async def body(broker_sock, approve_sock):
         call = asyncio.create_task(call_tool(broker_sock, request("echo", '{"text": "hi"}')))
-        (approval_id,) = await pending_ids(approve_sock, 1)
+        approval_id = await _asked_id(tmp_path / "home" / "audit")
+        listed = await approve_socket(approve_sock, wire.APPROVAL_LIST, {})
         answer = wire.ApprovalAnswer(id=approval_id, verdict="approve", by="local:1000")
         reply = await approve_socket(approve_sock, wire.APPROVAL_ANSWER, answer)
-        return reply, await call
+        return listed, reply, await call
 
-    reply, frames = asyncio.run(_in_userns(tmp_path, ttl, approvers, body))
+    listed, reply, frames = asyncio.run(_in_userns(tmp_path, ttl, approvers, body))
     decisions = [e for e in entries(tmp_path / "home" / "audit") if e.kind == "decision"]
-    return reply, frames, decisions
+    return listed, reply, frames, decisions
 
 
 @needs_userns
 def test_in_a_user_namespace_local_overflow_admits_nobody(tmp_path):
     seen = overflow_uid()
-    reply, frames, decisions = _ask_and_answer(tmp_path, 1.0, [f"local:{seen}"])
+    listed, reply, frames, decisions = _ask_and_answer(tmp_path, 1.0, [f"local:{seen}"])
+    assert listed.kind == wire.ERROR and listed.body["code"] == "denied"  # not even the list
     assert reply.kind == wire.ERROR and reply.body["code"] == "denied"
     assert f"overflow uid {seen}" in reply.body["message"]
     assert '"local:socket"' in reply.body["message"]
@@ -166,7 +179,8 @@ def test_in_a_user_namespace_local_overflow_admits_nobody(tmp_path):
 @needs_userns
 def test_in_a_user_namespace_local_socket_admits_the_peer_and_says_how(tmp_path):
     seen = overflow_uid()
-    reply, frames, decisions = _ask_and_answer(tmp_path, 30.0, ["local:socket", MM])
+    listed, reply, frames, decisions = _ask_and_answer(tmp_path, 30.0, ["local:socket", MM])
+    assert len(listed.parse(wire.ApprovalPending).approvals) == 1
     assert reply.kind == wire.APPROVAL_ACK
     assert frames[-1].body["status"] == "ok"
     settled = decisions[-1]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from bxcore import records
 from bxcore.chat import FunctionCall, ToolCall
 from bxcore.errors import ErrorCode, WireError
-from bxcore.protocol import approval, broker, loop
+from bxcore.protocol import approval, broker, delegate, loop
 from bxcore.tools import DataClass, DecisionRecord, ToolRequest, ToolResponse
 from pydantic import BaseModel, TypeAdapter
 
@@ -148,6 +148,16 @@ FRAMES: dict[str, GoldenFrame] = {
         broker.TOOL_WAITING, False,
         broker.ToolWaiting(reason="running", elapsed=45),
         broker.FROM_BROKERD,
+    ),
+    "broker_delegate_run": GoldenFrame(
+        delegate.DELEGATE_RUN, False,
+        delegate.DelegateRun(session="sub-" + SESSION, task="Summarise notes.md.", rounds=2),
+        broker.FROM_BROKERD,
+    ),
+    "broker_delegate_done": GoldenFrame(
+        delegate.DELEGATE_DONE, True,
+        delegate.DelegateDone(status="ok", content="notes.md lists three errands."),
+        broker.TO_BROKERD,
     ),
     "broker_tool_response": GoldenFrame(
         broker.TOOL_RESPONSE, True,

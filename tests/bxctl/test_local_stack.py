@@ -36,12 +36,12 @@ def test_up_chat_doctor_down_leaves_nothing_behind(tmp_path):
                "--models", str(models), "--model", "qwen-tools")
     try:
         assert up.returncode == 0, up.stderr
-        for role in ("llama-server", "inferproxy", "memoryd", "brokerd", "loopd"):
+        for role in ("llama-server", "inferproxy", "memoryd", "brokerd", "loopd", "scheduler"):
             assert f"up: {role}" in up.stderr
 
         status = bxctl("status", "--state", str(state))
         assert status.returncode == 0, status.stdout + status.stderr
-        assert status.stdout.count("running") == 5
+        assert status.stdout.count("running") == 6
 
         again = bxctl("up", "--no-chat", "--state", str(state), "--llama-server", str(binary),
                       "--models", str(models), "--model", "qwen-tools")
@@ -60,6 +60,9 @@ def test_up_chat_doctor_down_leaves_nothing_behind(tmp_path):
         assert "ok   socket loop" in doctor.stdout
         assert "ok   audit chain" in doctor.stdout
         assert "ok   grant files" in doctor.stdout
+        # the chat's session recorded the serving settings it began under; nothing changed since
+        assert "ok   serving since the latest session: ok   serving_since_session: unchanged " \
+            "since session" in doctor.stdout, doctor.stdout
     finally:
         down = bxctl("down", "--state", str(state))
     assert down.returncode == 0, down.stderr

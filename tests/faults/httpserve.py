@@ -88,7 +88,7 @@ class UnixHTTPServer(BackgroundServer):
         self.requests += 1
         answer = self.handler(request)
         response = await answer if inspect.isawaitable(answer) else answer
-        await _write_response(response, writer)
+        await write_response(response, writer)
 
 
 async def read_request(reader: asyncio.StreamReader) -> httpx.Request | None:
@@ -106,7 +106,7 @@ async def read_request(reader: asyncio.StreamReader) -> httpx.Request | None:
     return httpx.Request(method, f"http://fake{target}", headers=fields, content=body)
 
 
-async def _write_response(response: httpx.Response, writer: asyncio.StreamWriter) -> None:
+async def write_response(response: httpx.Response, writer: asyncio.StreamWriter) -> None:
     head = [f"HTTP/1.1 {response.status_code} {response.reason_phrase}"]
     for name, value in response.headers.items():
         if name.lower() not in ("content-length", "transfer-encoding", "connection"):

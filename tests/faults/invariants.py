@@ -17,7 +17,7 @@ from pathlib import Path
 from brokerd.audit.log import verify
 from bxcore.records import Assistant
 from loopd.errors import CorruptSession
-from loopd.store import SessionStore
+from loopd.store import STAGING, SessionStore
 from memoryd.errors import StoreError
 from memoryd.journal import Journal
 from memoryd.notes import read_notes
@@ -30,6 +30,8 @@ def session_problems(home: Path) -> dict[str, str]:
     refused = {}
     sessions = home / "sessions"
     for directory in sorted(sessions.iterdir()) if sessions.is_dir() else ():
+        if directory.name.startswith(STAGING):
+            continue  # a creation a crash cut short: loopd removes it when it starts
         try:
             SessionStore(home).open(directory.name)
         except CorruptSession as exc:

@@ -25,6 +25,7 @@ import httpx
 from inference.fake_server import FakeServer, Reply, _Body
 from loop.caching_server import CachingServer, Planned, render
 from loopd.inference.selftest import PROBE_SYSTEM, PROBE_TOOL
+from loopd.inference.slot_switch import PROBE_SYSTEM as SWITCH_SYSTEM
 
 Brain = Callable[[dict[str, Any]], Planned]
 SLOT_CONTEXT = 4096
@@ -93,11 +94,12 @@ class ScriptedModel(CachingServer):
         if path == "/v1/chat/completions":
             self.chats += 1
             body = json.loads(request.content)
-            if self.faults and body["messages"][0].get("content") != PROBE_SYSTEM:
+            system = _text(body["messages"][0]).partition("\n")[2]  # after the session marker
+            if self.faults and system not in (PROBE_SYSTEM, SWITCH_SYSTEM):
                 reply = self.faults.pop(0)
                 return httpx.Response(reply.status, headers={"content-type": reply.content_type},
                                       stream=_Body(reply.steps, FakeServer([])))
-            probe = body["messages"][0].get("content") == PROBE_SYSTEM
+            probe = system == PROBE_SYSTEM
             self.script = [(self_test_answer if probe else self.brain)(body)]
             return super().handle(request)
         return self._meta(path, request)

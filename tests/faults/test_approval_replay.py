@@ -14,6 +14,7 @@ import pytest
 from bxcore.frames import Frame
 from bxcore.framestream import SyncFrameSocket
 from bxcore.protocol import approval as wire
+from support.sandbox_uid import writable_by_sandbox
 
 from .rig import directive, grant, scripted_rig, tool_results, via_call_tool
 
@@ -59,6 +60,7 @@ def turn_in_background(stack, session: str, content: str) -> tuple[threading.Thr
 def test_a_replayed_approval_id_is_refused_and_approves_nothing(short_dir):
     inbox = short_dir / "inbox"
     inbox.mkdir()
+    writable_by_sandbox(inbox)
     inbox_grant = grant(["fs.write"], "ask", "private", argument=("path", "paths", f"{inbox}/**"),
                         sandbox=f'mounts = [{{ path = "{inbox}", write = true }}]')
     with scripted_rig(short_dir, grants={"inbox.toml": inbox_grant},

@@ -1,12 +1,17 @@
-"""Crash consistency: SIGKILL loopd, brokerd or memoryd at a random point of a real turn (one
+"""Crash consistency: SIGKILL loopd, brokerd or memoryd at a chosen point of a real turn (one
 that reads a granted file in a bubblewrap sandbox and writes a memory note), start it again, and
 check everything the harness keeps on disk.
+
+A crash point is a syscall that changes the disk and its count within the turn: the victim is
+killed by strace just before its N-th ``fsync`` (or write, rename, ...; crashpoint.py), so a
+point names one on-disk state and replays exactly. A counted turn per victim lists the points;
+each trial draws one with the seeded generator (``CRASH_SEED``), and ``CRASH_POINT=role:call:N``
+runs that one point alone, as a failing trial prints it.
 
 After each kill: every session log parses (or is refused with an error naming file and line);
 a turn whose ``turn_done`` the client saw is in the log; the audit chain verifies; the taint
 files equal their rebuild; notes.md and the edit journal parse; and the session takes a next
-turn. Trials are seeded (``CRASH_SEED`` to replay one); the short profile runs a handful, the long
-profile (BOXMAKER_PROFILE=long) at least 200.
+turn. The short profile runs a handful of trials, the long profile (BOXMAKER_PROFILE=long) 210.
 """
 
 from __future__ import annotations
@@ -14,19 +19,22 @@ from __future__ import annotations
 import os
 import random
 import threading
-import time
 
 import pytest
+from support.requires import needs
 
 from .conftest import by_profile
+from .crashpoint import CrashPoint, Tracer, alive, points
 from .invariants import answers_in_log, assert_consistent, session_problems
 from .rig import directive, scripted_rig, via_call_tool
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, needs("strace"),
+              pytest.mark.skipif(os.geteuid() != 0, reason="strace -p a daemon needs root")]
 
 VICTIMS = ("loopd", "brokerd", "memoryd")
 TRIALS = int(os.environ.get("CRASH_TRIALS", by_profile(6, 210)))
 SEED = int(os.environ.get("CRASH_SEED", "1108"))
+REPLAY = os.environ.get("CRASH_POINT")
 
 
 def turn_text(rig, n: int) -> str:
@@ -36,12 +44,26 @@ def turn_text(rig, n: int) -> str:
     )
 
 
-def run_turn(stack, session, content, resume, seen, errors):
+def run_turn(stack, session, content, seen, errors):
     try:
-        for frame in stack.turn_frames(session, content, resume=resume, timeout=60):
+        for frame in stack.turn_frames(session, content, resume=False, timeout=60):
             seen.append(frame)
     except Exception as exc:  # the victim may be loopd itself: the connection drops
         errors.append(exc)
+
+
+def traced_turn(rig, session: str, content: str, victim: str, point: CrashPoint | None,
+                trace_file) -> tuple[list, bool, object]:
+    """One turn with ``victim`` under strace; (frames seen, whether it was killed, the calls)."""
+    stack = rig.stack
+    tracer = Tracer(stack.running[victim].pid, trace_file, point)
+    seen, errors = [], []
+    worker = threading.Thread(target=run_turn, args=(stack, session, content, seen, errors))
+    worker.start()
+    worker.join(timeout=180)
+    assert not worker.is_alive(), f"{point or victim}: the turn hung"
+    counted = tracer.stop()
+    return seen, not alive(tracer.pid), counted
 
 
 def resume_or_start(rig, session: str, content: str):
@@ -50,37 +72,55 @@ def resume_or_start(rig, session: str, content: str):
     return rig.stack.turn(session, content, resume=exists)[-1]
 
 
-def test_sigkill_at_random_points_leaves_consistent_state(short_dir):
+def crash_points(rig, traces) -> dict[str, list[CrashPoint]]:
+    """Count one whole turn's disk-changing calls in each victim: the points a trial draws."""
+    offered = {}
+    for victim in VICTIMS:
+        seen, killed, counted = traced_turn(rig, f"count-{victim}", turn_text(rig, 0), victim,
+                                            None, traces / f"count-{victim}.strace")
+        assert not killed and seen[-1].kind == "turn_done", (victim, seen[-1:])
+        offered[victim] = points(victim, counted)
+        assert offered[victim], f"{victim} changed nothing on disk in a whole turn"
+    return offered
+
+
+def test_sigkill_at_each_kind_of_crash_point_leaves_consistent_state(short_dir):
     rng = random.Random(SEED)
+    traces = short_dir / "traces"
+    traces.mkdir()
     tally = {victim: 0 for victim in VICTIMS}
-    acknowledged = 0
+    acknowledged = survived = refused = 0
     with scripted_rig(short_dir) as rig:
         stack = rig.stack
-        started = time.monotonic()
         warm = stack.turn("warm", turn_text(rig, 0), resume=False)[-1]
         assert warm.kind == "turn_done", warm
-        window = time.monotonic() - started  # one whole turn: kills land anywhere inside it
-        for trial in range(1, TRIALS + 1):
-            victim = rng.choice(VICTIMS)
+        offered = crash_points(rig, traces)
+        plan = ([CrashPoint.parse(REPLAY)] if REPLAY else
+                [rng.choice(offered[rng.choice(VICTIMS)]) for _ in range(TRIALS)])
+        for trial, point in enumerate(plan, start=1):
             session = f"crash{trial}"
-            seen, errors = [], []
-            worker = threading.Thread(target=run_turn, args=(
-                stack, session, turn_text(rig, trial), False, seen, errors))
-            worker.start()
-            time.sleep(rng.uniform(0, window * 1.2))
-            stack.kill(victim)
-            worker.join(timeout=120)
-            assert not worker.is_alive(), f"trial {trial}: the turn hung after {victim} died"
-            stack.start(victim)
-            tally[victim] += 1
+            seen, killed, _ = traced_turn(rig, session, turn_text(rig, trial), point.role, point,
+                                          traces / f"trial{trial}.strace")
+            survived += not killed  # this turn made fewer such calls than the counted one
+            stack.kill(point.role)  # reaps the killed one; a survivor dies after its turn
+            stack.start(point.role)
+            tally[point.role] += 1
+            staging = sorted(p.name for p in (stack.home / "sessions").glob(".new-*"))
+            assert staging == [], f"a session's staging directory outlived loopd's start: {staging}"
 
+            where = f"trial {trial}, CRASH_POINT={point}"
             assert_consistent(stack.config, stack.home)
             if seen and seen[-1].kind == "turn_done":
                 acknowledged += 1
-                assert seen[-1].body["content"] in answers_in_log(stack.home, session)
+                assert seen[-1].body["content"] in answers_in_log(stack.home, session), where
             if session in session_problems(stack.home):
-                continue  # refused with a clear error (checked above): the owner looks
+                refused += 1  # refused with a clear error (checked above): the owner looks
+                continue
             after = resume_or_start(rig, session, "hello again")
-            assert after.kind == "turn_done", (trial, victim, after, stack.log("loopd"))
+            assert after.kind == "turn_done", (where, after, stack.log("loopd"))
             assert_consistent(stack.config, stack.home)
-    print(f"crash trials: {TRIALS} ({tally}), acknowledged before the kill: {acknowledged}")
+    sizes = {victim: len(found) for victim, found in offered.items()}
+    print(f"crash trials: {len(plan)} ({tally}); points offered per victim: {sizes}; "
+          f"acknowledged before the kill: {acknowledged}; turns that passed their point: "
+          f"{survived}; sessions refused as corrupt (the owner's to look at): {refused}")
+    assert survived < len(plan), "no trial killed anything: the points are not being reached"

@@ -20,6 +20,7 @@ from bxcore.framestream import SyncFrameSocket
 from bxcore.protocol import loop as wire
 from inference.fake_server import completion
 from memoryd.notes import read_notes
+from support.sandbox_uid import writable_by_sandbox
 
 from .rig import directive, grant, scripted_rig, tool_results, via_call_tool
 
@@ -112,6 +113,7 @@ def test_every_escalation_is_refused_and_nothing_outside_the_grants_changes(shor
     ))
     inbox = short_dir / "inbox"
     inbox.mkdir()
+    writable_by_sandbox(inbox)
     port = page.server_address[1]
     try:
         grants = {"fetch.toml": fetch_grant(port), "inbox.toml": write_grant(inbox),

@@ -122,7 +122,7 @@ def test_the_throttle_allows_one_edit_per_interval():
         True, False, False, True, False, True]
 
 
-def test_the_approval_text_shows_the_arguments_verbatim_even_with_backticks():
+def test_the_approval_text_shows_every_field_in_a_fence_no_argument_can_close():
     arguments = '{"cmd": "echo ```"}'
     text = approval_text("id1", "shell", arguments, "shell.toml", "2026-12-01T00:00:00Z")
-    assert arguments in text and "````json" in text and "!approve id1" in text
+    assert "cmd:\n    echo ```" in text and "````text" in text and "!approve id1" in text

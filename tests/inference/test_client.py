@@ -30,6 +30,7 @@ from loopd.inference import (
     StreamCut,
     Unavailable,
 )
+from loopd.inference.request import session_marker
 from loopd.inference.retry import backoff_delay
 
 from .fake_server import (
@@ -113,8 +114,8 @@ async def test_every_request_carries_the_contract_fields():
     assert body["model"] == "qwen-tools" and body["reasoning_control"] is True
     assert (body["temperature"], body["top_p"], body["top_k"]) == (0.6, 0.95, 20)
     assert body["max_tokens"] == 48
-    assert body["messages"] == [
-        {"role": "system", "content": "sys"},
+    assert body["messages"] == [  # the session's marker first: test_slot_switch.py
+        {"role": "system", "content": session_marker("s1") + "sys"},
         {"role": "user", "content": "hi"},
     ]
     assert body["tools"] == [TOOL.as_openai_tool()]
@@ -302,6 +303,39 @@ async def test_the_thinking_cap_ends_reasoning_through_the_control_endpoint():
     assert result.thinking_capped is True and result.reasoning_tokens == 5
     assert result.reasoning_content == "one two three four five"
     assert len(sink.of(Reasoning)) == 5
+
+
+async def test_the_cap_counts_the_reasoning_of_the_turns_earlier_completions():
+    """Inference contract 8: the cap is per turn. A completion whose turn already reasoned 2 of
+    a cap of 3 tokens has its reasoning ended at its first token, and the event reports the
+    turn's total."""
+    fake = FakeServer([Reply.stream(completion(reasoning="one two three", content="answer"))])
+    spent = ChatRequest(messages=REQUEST.messages, tools=(TOOL,), slot=1, session="s1",
+                        reasoning_spent=2)
+    async with InferenceClient(section(thinking_cap=3), transport=fake.transport()) as client:
+        sink = Sink()
+        result = await client.chat(spent, sink)
+    assert len(fake.control_bodies) == 1
+    assert sink.of(ThinkingCapped) == [ThinkingCapped(tokens=3)]
+    assert result.thinking_capped is True and result.reasoning_tokens == 3
+
+
+async def test_a_turn_whose_cap_is_spent_ends_reasoning_at_the_first_token():
+    fake = FakeServer([Reply.stream(completion(reasoning="more", content="answer"))])
+    spent = ChatRequest(messages=REQUEST.messages, tools=(TOOL,), slot=1, session="s1",
+                        reasoning_spent=10)
+    async with InferenceClient(section(thinking_cap=3), transport=fake.transport()) as client:
+        result = await client.chat(spent, Sink())
+    assert len(fake.control_bodies) == 1 and result.thinking_capped is True
+
+
+async def test_a_completion_that_does_not_reason_is_never_capped_however_much_was_spent():
+    fake = FakeServer([Reply.stream(completion(content="answer"))])
+    spent = ChatRequest(messages=REQUEST.messages, tools=(TOOL,), slot=1, session="s1",
+                        reasoning_spent=10)
+    async with InferenceClient(section(thinking_cap=3), transport=fake.transport()) as client:
+        result = await client.chat(spent, Sink())
+    assert fake.control_bodies == [] and result.thinking_capped is False
 
 
 async def test_a_refused_control_call_is_not_recorded_as_capped():

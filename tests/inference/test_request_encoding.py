@@ -9,7 +9,7 @@ from bxcore.chat import AssistantMessage, SystemMessage, UserMessage, message_js
 from bxcore.config import InferenceSection
 from loopd.inference import request as request_module
 from loopd.inference.api import ChatRequest
-from loopd.inference.request import _EncodedMessages, request_body
+from loopd.inference.request import _EncodedMessages, marked, request_body
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_a_growing_session_encodes_each_message_once(encoded):
     for n in range(5):
         _turn(messages, n)
         body = request_body(_request(messages), section)
-        assert body["messages"] == [message_json(m) for m in messages]
+        assert body["messages"] == marked("s1", [message_json(m) for m in messages])
     assert set(encoded) == {id(m) for m in messages}
     assert set(encoded.values()) == {1}
 

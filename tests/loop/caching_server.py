@@ -7,7 +7,10 @@ It renders a request's prompt as the JSON of its tools, then of each message, as
 counts one token per character. Each slot holds the last prompt plus what was generated (the
 assistant message the next request should replay); ``cache_n`` is the length of the common
 prefix of a new prompt with what the slot holds, exactly as a prefix cache reuses tokens. So if
-loopd changes one earlier byte, ``cache_n`` falls and the loop records a CacheLoss.
+loopd changes one earlier byte, ``cache_n`` falls and the loop records a CacheLoss. A prompt
+that keeps less than half of what its slot holds moves the held one into a host-RAM cache and
+takes the best match from there first, as the real server does (``--cache-ram`` on, slot
+similarity on: tests/inference/test_real_slot_switch.py).
 
 The chunks are built with the inference tests' chunk helpers, which are checked against the
 real server's recordings.
@@ -54,6 +57,7 @@ class CachingServer:
         self.script: list[Planned] = []
         self.bodies: list[dict[str, Any]] = []
         self.slots: dict[int, str] = {}
+        self.ram: list[str] = []  # the host-RAM prompt cache
         self._calls = 0
         self.summaries = 0
 
@@ -70,7 +74,7 @@ class CachingServer:
             planned = self.script.pop(0) if self.script else Planned(content="(end of script)")
         prompt = render(body)
         slot = body["id_slot"]
-        cache_n = common_prefix(prompt, self.slots.get(slot, ""))
+        cache_n = self._switch(slot, prompt)
         calls = [self._call(name, arguments) for name, arguments in planned.tool_calls]
         assistant: dict[str, Any] = {"role": "assistant"}
         if planned.content:
@@ -85,6 +89,18 @@ class CachingServer:
             200, headers={"content-type": "text/event-stream"},
             stream=_Chunks(self._stream(prompt, cache_n, planned, calls, len(generated))),
         )
+
+    def _switch(self, slot: int, prompt: str) -> int:
+        """What the slot reuses for ``prompt``, after the RAM cache swapped sessions if due."""
+        held = self.slots.get(slot, "")
+        cache_n = common_prefix(prompt, held)
+        if held and cache_n < len(held) / 2:
+            self.ram.append(held)
+            best = max(self.ram, key=lambda kept: common_prefix(prompt, kept))
+            if common_prefix(prompt, best) > cache_n:
+                self.ram.remove(best)
+                self.slots[slot], cache_n = best, common_prefix(prompt, best)
+        return cache_n
 
     def _call(self, name: str, arguments: str) -> dict[str, Any]:
         self._calls += 1

@@ -9,16 +9,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from bxctl.doctor import role_check
 from support.llama import QWEN, start_single
 
 LOOPD = Path(sys.executable).with_name("loopd")
 
 
 def config(directory: Path, infer: Path, extra: str = "") -> Path:
+    """A config with the fake tool port (no brokerd here); ``extra`` goes on in [loop]."""
     path = directory / "config.toml"
     path.write_text(f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
                     f'[inference]\nsocket = "{infer}"\nretries = 0\nliveness_timeout = 600.0\n'
-                    f'{extra}')
+                    f'[loop]\ntools = "fake"\n{extra}')
     return path
 
 
@@ -32,11 +34,20 @@ def test_selftest_without_a_server_fails_naming_the_checks(tmp_path):
     status, lines = loopd("selftest", config(tmp_path, tmp_path / "nobody.sock"))
     assert status == 1
     assert lines[0].startswith("FAIL tool_call: the request failed")
-    assert lines[-1] == "self-test: FAILED: tool_call, serving"
+    assert lines[-1] == "self-test: FAILED: tool_call, serving, slot_switch"
+
+
+def test_doctor_shows_what_failed_in_the_self_test_not_only_the_verdict(tmp_path):
+    path = config(tmp_path, tmp_path / "nobody.sock")
+    check = role_check("model server", "loopd", ["selftest"], "fix it", path, failures=True)
+    assert not check.ok and check.fix == "fix it"
+    assert check.detail.startswith("FAIL tool_call: the request failed")
+    assert "; FAIL slot_switch: the probe requests failed" in check.detail
+    assert check.detail.endswith("; self-test: FAILED: tool_call, serving, slot_switch")
 
 
 def test_budget_without_memoryd_fails_when_memoryd_gives_the_identity(tmp_path):
-    path = config(tmp_path, tmp_path / "nobody.sock", '[loop]\nmemory = "memoryd"\n')
+    path = config(tmp_path, tmp_path / "nobody.sock", 'memory = "memoryd"\n')
     status, lines = loopd("budget", path)
     assert status == 1
     assert lines[-1].startswith("FAIL baseline_budget: no identity: memoryd")
@@ -54,7 +65,9 @@ def test_selftest_and_budget_pass_on_the_real_server():
         tested = loopd("selftest", path)
         budget = loopd("budget", path)
     assert tested[0] == 0, tested[1]
-    assert tested[1][-1] == "self-test: ok, 7 checks passed"
+    assert tested[1][-1] == "self-test: ok, 8 checks passed"
+    switch = "ok   slot_switch: a session back on its slot"
+    assert any(line.startswith(switch) for line in tested[1]), tested[1]
     assert budget[0] == 0, budget[1]
     assert budget[1][-1].endswith(
         "within the budget of 3000, with the identity from [baseline] identity")

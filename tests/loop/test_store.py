@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from bxcore.records import SessionStart, ToolResult, User
+from bxcore.records import EpochEnd, SessionStart, ToolResult, User
 from bxcore.util import sha256
 from loopd.baseline import Baseline
 from loopd.errors import CorruptSession, NoSuchSession, SessionExists, TornLog
@@ -36,11 +36,11 @@ def test_create_writes_the_baseline_and_session_start(tmp_path):
     assert not [p for p in (tmp_path / "sessions").iterdir() if p.name.startswith(".")]
 
 
-def test_files_are_private(tmp_path):
+def test_files_are_readable_by_the_units_group_and_by_no_one_else(tmp_path):
     new_session(tmp_path, "abc")
     directory = tmp_path / "sessions" / "abc"
-    assert directory.stat().st_mode & 0o777 == 0o700
-    assert (directory / "0.jsonl").stat().st_mode & 0o777 == 0o600
+    assert directory.stat().st_mode & 0o777 == 0o750
+    assert (directory / "0.jsonl").stat().st_mode & 0o777 == 0o640
 
 
 def test_an_append_is_on_disk_when_it_returns(tmp_path):
@@ -70,6 +70,26 @@ def test_the_call_counter_resumes_after_the_highest_tool_result(tmp_path):
     reopened = SessionStore(tmp_path).open("s1")
     assert reopened.take_call() == 8
     assert reopened.take_call() == 9
+
+
+def test_the_call_counter_runs_across_epochs_and_is_restored_from_every_earlier_log(tmp_path):
+    """M2b design, section 4: the counter increases across the whole session, restored as one
+    more than the highest ToolResult.call in the log, whichever epoch holds it."""
+    store = SessionStore(tmp_path)
+    session = new_session(tmp_path)
+    session.append(tool_result(session.take_call()))
+    session.append(tool_result(session.take_call()))
+    session.append(EpochEnd(time=FIXED_TIME, next_epoch=1))
+    second = store.start_epoch(session, sample_baseline(), time=FIXED_TIME)
+    second.append(EpochEnd(time=FIXED_TIME, next_epoch=2))  # an epoch that ran no tool call
+    third = store.start_epoch(second, sample_baseline(), time=FIXED_TIME)
+    assert third.take_call() == 3  # not 1: the new epoch goes on counting
+    third.append(tool_result(3))
+    reopened = store.open("s1")
+    assert reopened.epoch == 2
+    assert reopened.take_call() == 4
+    third.log_path.write_bytes(third.log_path.read_bytes().splitlines(keepends=True)[0])
+    assert store.open("s1").take_call() == 3  # epoch 0's calls count when epoch 2 has none
 
 
 def test_a_torn_last_line_is_refused_naming_file_and_line(tmp_path):
@@ -174,3 +194,17 @@ def test_a_new_session_uses_its_baseline_as_a_resumed_one_will(tmp_path):
     reopened = SessionStore(tmp_path).open("s1")
     dumped = [json.dumps(t.model_dump(mode="json")) for t in session.baseline.tools]
     assert dumped == [json.dumps(t.model_dump(mode="json")) for t in reopened.baseline.tools]
+
+
+def test_a_creation_cut_short_leaves_only_staging_which_the_next_start_removes(tmp_path):
+    """A crash inside create() before its rename leaves a hidden staging directory: no session,
+    never acknowledged. remove_staging (loopd serve calls it at start) deletes exactly those."""
+    new_session(tmp_path, "kept")
+    sessions = tmp_path / "sessions"
+    cut_short = sessions / ".new-lost-0a1b2c3d"
+    cut_short.mkdir()
+    (cut_short / "0.jsonl").write_text("{}\n")
+    store = SessionStore(tmp_path)
+    assert store.remove_staging() == [".new-lost-0a1b2c3d"]
+    assert sorted(p.name for p in sessions.iterdir()) == ["kept"]
+    assert store.open("kept").epoch == 0

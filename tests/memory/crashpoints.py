@@ -63,17 +63,17 @@ class CrashPoints:
         return self
 
     def _wrap(self, label: str, real: Callable[..., None]) -> Callable[..., None]:
-        def step(path: Path, *rest: Any) -> None:
+        def step(path: Path, *rest: Any, **options: Any) -> None:
             if len(self.steps) == self.at:
                 self.at = None  # fire once; recovery after it runs unhindered
                 self.steps.append(label)
                 self.fired = label
                 if self.torn and label.endswith("append_bytes") and len(rest[0]) > 1:
-                    real(path, rest[0][: len(rest[0]) // 2])
+                    real(path, rest[0][: len(rest[0]) // 2], **options)
                 self.crash()
                 return
             self.steps.append(label)
-            real(path, *rest)
+            real(path, *rest, **options)
 
         return step
 
@@ -82,7 +82,9 @@ def writer(home: Path, *, stage: bool = False) -> MemoryWriter:
     """memoryd's writer as the service builds it (this is the restart: it recovers)."""
     layout = Layout(home)
     layout.ensure()
-    return MemoryWriter(layout, stage_identity_writes=stage, clock=lambda: T)
+    # A private caller that may edit identity: these tests are about crashes, not the ceiling.
+    return MemoryWriter(layout, stage_identity_writes=stage, clock=lambda: T,
+                        identity_ceiling=DataClass.PRIVATE)
 
 
 def setup(home: Path) -> None:

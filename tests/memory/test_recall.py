@@ -4,6 +4,7 @@ the same answers, the ceiling, source tags and trust, hit counts, and notes.md's
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from bxcore.tools import DataClass
 from click.testing import CliRunner
 from memoryd.cli import main
 from memoryd.errors import StoreError
-from memoryd.index import RecallIndex, StateDb
+from memoryd.index import RecallIndex, StateDb, session_logs
 from memoryd.notes import Note, parse_notes
 from memoryd.service import MemoryService
 
@@ -111,6 +112,16 @@ def test_sessions_above_the_ceiling_are_not_indexed(service, home):
     assert recalled(run(call(service, "recall", {"query": "launch"}))) == []
     run(turn(service, home, "s9", [user("launch again"), answer("launch")]))
     assert recalled(run(call(service, "recall", {"query": "launch"}))) == []
+
+
+def test_a_staging_directory_of_loopd_is_no_session(service, home):
+    """loopd writes a new session into sessions/.new-<id>-<random> and renames it; a crash
+    before the rename leaves that behind. It is nobody's session: not listed, not recalled."""
+    run(turn(service, home, "s1", [user("the heron topic"), answer("noted heron")]))
+    shutil.copytree(home / "sessions" / "s1", home / "sessions" / ".new-s2-0a1b2c3d")
+    assert [session for session, _, _ in session_logs(home / "sessions")] == ["s1"]
+    origins = {hit["origin"] for hit in recalled(run(call(service, "recall", {"query": "heron"})))}
+    assert origins and all(origin.startswith("session:s1/") for origin in origins), origins
 
 
 def test_the_taint_file_alone_can_put_a_session_above_the_ceiling(service, home):

@@ -54,3 +54,43 @@ def command(work: Path, argv: list[str], **fields) -> SandboxSpec:
 def python(code: str) -> list[str]:
     """argv running ``code`` with the sandbox's python3."""
     return ["python3", "-c", code]
+
+
+# Sandbox code: read the socket ``s`` to its end into ``data`` (saying so if it broke).
+RECEIVE_ALL = """\
+data = b''
+try:
+    while chunk := s.recv(4096):
+        data += chunk
+except OSError as exc:
+    print('CLOSED', exc)
+"""
+
+_TUNNEL = """\
+import os, socket, ssl
+proxy = os.environ['HTTPS_PROXY'].rsplit(':', 1)[1]
+s = socket.create_connection(('127.0.0.1', int(proxy)), timeout=10)
+s.sendall(b'CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n')
+print(s.recv(4096).decode().splitlines()[0])
+sni = {sni!r}
+if sni is None:
+    s.sendall(b'GET /tunnelled HTTP/1.1\\r\\nHost: {host}\\r\\nConnection: close\\r\\n\\r\\n')
+else:
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    outgoing = ssl.MemoryBIO()
+    client = tls.wrap_bio(ssl.MemoryBIO(), outgoing, server_hostname=sni)
+    try:
+        client.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    s.sendall(outgoing.read())
+{receive_all}print('UPSTREAM', 'answered: ' + data.decode('latin-1')[-200:] if data else 'nothing')
+"""
+
+
+def tunnel_script(host: str, port: int, *, sni: str | None) -> str:
+    """Python for a sandbox: CONNECT to ``host:port`` through the egress proxy, then open TLS
+    naming ``sni`` (a real ClientHello; None: plain HTTP inside the tunnel instead), and print
+    the proxy's answer line and ``UPSTREAM answered: <the end of what came back>`` (or
+    ``UPSTREAM nothing``)."""
+    return _TUNNEL.format(host=host, port=port, sni=sni, receive_all=RECEIVE_ALL)

@@ -10,6 +10,7 @@ import pytest
 from brokerd.sandbox import ToolFailure, ToolOutput
 from bxcore.secrets import Secret
 from bxcore.tools import DataClass
+from support.sandbox_uid import writable_by_sandbox
 
 from .helpers import command, python, ro, run, rw, shell, spec
 
@@ -30,8 +31,7 @@ def grant(tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "a.md").write_text("alpha\n")
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
+    inbox = writable_by_sandbox(tmp_path / "inbox")
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("hunter2\n")

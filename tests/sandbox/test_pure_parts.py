@@ -18,10 +18,11 @@ from brokerd.sandbox import (
     ToolFailure,
     ToolOutput,
 )
-from brokerd.sandbox._bwrap_args import BwrapLayout, bwrap_argv
+from brokerd.sandbox._bwrap_args import BECOME, BwrapLayout, bwrap_argv
 from brokerd.sandbox._call import check_spec, toolkit_args
 from brokerd.sandbox._outcome import Finished, interpret
 from brokerd.sandbox._podman_args import podman_remove_argv, podman_run_argv
+from brokerd.sandbox.bubblewrap import _for_version
 from bxcore.secrets import Secret
 from bxcore.tools import DataClass
 
@@ -62,6 +63,7 @@ def test_the_toolkit_gets_its_context_as_options_not_environment():
     assert toolkit_args(SPEC) == [
         "fs.read", "--class", "private", "--cap", "100", "--root", "/home/o/notes",
         "--root", "/home/o/inbox", "--proxy-socket", "/run/egress/proxy.sock",
+        "--workdir", "/home/o/notes",
     ]
 
 
@@ -71,9 +73,18 @@ def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
 
 def test_bwrap_unshares_everything_and_binds_only_what_was_granted():
     argv = bwrap_argv(SPEC, BwrapLayout(), toolkit_dir=Path("/src/toolkit"),
-                      secrets_dir=Path("/dev/shm/c/secrets"), egress_dir=Path("/dev/shm/c/eg"))
-    for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--clearenv"):
+                      secrets_dir=Path("/dev/shm/c/secrets"), egress_dir=Path("/dev/shm/c/eg"),
+                      seccomp_fd=9)
+    for flag in ("--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+                 "--new-session", "--clearenv"):
         assert flag in argv
+    assert argv[argv.index("--seccomp") + 1] == "9"
+    assert ("/proc/sys", "/proc/sys") in _pairs(argv, "--ro-bind")
+    assert argv[argv.index("--tmpfs") - 2:argv.index("--tmpfs") + 2] == [
+        "--size", str(32 * 1024 * 1024), "--tmpfs", "/tmp"]
+    assert argv[argv.index("--chdir") + 1] == "/"
+    assert argv[argv.index("/usr/bin/python3") + 1] == "-P"  # the working directory is not
+    assert "-I" not in argv  # the working directory is not on sys.path; brokerd is not root
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert ("/home/o/notes", "/home/o/notes") in _pairs(argv, "--ro-bind")
     assert _pairs(argv, "--bind") == [("/home/o/inbox", "/home/o/inbox")]
@@ -88,21 +99,41 @@ def test_bwrap_unshares_everything_and_binds_only_what_was_granted():
 
 def test_bwrap_without_secrets_or_hosts_binds_neither():
     argv = bwrap_argv(SandboxSpec(program="echo", arguments="{}"), BwrapLayout(),
-                      toolkit_dir=Path("/src/toolkit"), secrets_dir=None, egress_dir=None)
+                      toolkit_dir=Path("/src/toolkit"), secrets_dir=None, egress_dir=None,
+                      seccomp_fd=9)
     targets = [target for _, target in _pairs(argv, "--ro-bind") + _pairs(argv, "--bind")]
-    assert targets == ["/usr", "/opt/toolkit/toolkit"]
+    assert targets == ["/usr", "/proc/sys", "/opt/toolkit/toolkit"]
+
+
+def test_a_root_brokerds_bwrap_makes_no_user_namespace_and_changes_uid_before_the_toolkit():
+    argv = bwrap_argv(SPEC, BwrapLayout(), toolkit_dir=Path("/src/toolkit"), secrets_dir=None,
+                      egress_dir=None, seccomp_fd=9, run_as=1234)
+    assert "--unshare-all" not in argv and "--unshare-user" not in argv
+    assert "--disable-userns" not in argv  # bwrap refuses it without a user namespace
+    kept = argv[argv.index("--cap-drop"):argv.index("--", argv.index("--cap-drop"))]
+    assert kept == ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                    "--cap-add", "CAP_SETPCAP"]
+    become = argv.index("-I") - 1
+    assert argv[become:become + 5] == ["/usr/bin/python3", "-I", "-c", BECOME, "1234"]
+    assert become < argv.index("/usr/bin/prlimit") < argv.index("-P")
+    # bwrap would make the parents of a bind target 0700, which the tool could not pass
+    opt = argv.index("/opt")
+    assert argv[opt - 3:opt + 1] == ["--perms", "0755", "--dir", "/opt"]
 
 
 def test_podman_runs_the_image_by_digest_with_no_network_and_every_limit():
     setup = PodmanSetup(image=f"localhost/boxmaker/toolkit@{DIGEST}",
                         containers_conf=Path("/c.conf"), storage=("--root", "/r"))
     argv = podman_run_argv(SPEC, setup, name="bx-call-1", secrets_dir=Path("/s"),
-                           egress_dir=Path("/e"))
+                           egress_dir=Path("/e"), seccomp_profile=Path("/p.json"))
     assert argv[:4] == ["podman", "--root", "/r", "run"]
     for flag in ("--rm", "--network=none", "--pull=never", "--read-only", "--cap-drop=ALL",
                  "--security-opt=no-new-privileges", "--memory=64m", "--pids-limit=10",
                  "--ulimit=nproc=10:10", f"--ulimit=data={64 * 1024 * 1024}:{64 * 1024 * 1024}",
-                 "--workdir=/home/o/notes", "--name=bx-call-1"):
+                 "--workdir=/", "--read-only-tmpfs=false", "--user=0:0",
+                 "--security-opt=seccomp=/p.json",
+                 f"--tmpfs=/tmp:rw,nosuid,nodev,size={32 * 1024 * 1024}",
+                 f"--shm-size={32 * 1024 * 1024}", "--name=bx-call-1"):
         assert flag in argv
     assert any(arg.startswith("--tmpfs=/tmp:") for arg in argv)
     assert "--volume=/home/o/notes:/home/o/notes:ro" in argv
@@ -118,7 +149,8 @@ def test_through_a_podman_service_every_command_names_the_service_and_no_local_s
     setup = PodmanSetup(image=f"localhost/boxmaker/toolkit@{DIGEST}", containers_conf=None,
                         remote="unix:///run/boxmaker/tools/podman.sock")
     remote = ["podman", "--remote", "--url=unix:///run/boxmaker/tools/podman.sock"]
-    argv = podman_run_argv(SPEC, setup, name="bx-call-1", secrets_dir=None, egress_dir=None)
+    argv = podman_run_argv(SPEC, setup, name="bx-call-1", secrets_dir=None, egress_dir=None,
+                           seccomp_profile=Path("/p.json"))
     assert argv[:4] == [*remote, "run"]
     assert podman_remove_argv(setup, "bx-call-1")[:4] == [*remote, "rm"]
 
@@ -182,3 +214,19 @@ def test_failures_name_their_reason(run, reason, detail):
     response = out.as_response()
     assert (response.status, response.data_class) == ("failed", DataClass.PRIVATE)
     assert response.content.startswith(f"{reason}: ")
+
+
+@pytest.mark.parametrize(("version", "disable_userns"), [((0, 8, 0), True), ((0, 11, 0), True),
+                                                        ((0, 7, 0), False), ((0, 5, 0), False)])
+def test_an_older_bubblewrap_runs_without_disable_userns(version, disable_userns):
+    layout = _for_version(BwrapLayout(), version)
+    assert layout.disable_userns is disable_userns
+    argv = bwrap_argv(SPEC, layout, toolkit_dir=Path("/t"), secrets_dir=None, egress_dir=None,
+                      seccomp_fd=9)
+    assert ("--disable-userns" in argv) is disable_userns
+    assert "--seccomp" in argv  # the filter refuses user namespaces either way
+
+
+def test_a_bubblewrap_that_cannot_size_a_tmpfs_is_refused():
+    with pytest.raises(SandboxUnavailable, match=r"0\.4\.1 is too old"):
+        _for_version(BwrapLayout(), (0, 4, 1))

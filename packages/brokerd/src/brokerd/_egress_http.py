@@ -5,7 +5,9 @@ A sandbox reaches the network only through this proxy, one request head per conn
 - ``CONNECT host:port HTTP/1.1`` opens a tunnel (https); the proxy never sees inside it.
 - ``GET http://host[:port]/path HTTP/1.1`` (absolute form) is plain HTTP: the head is rewritten
   to origin form, ``Host`` is set from the URL (so routing and ``Host`` cannot disagree),
-  hop-by-hop and ``Proxy-*`` headers are dropped and ``Connection: close`` is added.
+  hop-by-hop and ``Proxy-*`` headers are dropped and ``Connection: close`` is added. A body
+  is passed by its ``Content-Length``; a chunked request body is refused, so the proxy always
+  knows where the next request head starts (``_egress_bind`` checks every one).
 
 Allowlist entries are grant host patterns: ``docs.python.org`` (that host) or ``*.example.org``
 (its subdomains, not itself), or IP literals (``10.0.0.5``, ``[fd7a::5]``), each for ports 80
@@ -74,7 +76,8 @@ class ProxyRequest:
     port: int
     tunnel: bool  # CONNECT: reply 200 and splice; otherwise forward ``head`` then splice
     head: bytes  # the rewritten head for plain HTTP; empty for CONNECT
-    rest: bytes  # bytes the client sent after the head (a body's start), forwarded as-is
+    rest: bytes  # bytes the client sent after the head (a body's start, maybe more requests)
+    body_length: int = 0  # plain HTTP: the body's bytes (Content-Length) after the head
 
 
 def parse_head(buffer: bytes) -> ProxyRequest | None:
@@ -148,10 +151,23 @@ def _plain(
     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
     authority = host if port == 80 else f"{host}:{port}"
     kept = [(n, v) for n, v in headers if n.lower() not in _DROPPED]
+    body_length = _body_length(headers)
     lines = [f"{method} {path} {version}", f"Host: {authority}",
              *(f"{n}: {v}" for n, v in kept), "Connection: close", "", ""]
     return ProxyRequest(host, port, tunnel=False, head="\r\n".join(lines).encode("ascii"),
-                        rest=rest)
+                        rest=rest, body_length=body_length)
+
+
+def _body_length(headers: list[tuple[str, str]]) -> int:
+    if any(name.lower() == "transfer-encoding" for name, _ in headers):
+        raise BadProxyRequest("a chunked (Transfer-Encoding) request body is refused; "
+                              "send Content-Length")
+    lengths = {value for name, value in headers if name.lower() == "content-length"}
+    if not lengths:
+        return 0
+    if len(lengths) > 1 or not next(iter(lengths)).isdigit():
+        raise BadProxyRequest(f"bad Content-Length {sorted(lengths)!r}"[:120])
+    return int(next(iter(lengths)))
 
 
 def refusal(status: int, reason: str, error: str, details: str) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from pathlib import Path
 
 import click
@@ -99,9 +100,12 @@ def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> No
 
     Example: brokerd grants check --dir ./grants-examples
     """
-    directory = directory or _config(config_path).broker.grants_dir()
+    # With a config, the harness's own directories are refused as brokerd serve refuses them.
+    config = _config(config_path) if directory is None or config_path.is_file() else None
+    directory = directory or config.broker.grants_dir()  # type: ignore[union-attr]
+    protected = () if config is None else daemon.harness_paths(config, os.environ)
     try:
-        found = load_grants(directory)
+        found = load_grants(directory, protected)
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

@@ -12,6 +12,11 @@ once, through ``lookup`` (the system resolver; tests pass their own), every addr
 must be public or inside the grant's ``internal`` networks (``brokerd._egress_addr``; a request
 for an IP literal the grant names counts as naming that address), and the proxy connects to
 the vetted socket address itself, so no second lookup can answer differently.
+
+The connection stays bound to the granted name (``brokerd._egress_bind``): every later
+plain-HTTP request head on it must name the same host, and a tunnel must open with a TLS
+ClientHello whose SNI is the host CONNECT named. A mismatch closes the connection and is
+recorded as a refused event, like a host outside the grant.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ._egress_addr import address_refusal, ip_literal, networks
+from ._egress_bind import RequestStream, check_sni, client_hello_sni
 from ._egress_http import (
     TUNNEL_OPEN,
     BadProxyRequest,
@@ -104,12 +110,35 @@ class EgressProxy:
         try:
             if request.tunnel:
                 writer.write(TUNNEL_OPEN)
+                try:
+                    hello = await asyncio.wait_for(_read_hello(reader, request), HEAD_TIMEOUT_S)
+                except BadProxyRequest as exc:
+                    self._note(request, False, f"refused in the tunnel: {exc}")
+                    return
+                up_writer.write(hello)
+                client = _pump(reader, up_writer)
             else:
-                up_writer.write(request.head)
-            up_writer.write(request.rest)
-            await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+                stream = RequestStream(request.host, request.port, request.body_length)
+                up_writer.write(request.head + stream.feed(request.rest))
+                client = self._pump_requests(reader, up_writer, request, stream)
+            await asyncio.gather(client, _pump(up_reader, writer))
         finally:
             up_writer.close()
+
+    async def _pump_requests(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                             request: ProxyRequest, stream: RequestStream) -> None:
+        """The client's side of a plain-HTTP connection, each further head checked; at a
+        refused one, the upstream gets end-of-file and answers what it already has."""
+        try:
+            while stream.refused is None and (data := await source.read(_CHUNK)):
+                sink.write(stream.feed(data))
+                await sink.drain()
+            if stream.refused is not None:
+                self._note(request, False, f"refused on the connection: {stream.refused}")
+            if sink.can_write_eof():
+                sink.write_eof()
+        except OSError:
+            sink.close()
 
     async def _connect(
         self, request: ProxyRequest, writer: asyncio.StreamWriter
@@ -206,6 +235,18 @@ async def _read_head(reader: asyncio.StreamReader) -> ProxyRequest:
         request = parse_head(buffer)
         if request is not None:
             return request
+
+
+async def _read_hello(reader: asyncio.StreamReader, request: ProxyRequest) -> bytes:
+    """The tunnel's first TLS record, once its SNI is checked against the CONNECT's host."""
+    buffer = request.rest
+    while (sni := client_hello_sni(buffer)) is False:
+        chunk = await reader.read(_CHUNK)
+        if not chunk:
+            raise BadProxyRequest("the tunnel closed before a TLS ClientHello")
+        buffer += chunk
+    check_sni(request.host, sni if isinstance(sni, str) else None)
+    return buffer
 
 
 async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:

@@ -99,9 +99,9 @@ class ConsultEgress:
     def _append(self, line: bytes) -> None:
         directory = self.path.parent
         try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            directory.mkdir(parents=True, exist_ok=True, mode=0o750)
             created = not self.path.exists()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(line)  # one write: a record is never interleaved or split
                 handle.flush()

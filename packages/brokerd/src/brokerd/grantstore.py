@@ -3,7 +3,8 @@ changes, so every call is decided against the grants as they are at that moment.
 
 brokerd only ever reads this directory. A file that fails to parse is logged loudly and grants
 nothing; the other files still count. Only ``*.toml`` files are grants: an editor's backup or a
-README beside them is ignored.
+README beside them is ignored. A grant that reaches one of the harness's own directories
+(``protected``, see ``policy._protected``) is refused like a broken file, naming it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ._files import read_text, toml_files
 from .errors import GrantError
 from .policy import Grant, parse_grant
+from .policy._protected import Protected, reaching
 
 log = logging.getLogger("brokerd.grants")
 
@@ -40,28 +42,77 @@ def home() -> Path:
     return Path(os.path.expanduser("~"))
 
 
-def read_grant(path: Path) -> Grant:
+def read_grant(path: Path, protected: tuple[Protected, ...] = ()) -> tuple[Grant, list[str]]:
+    """The grant in ``path``, and every host path its parsing resolved (globs' directory parts,
+    mount paths), as written with ``~`` expanded. GrantError if it reaches a protected path."""
     text = read_text(path, MAX_GRANT_FILE, GrantError, "a grant")
-    return parse_grant(text, path, home=home(), resolve=real_path)
+    resolved: list[str] = []
+
+    def resolve(written: str) -> str:
+        resolved.append(written)
+        return real_path(written)
+
+    grant = parse_grant(text, path, home=home(), resolve=resolve)
+    why = reaching(grant, protected)
+    if why is not None:
+        raise GrantError(f"{path}: {why}; a grant may never reach the harness's own files, so "
+                         "this one grants nothing")
+    return grant, resolved
 
 
-def load_grants(directory: Path) -> GrantSet:
-    """Every ``*.toml`` grant in ``directory``; broken files are in ``errors`` and grant nothing."""
-    grants: list[Grant] = []
+def load_grants(directory: Path, protected: tuple[Protected, ...] = ()) -> GrantSet:
+    """Every ``*.toml`` grant in ``directory``; broken files are in ``errors`` and grant nothing,
+    and so does a grant reaching the harness's own files, or an auto or ask grant a tool could
+    re-target (``retarget_risk``)."""
+    parsed: list[tuple[Path, Grant, list[str]]] = []
     errors: list[GrantError] = []
     for path in toml_files(directory, GrantError, "grants"):
         try:
-            grants.append(read_grant(path))
+            parsed.append((path, *read_grant(path, protected)))
         except GrantError as exc:
             errors.append(exc)
+    writable = [(g.name, m.source) for _, g, _ in parsed if g.mode != "deny"
+                for m in g.mounts if m.writable]
+    grants: list[Grant] = []
+    for path, grant, resolved in parsed:
+        why = None if grant.mode == "deny" else retarget_risk(resolved, writable)
+        if why is None:
+            grants.append(grant)
+        else:
+            errors.append(GrantError(f"{path}: {why}"))
     return GrantSet(tuple(grants), tuple(errors))
+
+
+def retarget_risk(paths: list[str], writable: list[tuple[str, Path]]) -> str | None:
+    """Why a grant resolving ``paths`` could be re-targeted by a tool, or None.
+
+    Paths are resolved when grants load. If one step of that resolution is a directory entry
+    inside a mount some grant lets a tool write (not the mount itself: a tool cannot replace
+    its own mount point), the tool can swap it for a symlink, and the next reload would point
+    this grant wherever the symlink says. Such a grant is refused, loudly, naming both.
+    """
+    for written in paths:
+        parts = PurePosixPath(written).parts
+        for end in range(2, len(parts) + 1):
+            step = str(PurePosixPath(*parts[:end]))
+            # Where the entry itself is (its parent resolved, not the entry: a symlink already
+            # planted there must count where it sits, not where it points).
+            entry = Path(real_path(str(PurePosixPath(*parts[:end - 1])))) / parts[end - 1]
+            for owner, source in writable:
+                if entry != source and entry.is_relative_to(source):
+                    return (f"{written} resolves through {step}, inside the writable mount "
+                            f"{source} of grant {owner}: a tool could replace it with a symlink "
+                            "and re-target this grant at the next reload; grant a path outside "
+                            "every writable mount")
+    return None
 
 
 class GrantStore:
     """The grants in force. ``current()`` re-reads the directory when any file in it changed."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, protected: tuple[Protected, ...] = ()):
         self.directory = directory
+        self.protected = protected
         self._signature: tuple[Any, ...] | None = None
         self._set = GrantSet((), ())
 
@@ -74,7 +125,7 @@ class GrantStore:
 
     def _load(self) -> GrantSet:
         try:
-            grants = load_grants(self.directory)
+            grants = load_grants(self.directory, self.protected)
         except GrantError as exc:
             log.error("%s: every call is denied until this is fixed", exc)
             return GrantSet((), (exc,))
@@ -104,10 +155,14 @@ class GrantStore:
 
 def resolve_paths(arguments: Mapping[str, Any], names: frozenset[str]) -> dict[str, str]:
     """The resolved form of each named argument that is an absolute path string; the rest are
-    left out, and a grant constraining them by path does not match."""
+    left out, and a grant constraining them by path does not match. A path the host cannot
+    name (a NUL, text that is not Unicode) is left out too: resolving never raises."""
     resolved = {}
     for name in names:
         value = arguments.get(name)
         if isinstance(value, str) and value.startswith("/") and "\0" not in value:
-            resolved[name] = real_path(value)
+            try:
+                resolved[name] = real_path(value)
+            except (ValueError, OSError):  # UnicodeEncodeError is a ValueError
+                continue
     return resolved

@@ -1,5 +1,6 @@
-"""The runner: takes a Decision, runs it (a sandbox backend, or memoryd for memory tools), caps
-and labels the result, audits it, and adds its label to the session's taint.
+"""The runner: takes a Decision, runs it (a sandbox backend, memoryd for memory tools, or
+brokerd's own clock for ``clock``), caps and labels the result, audits it, and adds its label to
+the session's taint.
 
 A backend is a ``brokerd.sandbox.Sandbox`` (``async run(decision) -> ToolOutput | ToolFailure``);
 it takes the spec out of the Decision with ``authorize()``. The runner checks the Decision
@@ -10,22 +11,33 @@ grant's (the spec carries it), or memoryd's for memory tools.
 (``brokerd.egresslog``) before it runs, and it does not run when that record cannot be
 written or consult is not configured. Its answer is labelled at least the session's highest
 class, since whatever was attached came from the session.
+
+``delegate`` runs a child session through the caller (``brokerd.delegate``); its answer is
+labelled with the child's taint.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Protocol
 
 from bxcore.errors import BoxmakerError
+from bxcore.protocol.delegate import DELEGATE
 from bxcore.protocol.memory import MEMORY_TOOLS
-from bxcore.tools import DataClass, ToolRequest, ToolResponse
-from bxcore.util import sha256
+from bxcore.tools import CLOCK, DataClass, ToolRequest, ToolResponse
+from bxcore.util import format_rfc3339, sha256
 
 from .audit import AuditLog
+from .delegate import Children, run_delegate
 from .egresslog import CONSULT, ConsultEgress
-from .errors import EgressLogError
+from .errors import EgressLogError, ProvenanceError
+from .grantstore import real_path
 from .policy import Decision
+from .provenance import Mark, ProvenanceStore
 from .sandbox import Sandbox
 from .taint import Taint, TaintStore
 
@@ -39,6 +51,20 @@ class MemoryPort(Protocol):
         ...
 
 
+def _path_argument(arguments: str) -> str | None:
+    """The call's ``path`` argument resolved on the host, or None when it has none usable."""
+    try:
+        value = json.loads(arguments).get("path")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+        return None
+    try:
+        return real_path(value)
+    except ValueError:
+        return None
+
+
 def cap(content: str, limit: int) -> tuple[str, bool]:
     """At most ``limit`` bytes of UTF-8, cut at a character boundary, marked when cut."""
     data = content.encode("utf-8")
@@ -49,35 +75,80 @@ def cap(content: str, limit: int) -> tuple[str, bool]:
 
 
 def not_run(why: str) -> ToolResponse:
-    return ToolResponse.model_validate({"status": "failed", "content": why,
+    return _public("failed", why)
+
+
+def _public(status: str, content: str) -> ToolResponse:
+    return ToolResponse.model_validate({"status": status, "content": content,
                                         "class": DataClass.PUBLIC, "untrusted": False,
                                         "truncated": False})
 
 
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 class Runner:
     def __init__(self, *, backend: Sandbox, memory: MemoryPort, audit: AuditLog,
-                 taints: TaintStore, result_cap: int, consult: ConsultEgress | None = None):
+                 taints: TaintStore, result_cap: int, consult: ConsultEgress | None = None,
+                 provenance: ProvenanceStore | None = None,
+                 clock: Callable[[], datetime] = _utc_now):
         self._backend = backend
+        self._provenance = provenance
         self._consult = consult
         self._memory = memory
         self._audit = audit
         self._taints = taints
         self._cap = result_cap
+        self._clock = clock
 
-    async def run(self, decision: Decision, request: ToolRequest, *, taint: Taint
-                  ) -> ToolResponse:
+    async def run(self, decision: Decision, request: ToolRequest, *, taint: Taint,
+                  children: Children | None = None) -> ToolResponse:
         """Run an allowing Decision for ``request``. Raises NotAuthorized for a forged, used or
-        refusing Decision, before anything runs."""
+        refusing Decision, before anything runs. ``children`` runs a delegate call's child."""
         decision.verify()
         if decision.record.call != request.call or decision.record.session != request.session:
             raise BoxmakerError("the Decision was made for another call")
         if request.tool in MEMORY_TOOLS:
             answer = await self._memory.call(decision, request, taint)
+        elif request.tool == CLOCK.name:
+            decision.authorize()
+            answer = _public("ok", format_rfc3339(self._clock()))
+        elif request.tool == DELEGATE:
+            answer = await run_delegate(request, taint, children=children, audit=self._audit,
+                                        taints=self._taints)
         elif request.tool == CONSULT:
             answer = await self._run_consult(decision, request, taint)
-        else:
+        elif self._provenance is None:
             answer = await self._run_sandboxed(decision, request)
+        else:
+            answer = await self._run_tracked(decision, request, taint, self._provenance)
         return self._finish(request, answer)
+
+    async def _run_tracked(self, decision: Decision, request: ToolRequest, taint: Taint,
+                           provenance: ProvenanceStore) -> ToolResponse:
+        """Run a sandboxed call; its result carries the marks of what it can read, and what it
+        wrote is marked with what the session had seen (brokerd.provenance)."""
+        mounts = decision.mounts
+        seen = provenance.seen_by(request.tool, _path_argument(request.arguments),
+                                  [m.source for m in mounts])
+        started = time.time_ns()
+        answer = await self._run_sandboxed(decision, request)
+        if seen is not None:
+            answer = answer.model_copy(update={
+                "data_class": max(answer.data_class, seen.data_class),
+                "untrusted": answer.untrusted or seen.untrusted})
+        writable = [m.source for m in mounts if m.writable]
+        if writable:
+            mark = Mark(taint.highest or DataClass.PUBLIC, taint.untrusted or answer.untrusted)
+            try:
+                provenance.record(writable, started, mark, session=request.session,
+                                  call=request.call)
+            except ProvenanceError as exc:
+                log.error("call %s/%s: what it wrote is not marked: %s",
+                          request.session, request.call, exc)
+                answer = answer.model_copy(update={"untrusted": True})
+        return answer
 
     async def _run_sandboxed(self, decision: Decision, request: ToolRequest) -> ToolResponse:
         try:

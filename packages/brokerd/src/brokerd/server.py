@@ -21,8 +21,10 @@ from bxcore.config.broker import LOCAL_SOCKET
 from bxcore.errors import BoxmakerError, ErrorCode, FrameError, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
+from bxcore.peers import overflow_uid
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
+from bxcore.protocol import delegate as delegate_wire
 from bxcore.tools import ToolRequest
 
 from .approvals import local_approver
@@ -32,8 +34,6 @@ from .service import Broker
 log = logging.getLogger("brokerd.server")
 
 REQUEST_TIMEOUT = 30.0  # seconds for a client to send its one request frame
-OVERFLOW_UID_FILE = Path("/proc/sys/kernel/overflowuid")
-DEFAULT_OVERFLOW_UID = 65534
 
 Handler = Callable[[FrameStream, asyncio.StreamWriter], Awaitable[None]]
 
@@ -48,34 +48,52 @@ def peer_uid(writer: asyncio.StreamWriter) -> int:
     return int(struct.unpack("3i", creds)[1])
 
 
-def overflow_uid(path: Path = OVERFLOW_UID_FILE) -> int:
-    """The uid a user namespace shows for one it does not map (the kernel's default if the
-    file cannot be read)."""
-    try:
-        return int(path.read_text(encoding="ascii").strip())
-    except (OSError, ValueError):
-        return DEFAULT_OVERFLOW_UID
-
-
 async def _read_request(stream: FrameStream) -> Frame | None:
     """The one request frame, or None after answering a malformed one."""
     try:
         return await stream.read(REQUEST_TIMEOUT)
     except FrameError as exc:
-        with contextlib.suppress(BoxmakerError, TimeoutError):
+        with contextlib.suppress(BoxmakerError):
             await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
         return None
-    except (BoxmakerError, TimeoutError):
+    except BoxmakerError:
         return None
+
+
+class LoopChildren:
+    """A delegate call's child, run by loopd on the call's own connection: ``delegate_run`` out,
+    ``delegate_done`` back (no timeout: the child's turn is as long as its rounds; loopd going
+    away ends the wait with StreamClosed)."""
+
+    def __init__(self, stream: FrameStream):
+        self._stream = stream
+
+    async def run(self, order: delegate_wire.DelegateRun) -> delegate_wire.DelegateDone:
+        await self._stream.write(Frame.of(delegate_wire.DELEGATE_RUN, order, final=False))
+        frame = await self._stream.read()
+        if frame.kind != delegate_wire.DELEGATE_DONE or not frame.final:
+            raise FrameError(f"expected a final {delegate_wire.DELEGATE_DONE!r}, got "
+                             f"{frame.kind!r}")
+        return frame.parse(delegate_wire.DelegateDone)
 
 
 async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
-    frame = await _read_request(stream)
-    if frame is None:
+    """One request on broker.sock, answered and audited whatever it holds: a frame that cannot
+    be decoded or is not a tool request is audited as refused, and a failure inside brokerd is
+    answered with an error frame, never a dropped connection."""
+    try:
+        frame = await stream.read(REQUEST_TIMEOUT)
+    except FrameError as exc:
+        broker.refuse(f"the request frame could not be decoded: {exc}")
+        with contextlib.suppress(BoxmakerError, TimeoutError):
+            await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
         return
+    except (BoxmakerError, TimeoutError):
+        return  # no request arrived: the peer closed or said nothing
     try:
         request = frame.parse(ToolRequest)
     except FrameError as exc:
+        broker.refuse(f"not a tool request: {exc}", body=frame.body)
         await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
         return
 
@@ -83,10 +101,11 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
         await stream.write(Frame.of(broker_wire.TOOL_WAITING, body, final=False))
 
     try:
-        response = await broker.call(request, waiting)
-    except BoxmakerError as exc:
+        response = await broker.call(request, waiting, LoopChildren(stream))
+    except Exception as exc:  # anything at all: the caller gets an answer, the log has the trace
         log.exception("call %s/%s (%s) failed", request.session, request.call, request.tool)
-        await stream.write(error_frame(ErrorCode.INTERNAL, f"brokerd failed the call: {exc}"))
+        await stream.write(error_frame(ErrorCode.INTERNAL, f"brokerd failed the call: "
+                                                           f"{type(exc).__name__}"))
         return
     await stream.write(Frame.of(broker_wire.TOOL_RESPONSE, response, final=True))
 
@@ -96,6 +115,12 @@ async def handle_approval(broker: Broker, stream: FrameStream, uid: int, overflo
     if frame is None:
         return
     if frame.kind == approval_wire.APPROVAL_LIST:
+        try:  # the pending calls' arguments are for approvers only
+            local_approver(uid, broker.desk.book.approvers, overflow)
+        except ApprovalError as exc:
+            log.warning("approval list for local:%d refused: %s", uid, exc)
+            await stream.write(error_frame(exc.code, str(exc)))
+            return
         body = approval_wire.ApprovalPending(approvals=broker.desk.pending())
         await stream.write(Frame.of(approval_wire.APPROVAL_PENDING, body, final=True))
         return
@@ -121,7 +146,7 @@ def connection(path: Path, kinds: frozenset[str], handle: Handler) -> daemon.Han
         stream = FrameStream(reader, writer, kinds)
         try:
             await handle(stream, writer)
-        except (BoxmakerError, TimeoutError) as exc:
+        except BoxmakerError as exc:
             log.info("connection on %s ended: %s", path.name, exc)
         finally:
             await stream.close()
@@ -144,27 +169,3 @@ def handlers(broker: Broker, overflow: int | None = None) -> tuple[Handler, Hand
         await handle_approval(broker, stream, peer_uid(writer), overflow)
 
     return tool_call, approval
-
-
-async def bind(
-    path: Path,
-    kinds: frozenset[str],
-    handle: Handler,
-    *,
-    mode: int = daemon.DEFAULT_MODE,
-    group: int | None = None,
-) -> asyncio.AbstractServer:
-    """Listen on ``path`` (bxcore.daemon: born with ``mode``, a stale file replaced)."""
-    sock = daemon.bind_unix_socket(path, mode=mode, group=group)
-    return await asyncio.start_unix_server(connection(path, kinds, handle), sock=sock)
-
-
-async def start(
-    broker: Broker, broker_socket: Path, approve_socket: Path
-) -> list[asyncio.AbstractServer]:
-    """Both sockets with the default mode; the daemon binds them with the configured ones."""
-    tool_call, approval = handlers(broker)
-    return [
-        await bind(broker_socket, broker_wire.TO_BROKERD, tool_call),
-        await bind(approve_socket, approval_wire.TO_APPROVE_SOCKET, approval),
-    ]

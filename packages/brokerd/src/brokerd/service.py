@@ -15,19 +15,22 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import TypeVar
 
+from bxcore.canonical import canonical_json
 from bxcore.errors import BoxmakerError, SecretError
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol.broker import ToolWaiting
 from bxcore.secrets import Secret, SecretStore
-from bxcore.tools import DataClass, ToolRequest, ToolResponse
+from bxcore.tools import DataClass, DecisionRecord, ToolRequest, ToolResponse
+from bxcore.util import sha256, text_sha256
 
 from .approvals import ApprovalDesk
 from .audit import AuditLog
+from .delegate import Children
 from .grantstore import GrantStore, resolve_paths
-from .policy import Grant, decide, parse_arguments, path_arguments, settle
+from .policy import Decision, Grant, decide, parse_arguments, path_arguments, settle
 from .runner import Runner
 from .sandbox import ToolSettings
-from .taint import TaintStore
+from .taint import Taint, TaintStore
 
 log = logging.getLogger("brokerd.service")
 
@@ -54,7 +57,7 @@ async def while_running(work: Awaitable[T], interval: float, on_waiting: Notify)
                 return task.result()
             try:
                 await on_waiting(ToolWaiting(reason="running", elapsed=_seconds_since(started)))
-            except (BoxmakerError, TimeoutError) as exc:
+            except BoxmakerError as exc:
                 log.info("a running call's notice was not delivered: %s", exc)
                 tell = False
     finally:
@@ -75,7 +78,8 @@ class Broker:
     def __init__(self, *, grants: GrantStore, audit: AuditLog, taints: TaintStore,
                  desk: ApprovalDesk, runner: Runner, secrets: SecretStore,
                  clock: Callable[[], datetime],
-                 configured: Mapping[str, ToolSettings] | None = None):
+                 configured: Mapping[str, ToolSettings] | None = None,
+                 floor: DataClass = DataClass.PUBLIC):
         self.grants = grants
         self.audit = audit
         self.taints = taints
@@ -84,16 +88,39 @@ class Broker:
         self._secrets = secrets
         self._clock = clock
         self._configured = dict(configured or {})  # tool -> what the config fixes for it
+        # Every session starts at this class: what the identity files may hold, which every
+        # session's prompt carries ([memory] identity_ceiling; docs/memory.md).
+        self.floor = floor
 
-    async def call(self, request: ToolRequest, on_waiting: Notify) -> ToolResponse:
-        grants = self.grants.current()
-        taint = self.taints.get(request.session)
-        arguments = parse_arguments(request.arguments) or {}
-        decision = decide(
-            request, grants, now=self._clock(), taint=taint,
-            resolved_paths=resolve_paths(arguments, path_arguments(request.tool, grants)),
-            secrets=self._secrets_for(request.tool, grants), configured=self._configured,
-        )
+    def refuse(self, reason: str, body: object = None) -> None:
+        """Audit a request refused before any decision (its frame could not be decoded, or is
+        not a tool request), with whatever it named that can be read."""
+        fields: dict[str, object] = {}
+        if isinstance(body, dict):
+            for key, kind in (("session", str), ("call", int), ("tool", str)):
+                value = body.get(key)
+                if isinstance(value, kind) and not isinstance(value, bool):
+                    fields[key] = value
+            fields["request_sha256"] = sha256(canonical_json(body))
+        self.audit.refused(reason=reason, **fields)
+
+    async def call(self, request: ToolRequest, on_waiting: Notify,
+                   children: Children | None = None) -> ToolResponse:
+        """Decide, audit, ask, run and label one call; ``children`` is the caller's way of
+        running a delegate call's child session (loopd's connection)."""
+        taint = self.taints.get(request.session).seen_at_least(self.floor)
+        try:
+            decision = self._decide(request, taint)
+        except Exception as exc:  # whatever the arguments hold, the request is audited
+            log.exception("call %s/%s (%s) could not be checked",
+                          request.session, request.call, request.tool)
+            record = DecisionRecord(
+                session=request.session, call=request.call, tool=request.tool,
+                arguments_sha256=text_sha256(request.arguments), verdict="deny", grant=None,
+                reason=f"brokerd could not check the request ({type(exc).__name__})",
+            )
+            self.audit.decision(decision=record)
+            return denied(record.reason)
         record = decision.record
         if record.verdict == "ask":
             assert record.grant is not None
@@ -119,8 +146,17 @@ class Broker:
             self.audit.decision(decision=record)
         if not decision.allowed:
             return denied(decision.record.reason)
-        return await while_running(self._runner.run(decision, request, taint=taint),
-                                   self.desk.interval, on_waiting)
+        run = self._runner.run(decision, request, taint=taint, children=children)
+        return await while_running(run, self.desk.interval, on_waiting)
+
+    def _decide(self, request: ToolRequest, taint: Taint) -> Decision:
+        grants = self.grants.current()
+        arguments = parse_arguments(request.arguments) or {}
+        return decide(
+            request, grants, now=self._clock(), taint=taint,
+            resolved_paths=resolve_paths(arguments, path_arguments(request.tool, grants)),
+            secrets=self._secrets_for(request.tool, grants), configured=self._configured,
+        )
 
     def _secrets_for(self, tool: str, grants: tuple[Grant, ...]) -> dict[str, Secret]:
         """The secrets grants for ``tool`` inject; one that cannot be read is left out, so a

@@ -43,9 +43,9 @@ class TaintStore:
 
     def write(self, session: str, taint: Taint) -> None:
         # mkdir's mode applies to the leaf only: broker/ would be born 0755 from the umask.
-        self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.directory.mkdir(exist_ok=True, mode=0o700)
-        write_durably(self.path(session), encode_taint(session, taint))
+        self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        self.directory.mkdir(exist_ok=True, mode=0o750)
+        write_durably(self.path(session), encode_taint(session, taint), mode=0o640)
 
 
 def replay(results: Iterable[tuple[str, DataClass, bool]]) -> dict[str, Taint]:

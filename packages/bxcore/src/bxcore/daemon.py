@@ -22,6 +22,11 @@ The socket (``bind_unix_socket``):
 
 The umask is process-wide: bind before starting threads that create files.
 
+Every connection ``listening`` accepts is checked against its peer first (``bxcore.peers``):
+the socket's own uid, its group and any ``peers.uids`` (or, in a container, the overflow uid
+the socket's directory gates). A refused peer is logged and closed before the role's handler
+sees it.
+
 Stopping (``run_until_signalled``): the first SIGTERM or SIGINT cancels the role's main
 coroutine, whose ``finally`` blocks and ``async with`` exits then run (close the listener, remove
 the socket, flush state); a second signal while that runs is only logged. Signals do nothing
@@ -45,6 +50,7 @@ from typing import Any, NoReturn
 import sdnotify  # type: ignore[import-untyped]
 
 from .errors import DaemonError
+from .peers import PeerPolicy, admit, listener, peer_of
 
 log = logging.getLogger("bxcore.daemon")
 
@@ -165,13 +171,17 @@ async def listening(
     mode: int = DEFAULT_MODE,
     group: str | int | None = None,
     limit: int = 2**16,
+    peers: PeerPolicy | None = None,
 ) -> AsyncIterator[asyncio.Server]:
-    """Serve ``handler`` on a socket bound by ``bind_unix_socket``; on exit stop accepting and
-    remove the socket file. Connections already open are left to their handlers."""
+    """Serve ``handler`` on a socket bound by ``bind_unix_socket``, to the peers ``peers`` admits
+    (default: the socket's uid and group); on exit stop accepting and remove the socket file.
+    Connections already open are left to their handlers."""
     sock = bind_unix_socket(path, mode=mode, group=group)
     identity = path.lstat()
+    policy = peers or PeerPolicy(group=None if group is None else resolve_group(group))
     try:
-        server = await asyncio.start_unix_server(handler, sock=sock, limit=limit)
+        server = await asyncio.start_unix_server(gate_peers(path, handler, policy), sock=sock,
+                                                 limit=limit)
     except BaseException:
         sock.close()
         _unlink_if_same(path, identity)
@@ -182,6 +192,23 @@ async def listening(
         server.close()
         await server.wait_closed()
         _unlink_if_same(path, identity)
+
+
+def gate_peers(path: Path, handler: Handler, policy: PeerPolicy) -> Handler:
+    """``handler`` for the connections whose peer ``policy`` admits; the rest are closed."""
+    me = listener()
+
+    async def gated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = peer_of(writer.get_extra_info("socket"))
+        refused = admit(peer, me, policy)
+        if refused is not None:
+            log.warning("%s: refused a connection from uid %d (pid %d): %s", path, peer.uid,
+                        peer.pid, refused)
+            writer.close()
+            return
+        await handler(reader, writer)
+
+    return gated
 
 
 def _unlink_if_same(path: Path, identity: os.stat_result) -> None:
@@ -301,6 +328,7 @@ __all__ = [
     "Notifier",
     "bind_unix_socket",
     "check_socket_directory",
+    "gate_peers",
     "listening",
     "remove_stale_socket",
     "resolve_group",

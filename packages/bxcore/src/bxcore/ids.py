@@ -25,6 +25,11 @@ def check_session_id(value: str) -> str:
     return value
 
 
+def is_session_id(value: str) -> bool:
+    """Whether a directory name under sessions/ is a session's (a staging directory is not)."""
+    return bool(_SESSION_ID.fullmatch(value))
+
+
 SessionId = Annotated[str, AfterValidator(check_session_id)]
 
 

@@ -15,7 +15,10 @@ able to act as anything but data. ``check(text)`` refuses:
 
 Markup and phrases are matched on a folded copy of the text (NFKC per character, case folded,
 whitespace runs collapsed), so full-width look-alikes and spacing tricks do not get through; the
-verdict's ``position`` is always an index into the original text. ``check`` never raises.
+verdict's ``position`` is always an index into the original text. Chat-template tokens are also
+matched on the text's skeleton (``_skeleton``: look-alikes mapped to ASCII, formatting markup,
+whitespace and invisible characters removed), which catches a token split by spaces, lines or
+``<b></b>``, or spelled with Cyrillic letters and angle quotes. ``check`` never raises.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Literal
+
+from ._skeleton import find_token
 
 Rule = Literal["control", "invisible", "markup", "instruction"]
 
@@ -116,6 +121,14 @@ def check(text: str) -> Verdict:
             reason=f"chat-template markup {_excerpt(text, origin, start, match.end())!r}",
             position=origin[start],
         )
+    token = find_token(text)
+    if token is not None:
+        start, end = token
+        return Refused(
+            rule="markup",
+            reason=f"chat-template token {text[start:end][:60]!r} (split or disguised)",
+            position=start,
+        )
     # Phrases may be split over lines; markup role headers may not (they need the newline).
     match = _INSTRUCTIONS.search(folded.replace("\n", " "))
     if match is not None:
@@ -125,6 +138,16 @@ def check(text: str) -> Verdict:
             position=origin[match.start()],
         )
     return Accepted()
+
+
+def is_invisible(char: str) -> bool:
+    """A character that renders as nothing or changes how the text around it reads: controls
+    (newline and tab included: callers that keep them check first), format characters (zero
+    width, bidi), private use, unassigned, surrogates, separators, blank letters, variation
+    selectors."""
+    category = unicodedata.category(char)
+    return (category == "Cc" or category in _INVISIBLE_CATEGORIES or char in _BLANK_LETTERS
+            or _is_variation_selector(ord(char)))
 
 
 def _check_char(char: str, position: int) -> Refused | None:
@@ -183,4 +206,4 @@ def _excerpt(text: str, origin: list[int], start: int, end: int) -> str:
     return text[origin[start] : origin[end]].strip()[:60]
 
 
-__all__ = ["Accepted", "Refused", "Rule", "Verdict", "check"]
+__all__ = ["Accepted", "Refused", "Rule", "Verdict", "check", "is_invisible"]

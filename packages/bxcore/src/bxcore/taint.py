@@ -33,6 +33,13 @@ class Taint:
         """The taint after one more result: the union, never less."""
         return Taint(self.classes | {data_class}, self.untrusted or untrusted)
 
+    def seen_at_least(self, floor: DataClass) -> Taint:
+        """The taint of a session that also carries ``floor`` data from its start (identity in
+        its prompt); unchanged for a public floor, which every grant allows."""
+        if floor == DataClass.PUBLIC:
+            return self
+        return Taint(self.classes | {floor}, self.untrusted)
+
     @property
     def highest(self) -> DataClass | None:
         return max(self.classes) if self.classes else None

@@ -19,6 +19,13 @@ def sha256(data: bytes) -> str:
     return SHA256_PREFIX + hashlib.sha256(data).hexdigest()
 
 
+def text_sha256(text: str) -> str:
+    """``sha256`` of text's UTF-8. Any Python string hashes, also one holding a lone surrogate
+    (which UTF-8 cannot carry: it is hashed as its surrogate bytes), so a request whose text
+    cannot be encoded can still be audited; for every other string this is plain UTF-8."""
+    return sha256(text.encode("utf-8", "surrogatepass"))
+
+
 def now_rfc3339() -> str:
     """The current UTC time, RFC 3339 with microseconds and a ``Z``."""
     return format_rfc3339(datetime.now(UTC))

@@ -7,10 +7,12 @@ among them, anyone who can open approve.sock may answer (docs/protocol.md, appro
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import click
 from bxcore.config import load_config
+from bxcore.display import describe_call
 from bxcore.errors import BoxmakerError, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import SyncFrameSocket
@@ -49,8 +51,9 @@ def approvals_command(config_path: Path | None) -> None:
     if not pending:
         click.echo("no approvals are waiting")
     for item in pending:
+        call = textwrap.indent(describe_call(item.tool, item.arguments), "    ")
         click.echo(f"{item.id}  session {item.session}  expires {item.expires}\n"
-                   f"    {item.tool} {item.arguments}\n    (grant {item.grant})")
+                   f"{call}\n    (grant {item.grant}; arguments {item.arguments_sha256})")
 
 
 def _answer(config_path: Path | None, approval_id: str, verdict: str) -> None:

@@ -10,7 +10,8 @@ from typing import TextIO
 
 import click
 from bxcore.canonical import canonical_text
-from bxcore.errors import BoxmakerError, ErrorCode, WireError
+from bxcore.config import load_config
+from bxcore.errors import BoxmakerError, ConfigError, ErrorCode, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import SyncFrameSocket
 from bxcore.ids import check_session_id, new_session_id
@@ -18,12 +19,20 @@ from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnDone, TurnEvent
 
 from .render import Renderer
+from .roles import default_config
 
 QUIT = "/quit"
 
 
 def default_socket() -> Path:
-    """loop.sock in the run directory: $BOXMAKER_RUN, or /run/boxmaker as config.toml says."""
+    """loop.sock as the default config file says (the host's puts it in
+    /run/boxmaker/loop/loop.sock); with no config file, $BOXMAKER_RUN/loop.sock."""
+    config = default_config()
+    if config.exists():
+        try:
+            return load_config(config).loop_socket
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
     return Path(os.environ.get("BOXMAKER_RUN", "/run/boxmaker")) / "loop.sock"
 
 
@@ -95,8 +104,8 @@ def frame_printer(renderer: Renderer | None, json_out: TextIO | None) -> Callabl
 
 @click.command("chat")
 @click.option("--socket", "socket_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="loop.sock (default: $BOXMAKER_RUN/loop.sock, else "
-                                 "/run/boxmaker/loop.sock).")
+              default=None, help="loop.sock (default: the config file's, e.g. "
+              "/run/boxmaker/loop/loop.sock; without one $BOXMAKER_RUN/loop.sock).")
 @click.option("--session", default=None, help="Resume this session, or create it with this id.")
 @click.option("--no-thinking", is_flag=True, help="Ask the model not to think for these turns.")
 @click.option("--say", default=None, help="Run one turn with this text and exit: the answer on "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from . import approvals, doctor, jobs, maintenance
+from . import approvals, doctor, jobs, maintenance, scheduler
 from .chat import chat_command
 from .stack.commands import down_command, status_command, up_command
 
@@ -22,5 +22,6 @@ main.add_command(chat_command)
 main.add_command(up_command)
 main.add_command(status_command)
 main.add_command(down_command)
-for command in [*approvals.COMMANDS, *maintenance.COMMANDS, *jobs.COMMANDS, *doctor.COMMANDS]:
+for command in [*approvals.COMMANDS, *maintenance.COMMANDS, *jobs.COMMANDS, *doctor.COMMANDS,
+                *scheduler.COMMANDS]:
     main.add_command(command)

@@ -4,6 +4,7 @@ to do when it fails. Exit 0 when all pass, 1 when any fails."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import stat
 import tempfile
@@ -81,6 +82,12 @@ def check_credentials(config: Config) -> list[Check]:
     store = SecretStore(config.secrets)
     checks = []
     for key in store.names():
+        spec = config.secrets.get(key)
+        if spec is not None and spec.backend == "credential" and not os.environ.get(
+            "CREDENTIALS_DIRECTORY"
+        ):  # the owner's shell: systemd decrypts it for its role's unit, and for nobody else
+            checks.append(Check(f"secret {key}", True, "a systemd credential of its role's unit"))
+            continue
         try:
             store.get(key)
         except BoxmakerError as exc:  # the message never contains the secret
@@ -93,11 +100,16 @@ def check_credentials(config: Config) -> list[Check]:
     return checks
 
 
-def role_check(name: str, role: str, args: list[str], fix: str, config_path: Path
-               ) -> Check:
+def role_check(name: str, role: str, args: list[str], fix: str, config_path: Path, *,
+               failures: bool = False) -> Check:
+    """The role command's verdict (its last line); with ``failures``, a failed run's ``FAIL``
+    lines before it, which name what to change (the self-test's slot_switch names the server
+    flag)."""
     result = run_role(role, args, config_path, capture=True)
     output = (result.stdout + result.stderr).strip().splitlines()
     detail = output[-1] if output else f"exit {result.returncode}"
+    if failures and result.returncode != 0:
+        detail = "; ".join([*(line for line in output if line.startswith("FAIL ")), detail])
     return Check(name, result.returncode == 0, detail, "" if result.returncode == 0 else fix)
 
 
@@ -125,8 +137,12 @@ def run_checks(config_path: Path) -> list[Check]:
     checks = [Check("config", True, str(config_path))]
     steps: list[Callable[[], list[Check] | Check]] = [
         lambda: role_check("model server", "loopd", ["selftest"],
-                           "compare [inference.serving] with the server's launch flags",
-                           config_path),
+                           "compare [inference.serving] with the server's launch flags; a "
+                           "failed slot_switch names the flag to set (docs/deploy.md)",
+                           config_path, failures=True),
+        lambda: role_check("serving since the latest session", "loopd", ["serving"],
+                           "sessions lost their cache once; if the change was meant, the next "
+                           "session records it (and update [inference.serving])", config_path),
         lambda: role_check("baseline budget", "loopd", ["budget"],
                            "shorten system.md or the identity files", config_path),
         lambda: check_sockets(config),

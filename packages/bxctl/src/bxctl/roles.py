@@ -15,24 +15,30 @@ from pathlib import Path
 
 import click
 
-DEFAULT_CONFIG = Path("/etc/boxmaker/config.toml")
+from .stack.manifest import DEFAULT_MANIFEST, load_manifest
+
+
+def host_config() -> Path:
+    """Where the NixOS module puts the config: the manifest's config_dir/config_file."""
+    return Path(load_manifest(DEFAULT_MANIFEST).config_path())
 
 
 def default_config() -> Path:
-    """$BOXMAKER_CONFIG; else the local stack's config if `bxctl up` wrote one; else /etc."""
+    """$BOXMAKER_CONFIG; else the local stack's config if `bxctl up` wrote one; else the host's
+    (/etc/boxmaker/config/boxmaker.toml, as the role manifest places it)."""
     if "BOXMAKER_CONFIG" in os.environ:
         return Path(os.environ["BOXMAKER_CONFIG"])
     state = os.environ.get("BOXMAKER_STATE") or os.path.join(
         os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "boxmaker"
     )
     local = Path(state) / "config.toml"
-    return local if local.exists() else DEFAULT_CONFIG
+    return local if local.exists() else host_config()
 
 
 config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="Boxmaker's config file (default: $BOXMAKER_CONFIG, the local stack's, or "
-    "/etc/boxmaker/config.toml).",
+    "/etc/boxmaker/config/boxmaker.toml).",
 )
 
 

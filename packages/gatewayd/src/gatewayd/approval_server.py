@@ -4,6 +4,11 @@ brokerd connects once per approval, sends ``approval_request`` and waits on the 
 for one ``approval_answer``. gatewayd posts the request in the session's thread, with exactly what
 will run, and answers when an allowlisted user replies ``!approve <id>`` or ``!deny <id>`` there.
 When brokerd closes the connection first, the approval has expired; the thread is told so.
+A session that did not start in Mattermost (a job's run, a subagent) has its approvals posted in
+a DM thread of its own with the owner (owner_threads).
+
+A local client may instead send ``owner_notice``: its text is posted in the session's thread
+(the same one) and ``notice_posted`` answers.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from bxcore.errors import (
     FrameError,
     IncompleteFrame,
     StreamClosed,
+    StreamTimeout,
     WireError,
 )
 from bxcore.frames import Frame
@@ -28,15 +34,19 @@ from bxcore.protocol.approval import (
     APPROVAL_ANSWER,
     APPROVAL_REQUEST,
     ERROR,
+    NOTICE_POSTED,
+    OWNER_NOTICE,
     TO_GATEWAYD,
     ApprovalRequest,
+    NoticePosted,
+    OwnerNotice,
 )
 
 from .approvals import ApprovalBook
 from .errors import MattermostError
+from .owner_threads import NoOwnerThread, OwnerThreads
 from .render import approval_text, split_message
 from .rest import MattermostClient
-from .routing import root_of_session
 
 log = logging.getLogger("gatewayd.approvals")
 
@@ -46,11 +56,13 @@ Say = Callable[[str, str, str], Awaitable[None]]  # (channel id, thread root, te
 class ApprovalServer:
     def __init__(
         self, path: Path, book: ApprovalBook, rest: MattermostClient, say: Say,
-        *, mode: int = DEFAULT_MODE, group: int | None = None, request_timeout: float = 30.0,
+        *, threads: OwnerThreads, mode: int = DEFAULT_MODE, group: int | None = None,
+        request_timeout: float = 30.0,
     ):
         self.path = path
         self._book = book
         self._rest = rest
+        self._threads = threads
         self._say = say
         self._mode = mode
         self._group = group
@@ -78,21 +90,20 @@ class ApprovalServer:
     async def _serve(self, stream: FrameStream) -> None:
         try:
             frame = await stream.read(timeout=self._timeout)
+            if frame.kind == OWNER_NOTICE:
+                await self._notice(stream, frame.parse(OwnerNotice))
+                return
             if frame.kind != APPROVAL_REQUEST:
                 raise FrameError(f"expected {APPROVAL_REQUEST!r}, got {frame.kind!r}")
             request = frame.parse(ApprovalRequest)
-        except (FrameError, TimeoutError) as exc:
+        except (FrameError, StreamTimeout) as exc:
             await _error(stream, ErrorCode.BAD_FRAME, str(exc) or "no request in time")
             return
-        root = root_of_session(request.session)
-        if root is None:
-            await _error(stream, ErrorCode.BAD_REQUEST,
-                         f"session {request.session} has no Mattermost thread")
-            return
         try:
-            channel_id = (await self._rest.get_post(root)).channel_id
+            thread = await self._threads.thread_for(request.session)
+            root, channel_id = thread.root_id, thread.channel_id
             pending = self._book.add(request, root, channel_id)
-        except ValueError as exc:
+        except (ValueError, NoOwnerThread) as exc:
             await _error(stream, ErrorCode.BAD_REQUEST, str(exc))
             return
         except MattermostError as exc:
@@ -125,6 +136,23 @@ class ApprovalServer:
         log.info("approval %s expired (brokerd closed the connection)", request.id)
         await self._say(channel_id, root, f"_Approval `{request.id}` expired; the call was "
                         "not run._")
+
+
+    async def _notice(self, stream: FrameStream, notice: OwnerNotice) -> None:
+        """Post ``notice`` in its session's thread (opened in the owner's DM if need be)."""
+        try:
+            thread = await self._threads.thread_for(notice.session)
+            posts = [await self._rest.create_post(thread.channel_id, part, root_id=thread.root_id)
+                     for part in split_message(notice.text)]
+        except NoOwnerThread as exc:
+            await _error(stream, ErrorCode.BAD_REQUEST, str(exc))
+            return
+        except MattermostError as exc:
+            await _error(stream, ErrorCode.UNAVAILABLE, f"cannot post the notice: {exc}")
+            return
+        log.info("notice for session %s posted in thread %s", notice.session, thread.root_id)
+        body = NoticePosted(root_id=thread.root_id, post_id=posts[0].id)
+        await stream.write(Frame.of(NOTICE_POSTED, body, final=True))
 
 
 async def _error(stream: FrameStream, code: ErrorCode, message: str) -> None:

@@ -9,6 +9,7 @@ several posts, at a paragraph or line break where there is one.
 
 from __future__ import annotations
 
+from bxcore.display import describe_call
 from bxcore.protocol.loop import (
     CacheLossEvent,
     Content,
@@ -118,13 +119,15 @@ def split_message(text: str, limit: int = MAX_POST_RUNES) -> list[str]:
 def approval_text(
     approval_id: str, tool: str, arguments: str, grant: str, expires: str
 ) -> str:
-    """The approval post: exactly what will run, and how to answer."""
-    shown = arguments  # verbatim: the owner judges exactly the text that will run
+    """The approval post: what will run as bxcore.display shows it (the deciding fields first,
+    wrapped, hidden characters made visible), in a fence no argument can close, and how to
+    answer."""
+    shown = describe_call(tool, arguments)
     fence = "```"
     while fence in shown:
         fence += "`"
     return (
-        f"**Approval needed** for `{tool}` (grant `{grant}`, expires {expires})\n\n"
-        f"{fence}json\n{shown}\n{fence}\n\n"
+        f"**Approval needed** (grant `{grant}`, expires {expires})\n\n"
+        f"{fence}text\n{shown}\n{fence}\n\n"
         f"Reply in this thread with `!approve {approval_id}` or `!deny {approval_id}`."
     )

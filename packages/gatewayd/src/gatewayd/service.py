@@ -23,6 +23,7 @@ from .approvals import ApprovalBook, Forward
 from .errors import MattermostError, SetupError
 from .events import Event, Posted
 from .models import Post
+from .owner_threads import OwnerThreads, owner_of
 from .queue import Item, Queue
 from .rest import MattermostClient
 from .routing import Command, Ignore, Refuse, Turn, load_allowlist, route
@@ -55,6 +56,7 @@ class Settings:
     tool_choice: tuple[str, ...] = ()
     gateway_socket_mode: int = 0o600  # [gateway] mode: brokerd connects
     gateway_socket_group: int | None = None  # [gateway] group, as a gid
+    owner: str | None = None  # [gateway] owner (default: the allowlist's only user)
 
     @classmethod
     def from_config(cls, config: Config, secrets: SecretStore | None = None,
@@ -71,6 +73,7 @@ class Settings:
             server=section.server,
             token=store.get(section.token_secret),
             allowlist=load_allowlist(section.allowlist),
+            owner=section.owner,
             channels=frozenset(section.channels),
             state=section.state or config.paths.home / "gateway",
             gateway_socket=served.path,
@@ -96,11 +99,12 @@ class Gateway:
         )
         self.queue = Queue(settings.state / "queue.sqlite3")
         self.book = ApprovalBook()
+        self.threads = OwnerThreads(self.rest, owner_of(settings.owner, settings.allowlist))
         self.runner = TurnRunner(self.rest, self.queue, settings.loop_socket,
                                  edit_interval=settings.edit_interval,
                                  tool_choice=settings.tool_choice)
         self.approvals = ApprovalServer(settings.gateway_socket, self.book, self.rest, self.say,
-                                        mode=settings.gateway_socket_mode,
+                                        threads=self.threads, mode=settings.gateway_socket_mode,
                                         group=settings.gateway_socket_group)
         self.socket = MattermostSocket(
             settings.server, settings.token, on_event=self.on_event, on_catch_up=self.catch_up,
@@ -116,6 +120,7 @@ class Gateway:
         """Serve until cancelled; ``ready`` is called once gateway.sock is bound."""
         try:
             self.me = (await self.rest.me()).id
+            self.threads.start(self.me)
             for user in sorted(self.settings.allowlist):
                 channel = await self.rest.direct_channel(self.me, user)
                 self._dm_channels[channel.id] = user

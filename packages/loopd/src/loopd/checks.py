@@ -1,5 +1,6 @@
-"""The startup checks as named reports: the inference self-test (inference contract 9 and 10) and
-the baseline budget (contract 1). ``loopd serve`` runs both before it binds loop.sock; ``loopd
+"""The startup checks as named reports: the inference self-test (inference contract 9 and 10, and
+the ``slot_switch`` check of the server's prompt-cache settings) and the baseline budget
+(contract 1). ``loopd serve`` runs both before it binds loop.sock; ``loopd
 selftest`` and ``loopd budget`` run one each, for ``bxctl doctor``. Each report's last line says
 how it ended, so a caller that shows one line shows the verdict.
 
@@ -16,12 +17,15 @@ import secrets
 from dataclasses import dataclass
 
 from .epochs import Baselines
-from .errors import MemoryUnavailable
+from .errors import CorruptSession, MemoryUnavailable
 from .inference.budget import count_baseline_tokens
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
-from .inference.selftest import self_test
+from .inference.selftest import SelfTestReport, self_test
+from .inference.serving import ServingSettings, changes, fetch_serving
+from .inference.slot_switch import slot_switch_check
 from .memory import IdentityFiles, MemoryLink
+from .store import SessionStore
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +38,10 @@ class Report:
 
 
 async def selftest_report(client: InferenceClient) -> Report:
-    report = await self_test(client)
+    """The self-test's checks, then ``slot_switch`` (the server keeps a session that leaves its
+    slot: inference/slot_switch.py)."""
+    tested = await self_test(client)
+    report = SelfTestReport(checks=(*tested.checks, await slot_switch_check(client)))
     failed = [check.name for check in report.failures]
     verdict = (f"self-test: ok, {len(report.checks)} checks passed" if report.ok
                else f"self-test: FAILED: {', '.join(failed)}")
@@ -62,6 +69,43 @@ async def budget_report(
                       lines=(f"FAIL baseline_budget: cannot count the baseline's tokens: {exc}",))
     mark = "ok  " if budget.ok else "FAIL"
     return Report(ok=budget.ok, lines=(f"{mark} baseline_budget: {budget.describe()}, {note}",))
+
+
+SINCE = "serving_since_session"
+
+
+def serving_since_report(now: ServingSettings, store: SessionStore) -> Report:
+    """``serving_since_session``: the serving settings now against those the latest session
+    (or epoch) began under, each change named (inference contract 10). Not ok on a change, so
+    ``bxctl doctor`` shows it; ``loopd serve`` reports it and starts anyway (a changed setting
+    costs the sessions their cache, which they survive). It passes again once a session has
+    begun under the new settings."""
+    served = (f"template {now.chat_template_sha256}, KV cache {now.kv_cache_type or 'unknown'}, "
+              f"speculative {now.speculative}, {now.slot_count} slots of "
+              f"{now.per_slot_context} tokens")
+    try:
+        latest = store.latest_serving()
+    except CorruptSession as exc:
+        return Report(ok=False, lines=(f"FAIL {SINCE}: {exc}",))
+    if latest is None:
+        return Report(ok=True, lines=(f"ok   {SINCE}: no session recorded yet; served now: "
+                                      f"{served}",))
+    session, before = latest
+    found = changes(before, now)
+    if not found:
+        return Report(ok=True, lines=(f"ok   {SINCE}: unchanged since session {session} began "
+                                      f"({served})",))
+    return Report(ok=False, lines=(f"FAIL {SINCE}: since session {session} began: "
+                                   f"{'; '.join(found)}",))
+
+
+async def serving_since_check(client: InferenceClient, store: SessionStore) -> Report:
+    """``loopd serving``: read the settings now, then ``serving_since_report``."""
+    try:
+        now = await fetch_serving(client)
+    except InferenceError as exc:
+        return Report(ok=False, lines=(f"FAIL {SINCE}: cannot read the serving settings: {exc}",))
+    return serving_since_report(now, store)
 
 
 async def startup_checks(client: InferenceClient, baselines: Baselines) -> tuple[bool, str]:

@@ -31,7 +31,8 @@ def _config(path: str | None) -> Config:
 def _writer(config: Config) -> MemoryWriter:
     layout = Layout(config.paths.home)
     layout.ensure()
-    return MemoryWriter(layout, stage_identity_writes=config.memory.stage_identity_writes)
+    return MemoryWriter(layout, stage_identity_writes=config.memory.stage_identity_writes,
+                        identity_ceiling=config.memory.identity_ceiling)
 
 
 config_option = click.option(

@@ -57,8 +57,8 @@ class Intent(Model):
 @contextmanager
 def writer_lock(layout: Layout) -> Iterator[None]:
     """Hold memoryd's writer lock (released by the kernel if the holder dies)."""
-    layout.edits.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(layout.edits / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    layout.edits.mkdir(mode=0o750, parents=True, exist_ok=True)
+    fd = os.open(layout.edits / ".lock", os.O_RDWR | os.O_CREAT, 0o640)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -70,7 +70,7 @@ def commit(layout: Layout, journal: Journal, edit: Edit, notes: list[Note]) -> E
     """Do one write in the steps above. The caller holds the lock and has recovered."""
     data = render_append(notes, new_file=not layout.notes.exists())
     intent = Intent(edit=edit, notes_offset=_size(layout.notes), notes_data=data)
-    write_durably(intent_path(layout, edit.seq), intent.canonical() + b"\n")
+    write_durably(intent_path(layout, edit.seq), intent.canonical() + b"\n", mode=0o640)
     _finish(layout, journal, intent)
     return edit
 
@@ -114,7 +114,7 @@ def _finish(layout: Layout, journal: Journal, intent: Intent) -> None:
         current = text_hash(read_text(identity))
         # Only over the old text: anything else is the owner's, written after the commit point.
         if current == text_hash(edit.before) != text_hash(edit.after):
-            write_durably(identity, edit.after.encode("utf-8"))
+            write_durably(identity, edit.after.encode("utf-8"), mode=0o640)
     written = _notes_written(layout, intent, path)
     append_bytes(layout.notes, intent.notes_data.encode("utf-8")[len(written) :])
     if not journal.path(edit.seq).exists():

@@ -81,8 +81,8 @@ class Journal:
         path = self.path(edit.seq)
         if path.exists():
             raise StoreError(f"{path}: journal entry {edit.seq} exists already")
-        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_durably(path, edit.canonical() + b"\n")
+        self._dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        write_durably(path, edit.canonical() + b"\n", mode=0o640)
         return edit
 
     def undo_target(self, file: str) -> Edit | None:

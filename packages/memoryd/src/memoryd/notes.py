@@ -109,7 +109,7 @@ def append_bytes(path: Path, data: bytes) -> None:
     if not data:
         return
     new_file = not path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
     try:
         view = memoryview(data)
         while view:

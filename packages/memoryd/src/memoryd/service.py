@@ -36,7 +36,8 @@ class MemoryService:
         self.layout = Layout(config.paths.home)
         self.layout.ensure()
         self.writer = MemoryWriter(
-            self.layout, stage_identity_writes=self.settings.stage_identity_writes
+            self.layout, stage_identity_writes=self.settings.stage_identity_writes,
+            identity_ceiling=self.settings.identity_ceiling,
         )
         self.index = RecallIndex(self.layout.recall_db, self.layout.sessions, self.settings.ceiling)
         self.state = StateDb(self.layout.state_db)

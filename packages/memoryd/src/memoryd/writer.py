@@ -1,9 +1,13 @@
 """The ``memory`` tool and the owner's commands on memory files: the rules, then the I/O.
 
 The taint rule (brief, Memory item 1): ``note`` in any session; ``add``, ``replace``, ``remove``
-and ``consolidate`` only in a session that has not read untrusted content. In one that has, an
-identity ``add`` becomes a ``note`` and the other edits are refused. Files change on disk at once;
-the prompt sees them at the next epoch, because memoryd freezes each epoch's identity snapshot.
+and ``consolidate`` only in a session that has not read untrusted content and whose class is at
+or below ``identity_ceiling`` (default public: identity is in every session's prompt, and brokerd
+starts every session at that class). In any other session an identity ``add`` becomes a ``note``
+of the session's class and the other edits are refused. An entry that leaves identity becomes a
+note of the class it was written at (the journal's edit that brought it in), never lower. Files
+change on disk at once; the prompt sees them at the next epoch, because memoryd freezes each
+epoch's identity snapshot.
 
 Every public method holds the writer lock and first recovers what a crash left (intent.py), so
 each write starts from files that agree with the journal.
@@ -23,7 +27,7 @@ from .edits import IdentityChange, plan_identity_edit, sanitized
 from .errors import CommandRefused, TaintRefused
 from .intent import commit, recover, writer_lock
 from .journal import Edit, Journal, PendingNote, text_hash
-from .layout import Layout, read_text
+from .layout import Layout, read_text, split_entries
 from .notes import Note, read_notes
 
 
@@ -38,10 +42,12 @@ class Caller:
 
 class MemoryWriter:
     def __init__(self, layout: Layout, *, stage_identity_writes: bool,
+                 identity_ceiling: DataClass = DataClass.PUBLIC,
                  clock: Callable[[], str] = now_rfc3339):
         self.layout = layout
         self.journal = Journal(layout.edits)
         self._stage = stage_identity_writes
+        self._ceiling = identity_ceiling
         self._clock = clock
         self.recover()
 
@@ -67,16 +73,17 @@ class MemoryWriter:
         if isinstance(args, NoteArgs):
             note = self._note(sanitized(args.text), caller)
             return f"Noted as note {note.id} in notes.md."
-        if caller.untrusted:
+        why = self._identity_barred(caller)
+        if why is not None:
             if isinstance(args, AddArgs):
                 note = self._note(sanitized(args.text), caller)
                 return (
-                    f"This session has read untrusted content, so it cannot edit {args.file}; "
-                    f"the entry was recorded as note {note.id} in notes.md instead."
+                    f"This session {why}, so it cannot edit {args.file}; the entry was recorded "
+                    f"as note {note.id} in notes.md instead."
                 )
             raise TaintRefused(
-                f"{args.action} of {args.file} refused: this session has read untrusted content, "
-                "so it may only write notes"
+                f"{args.action} of {args.file} refused: this session {why}, so it may only "
+                "write notes"
             )
         change = plan_identity_edit(args, read_text(self.layout.identity(args.file)))
         if self._stage:
@@ -91,6 +98,15 @@ class MemoryWriter:
             f"{args.file} updated (edit {edit.seq}; {size:,} of "
             f"{IDENTITY_LIMITS[args.file]:,} characters). It takes effect at the next epoch."
         )
+
+    def _identity_barred(self, caller: Caller) -> str | None:
+        """Why ``caller`` may not edit identity, or None."""
+        if caller.untrusted:
+            return "has read untrusted content"
+        if caller.data_class > self._ceiling:
+            return (f"holds {caller.data_class.value} data, above what identity may hold "
+                    f"({self._ceiling.value}: identity is in every session's prompt)")
+        return None
 
     def _note(self, text: str, caller: Caller) -> Note:
         note = Note(
@@ -135,10 +151,11 @@ class MemoryWriter:
                           session: str | None, data_class: DataClass | None,
                           time: str) -> list[Note]:
         first = self._next_note_id()
+        edits = self.journal.entries()
         return [
             Note(id=first + i, kind=p.kind, time=time, session=session or "-",
-                 data_class=data_class or DataClass.PRIVATE, untrusted=False, text=p.text,
-                 source=file)
+                 data_class=max(data_class or DataClass.PUBLIC, origin_class(edits, file, p.text)),
+                 untrusted=False, text=p.text, source=file)
             for i, p in enumerate(pending)
         ]
 
@@ -202,3 +219,17 @@ class MemoryWriter:
             if edit.seq == seq:
                 return edit
         raise CommandRefused(f"edit {seq} is not a staged edit waiting for review")
+
+
+def origin_class(edits: list[Edit], file: str, entry: str) -> DataClass:
+    """The class ``entry`` of ``file`` was written at: the highest of the applied edits that
+    brought it into the file. An entry no edit brought (the owner wrote it by hand, or before
+    the journal) is private, as the owner's own words are."""
+    found: DataClass | None = None
+    for edit in edits:
+        if (edit.file != file or not edit.changes_file or edit.after is None
+                or edit.data_class is None):
+            continue
+        if entry in split_entries(edit.after) and entry not in split_entries(edit.before or ""):
+            found = edit.data_class if found is None else max(found, edit.data_class)
+    return DataClass.PRIVATE if found is None else found

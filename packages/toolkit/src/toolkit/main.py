@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -35,6 +36,7 @@ def _parser() -> _Parser:
     parser.add_argument("--cap", type=int, default=DEFAULT_CAP)
     parser.add_argument("--proxy-socket")
     parser.add_argument("--settings")
+    parser.add_argument("--workdir")
     parser.add_argument("--out")
     parser.add_argument("arguments", nargs="?")
     return parser
@@ -58,6 +60,9 @@ def _run(argv: list[str]) -> int:
         raise UsageError(f"no tool named {options.name!r}; known: {', '.join(sorted(BY_NAME))}")
     if options.cap < 1:
         raise UsageError("--cap must be positive")
+    if options.workdir:
+        # Only now: the interpreter started in / with -P, and every module is loaded.
+        os.chdir(options.workdir)
     arguments = _arguments(options.arguments)
     validate(arguments, tool.parameters)
     if options.proxy_socket:

@@ -18,7 +18,7 @@ from bxcore.util import fsync_dir, now_rfc3339
 from pydantic import ValidationError
 
 from ..errors import AuditError
-from .records import GENESIS, DecisionEntry, ResultEntry, line_of, parse_line
+from .records import GENESIS, DecisionEntry, Entry, RefusedEntry, ResultEntry, line_of, parse_line
 from .verify import BadLink, Head, Line, check, diagnose
 
 _FILE = re.compile(r"\d{8}\.jsonl")
@@ -62,7 +62,7 @@ def verify(directory: Path) -> tuple[list[BadLink], Head]:
 
 def entries(
     directory: Path, *, newest_only: bool = False
-) -> Iterator[DecisionEntry | ResultEntry]:
+) -> Iterator[Entry]:
     """Every record in log order (``newest_only``: of the file being appended to); AuditError
     names the first line that is not a record."""
     for file, number, raw in read_lines(directory, newest_only=newest_only):
@@ -82,7 +82,7 @@ class AuditLog:
         self.directory = directory
         self._rotate = rotate_bytes
         self._clock = clock
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o750)
         files = log_files(directory)
         self._path = files[-1] if files else directory / f"{1:08d}.jsonl"
         self._seq, self._head = self._find_head(files)
@@ -101,7 +101,12 @@ class AuditLog:
         assert isinstance(entry, ResultEntry)
         return entry
 
-    def _append(self, kind: type[DecisionEntry | ResultEntry], fields: dict[str, Any]) -> Any:
+    def refused(self, **fields: Any) -> RefusedEntry:
+        entry = self._append(RefusedEntry, fields)
+        assert isinstance(entry, RefusedEntry)
+        return entry
+
+    def _append(self, kind: type[Entry], fields: dict[str, Any]) -> Any:
         entry = kind.model_validate(
             {**fields, "seq": self._seq + 1, "prev": self._head, "time": self._clock()}
         )
@@ -120,7 +125,7 @@ class AuditLog:
             self._path = self._path.with_name(f"{int(self._path.stem) + 1:08d}.jsonl")
             created = True
         try:
-            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
             try:
                 os.write(fd, line)
                 os.fsync(fd)

@@ -56,8 +56,25 @@ class ResultEntry(Model):
     content_sha256: Text
 
 
-AuditEntry = Annotated[DecisionEntry | ResultEntry, Field(discriminator="kind")]
-AUDIT_ENTRY: TypeAdapter[DecisionEntry | ResultEntry] = TypeAdapter(AuditEntry)
+class RefusedEntry(Model):
+    """A request on broker.sock refused before any decision: its frame could not be decoded
+    (text that is not Unicode, bad JSON) or is not a tool request. Whatever it named is kept
+    when it could be read; ``request_sha256`` is the hash of its body when it had one."""
+
+    kind: Literal["refused"] = "refused"
+    seq: Annotated[int, Field(ge=1, strict=True)]
+    time: Time
+    prev: Text
+    reason: Text
+    session: Text | None = None
+    call: Count | None = None
+    tool: Text | None = None
+    request_sha256: Text | None = None
+
+
+Entry = DecisionEntry | ResultEntry | RefusedEntry
+AuditEntry = Annotated[Entry, Field(discriminator="kind")]
+AUDIT_ENTRY: TypeAdapter[Entry] = TypeAdapter(AuditEntry)
 
 
 def entry_hash(body: dict[str, Any]) -> str:
@@ -65,7 +82,7 @@ def entry_hash(body: dict[str, Any]) -> str:
     return sha256(canonical_json({k: v for k, v in body.items() if k != "hash"}))
 
 
-def parse_line(raw: bytes) -> tuple[DecisionEntry | ResultEntry, str]:
+def parse_line(raw: bytes) -> tuple[Entry, str]:
     """One line to its record and its stored hash. Raises ValueError (pydantic's
     ValidationError is one) when the line is not a record; the hash is not checked here."""
     body = json.loads(raw)
@@ -75,7 +92,7 @@ def parse_line(raw: bytes) -> tuple[DecisionEntry | ResultEntry, str]:
     return AUDIT_ENTRY.validate_python(body), stored
 
 
-def line_of(entry: DecisionEntry | ResultEntry) -> tuple[bytes, str]:
+def line_of(entry: Entry) -> tuple[bytes, str]:
     """The line to append (newline included) and the entry's hash."""
     body = entry.model_dump(mode="json", by_alias=True)
     digest = entry_hash(body)

@@ -15,7 +15,7 @@ import weakref
 
 from bxcore.tools import DecisionRecord
 
-from ..sandbox.spec import SandboxSpec
+from ..sandbox.spec import Mount, SandboxSpec
 
 _MINT = object()
 _ISSUED: weakref.WeakSet[Decision] = weakref.WeakSet()
@@ -45,6 +45,12 @@ class Decision:
     def record(self) -> DecisionRecord:
         """The plain record for the audit log and the wire."""
         return self._record
+
+    @property
+    def mounts(self) -> tuple[Mount, ...]:
+        """What the call's sandbox mounts (none for a denial): to know what it can read and
+        write. Information only; running still needs ``authorize()``."""
+        return self._spec.mounts if self._spec is not None else ()
 
     @property
     def allowed(self) -> bool:

@@ -127,7 +127,7 @@ class GrantFile(_File):
     mode: Mode
     classes: list[DataClass] | None = None
     result_class: DataClass = DataClass.SECRET  # never lower than meant by accident
-    allow_untrusted: bool = True
+    allow_untrusted: bool = False  # the safe default: say so to use it after untrusted text
     expires: datetime | None = None
     arguments: dict[str, ArgumentRule] = Field(default_factory=dict)
     sandbox: SandboxEntry | None = None

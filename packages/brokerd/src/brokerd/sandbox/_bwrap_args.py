@@ -2,15 +2,33 @@
 
 Every namespace unshared (no network: a call with hosts reaches the proxy through its bound
 socket directory only), dies with brokerd, a new session (no TIOCSTI into brokerd's terminal),
-cleared environment, every capability dropped (bwrap also sets no_new_privs), a tmpfs root in
-which only the system directories are bound read-only, then the toolkit, the granted mounts,
-the secrets and the egress directory. Limits that the kernel applies per process are set with
-prlimit *inside* the new user namespace, where RLIMIT_NPROC counts only this sandbox's
-processes (for a non-root brokerd; root is exempt, see ``_cgroup``).
+cleared environment, every capability dropped (bwrap also sets no_new_privs), the seccomp filter
+of ``_seccomp``, a tmpfs root in which only the system directories are bound read-only, then
+the toolkit, the granted mounts, the secrets and the egress directory. / and /dev are read-only,
+/proc/sys is bound read-only over itself, and /tmp is a tmpfs with a size (``tmpfs_bytes``).
+The interpreter starts with ``-P`` in ``/``, so nothing in a granted directory shadows a module.
+
+Who the tool is on the host (never a privileged uid):
+
+- brokerd not root: bwrap makes a user namespace mapping the sandbox to brokerd's own uid, and
+  ``--disable-userns`` (bubblewrap >= 0.8) forbids any further one inside;
+- brokerd root (``run_as``): bwrap stays root for its set-up, so it can reach every source, but
+  makes no user namespace (one made by root would map the sandbox to host root). It keeps only
+  CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and ``BECOME`` (a few lines of the sandbox's own
+  Python, ``-I``) empties the bounding set, drops every group and changes to ``run_as``, which
+  clears those three too, then execs prlimit and the toolkit. Not ``setpriv``: it looks the uid
+  up by name first (getpwnam), and glibc then connects to nscd's socket. bwrap refuses
+  ``--disable-userns`` without a user namespace of its own; there the seccomp filter alone
+  refuses new user namespaces.
+
+Limits that the kernel applies per process are set with prlimit inside, after the uid is final:
+RLIMIT_NPROC counts the sandbox's processes only in its user namespace (brokerd not root); as
+``run_as`` it counts that uid's processes on the host (see ``_cgroup`` for root's pids limit).
 """
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +37,10 @@ from ._call import (
     OPEN_FILES,
     SECRETS_DIR,
     TOOLKIT_DIR,
+    TOOLKIT_INTERPRETER,
     cpu_seconds,
     data_bytes,
+    tmpfs_bytes,
     toolkit_args,
 )
 from .spec import SandboxSpec
@@ -41,8 +61,34 @@ class BwrapLayout:
     bwrap: str = "bwrap"
     python: str = "/usr/bin/python3"
     prlimit: str = "/usr/bin/prlimit"
+    # bubblewrap >= 0.8 (Debian 12's 0.8.0): --disable-userns. Older ones lack it, and the
+    # seccomp filter alone refuses new user namespaces (BubblewrapSandbox says so at start).
+    disable_userns: bool = True
     system: tuple[tuple[str, ...], ...] = DEBIAN_SYSTEM
     certificates: str = "/etc/ssl"  # bound read-only for calls with egress (https needs it)
+
+
+# What the uid change needs to become run_as and clear the bounding set; it drops all three.
+KEPT_FOR_SETPRIV = ("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add",
+                    "CAP_SETPCAP")
+# Run as root inside a root brokerd's sandbox: no bounding set, no groups, uid and gid run_as
+# (which clears the permitted and effective capabilities), then exec the rest of argv.
+BECOME = """\
+import ctypes, os, sys
+uid = int(sys.argv[1])
+prctl = ctypes.CDLL(None, use_errno=True).prctl
+cap = 0
+while prctl(24, cap, 0, 0, 0) == 0:  # PR_CAPBSET_DROP until EINVAL: past the last capability
+    cap += 1
+if ctypes.get_errno() != 22:
+    raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP")
+os.setgroups([])
+os.setresgid(uid, uid, uid)
+os.setresuid(uid, uid, uid)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+NAMESPACES_BUT_USER = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                      "--unshare-cgroup")
 
 
 def bwrap_argv(
@@ -52,11 +98,26 @@ def bwrap_argv(
     toolkit_dir: Path,
     secrets_dir: Path | None,
     egress_dir: Path | None,
+    seccomp_fd: int,
+    run_as: int | None = None,
 ) -> list[str]:
-    argv = [layout.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
+    if run_as is None:
+        argv = [layout.bwrap, "--unshare-all", "--unshare-user"]
+        argv += ["--disable-userns"] if layout.disable_userns else []
+        capabilities = ["--cap-drop", "ALL"]
+    else:
+        argv = [layout.bwrap, *NAMESPACES_BUT_USER]
+        capabilities = ["--cap-drop", "ALL", *KEPT_FOR_SETPRIV]
+    argv += ["--die-with-parent", "--new-session", "--seccomp", str(seccomp_fd)]
     for item in layout.system:
         argv += item
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    argv += ["--dev", "/dev", "--remount-ro", "/dev"]
+    argv += ["--perms", "1777", "--size", str(tmpfs_bytes(spec)), "--tmpfs", "/tmp"]
+    targets = [f"{TOOLKIT_DIR}/toolkit", *(m.target for m in spec.mounts)]
+    targets += [SECRETS_DIR, EGRESS_DIR, layout.certificates]
+    for parent in _parents(targets):  # bwrap would make them 0700: the tool could not pass
+        argv += ["--perms", "0755", "--dir", parent]
     argv += ["--ro-bind", str(toolkit_dir), f"{TOOLKIT_DIR}/toolkit"]
     for mount in spec.mounts:
         argv += ["--bind" if mount.writable else "--ro-bind", str(mount.source), mount.target]
@@ -65,11 +126,24 @@ def bwrap_argv(
     if egress_dir is not None:
         argv += ["--ro-bind", str(egress_dir), EGRESS_DIR]
         argv += ["--ro-bind-try", layout.certificates, layout.certificates]
-    argv += ["--remount-ro", "/", "--chdir", spec.workdir or "/"]
+    argv += ["--remount-ro", "/", "--chdir", "/"]
     argv += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "PYTHONPATH",
              TOOLKIT_DIR, "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp"]
-    argv += ["--cap-drop", "ALL", "--"]
+    argv += [*capabilities, "--"]
+    if run_as is not None:
+        argv += [layout.python, "-I", "-c", BECOME, str(run_as)]
     argv += [layout.prlimit, f"--data={data_bytes(spec)}", f"--nproc={spec.limits.pids}",
              f"--cpu={cpu_seconds(spec)}", f"--nofile={OPEN_FILES}", "--"]
-    argv += [layout.python, "-s", "-B", "-m", "toolkit", *toolkit_args(spec)]
+    argv += [layout.python, *TOOLKIT_INTERPRETER, *toolkit_args(spec)]
     return argv
+
+
+def _parents(targets: list[str]) -> list[str]:
+    """Every directory above ``targets``, below /, parents first."""
+    found: set[str] = set()
+    for target in targets:
+        parent = posixpath.dirname(target.rstrip("/"))
+        while parent not in ("/", ""):
+            found.add(parent)
+            parent = posixpath.dirname(parent)
+    return sorted(found, key=lambda path: (path.count("/"), path))

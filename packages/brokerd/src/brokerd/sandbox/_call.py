@@ -14,6 +14,11 @@ TOOLKIT_DIR = "/opt/toolkit"  # PYTHONPATH; the package itself is /opt/toolkit/t
 SECRETS_DIR = "/run/secrets"
 EGRESS_DIR = "/run/egress"
 PROXY_SOCKET = f"{EGRESS_DIR}/proxy.sock"
+# The toolkit's interpreter options in both backends (the image's entrypoint says the same):
+# -P keeps the working directory off sys.path, so a json.py in a granted directory is never
+# imported; -s no user site; -B no .pyc written. The process starts in / in both backends and
+# the toolkit moves to the grant's workdir (``--workdir``) only once it is loaded.
+TOOLKIT_INTERPRETER = ("-P", "-s", "-B", "-m", "toolkit")
 OPEN_FILES = 256
 # Targets a granted mount may not cover, sit under, or sit above.
 RESERVED = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/proc", "/dev", "/etc", "/sys",
@@ -58,6 +63,8 @@ def toolkit_args(spec: SandboxSpec) -> list[str]:
         args += ["--root", mount.target]
     if spec.hosts:
         args += ["--proxy-socket", PROXY_SOCKET]
+    if spec.workdir is not None:
+        args += ["--workdir", spec.workdir]
     if spec.settings is not None:
         args += ["--settings", spec.settings]
     return args
@@ -75,3 +82,11 @@ def cpu_seconds(spec: SandboxSpec) -> int:
 
 def data_bytes(spec: SandboxSpec) -> int:
     return spec.limits.memory_mb * 1024 * 1024
+
+
+def tmpfs_bytes(spec: SandboxSpec) -> int:
+    """The size of every tmpfs a call may write (/tmp, podman's /dev/shm): half its memory
+    limit. RLIMIT_DATA does not count tmpfs pages, so without a size /tmp could take the host's
+    memory; a cgroup memory limit (podman) does count them, and half leaves the tool room to
+    run, so filling /tmp ends in ENOSPC rather than the OOM killer."""
+    return max(1, spec.limits.memory_mb // 2) * 1024 * 1024

@@ -1,10 +1,12 @@
 """A per-call cgroup v1 ``pids`` group, for when brokerd runs as root.
 
-Root is exempt from RLIMIT_NPROC, so a root brokerd limits a bubblewrap sandbox's processes
-with ``pids.max`` instead, where it can write the v1 pids hierarchy (measured on the build
-machine: cgroup v1 hybrid, root may create groups). The process joins the group before it
-execs bwrap, so nothing it starts escapes the count. cgroup v2 delegation is not handled here:
-there a non-root brokerd relies on RLIMIT_NPROC inside the sandbox's user namespace.
+A root brokerd's sandbox runs as ``sandbox_uid`` with no user namespace, where RLIMIT_NPROC
+counts every process of that uid on the host (concurrent calls share it), so a root brokerd
+also limits each sandbox's processes with ``pids.max``, where it can write the v1 pids
+hierarchy (measured on the build machine: cgroup v1 hybrid, root may create groups). The
+process joins the group before it execs bwrap, so nothing it starts escapes the count. cgroup
+v2 delegation is not handled here: there a non-root brokerd relies on RLIMIT_NPROC inside the
+sandbox's user namespace.
 """
 
 from __future__ import annotations

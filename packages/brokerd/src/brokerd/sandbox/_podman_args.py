@@ -1,4 +1,12 @@
-"""The podman command lines for one call (pure): run by digest, never pull, and remove."""
+"""The podman command lines for one call (pure): run by digest, never pull, and remove.
+
+The container starts in / (the toolkit moves to the grant's workdir once loaded), with the
+seccomp profile of ``_seccomp`` (podman's default baseline, and no user namespaces inside:
+podman's own default allows them), /proc/sys read-only (podman's default), and
+every tmpfs sized: podman's own tmpfs mounts for a read-only container (/run, /var/tmp, each
+without a size) are turned off and /tmp and /dev/shm get the call's ``tmpfs_bytes``. ``user``
+is who the tool is in the container: 0:0 under a rootless podman, where that maps to the
+podman user, and an unprivileged uid under a rootful one (``PodmanSandbox`` decides)."""
 
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ from ._call import (
     SECRETS_DIR,
     cpu_seconds,
     data_bytes,
+    tmpfs_bytes,
     toolkit_args,
 )
 from .errors import SandboxUnavailable
@@ -49,14 +58,19 @@ def podman_run_argv(
     name: str,
     secrets_dir: Path | None,
     egress_dir: Path | None,
+    seccomp_profile: Path,
+    user: str = "0:0",
 ) -> list[str]:
     limits = spec.limits
+    tmpfs = tmpfs_bytes(spec)
     argv = [
         *setup.base(),
         "run", "--rm", "--interactive", f"--name={name}",
         "--network=none", "--pull=never", "--read-only", "--cap-drop=ALL",
-        "--security-opt=no-new-privileges", "--tmpfs=/tmp:rw,nosuid,nodev,size=64m",
-        "--user=0:0", f"--workdir={spec.workdir or '/'}",
+        "--security-opt=no-new-privileges", f"--security-opt=seccomp={seccomp_profile}",
+        "--read-only-tmpfs=false",
+        f"--tmpfs=/tmp:rw,nosuid,nodev,size={tmpfs}", f"--shm-size={tmpfs}",
+        f"--user={user}", "--workdir=/",
         f"--memory={limits.memory_mb}m", f"--memory-swap={limits.memory_mb}m",
         f"--pids-limit={limits.pids}",
         # Given one --ulimit podman drops every default, so all of these are spelled out.

@@ -23,13 +23,14 @@ async def run_process(
     stdout_cap: int,
     env: Mapping[str, str] | None = None,
     on_kill: Callable[[], Awaitable[None]] | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> Finished:
     """Run ``argv`` in its own session; ``on_kill`` tears down whatever outlives the process
     (podman's container), after the process group is killed."""
     process = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, start_new_session=True,
-        env=dict(env) if env is not None else None,
+        env=dict(env) if env is not None else None, pass_fds=pass_fds,
     )
     assert process.stdin and process.stdout and process.stderr
     stdout = bytearray()

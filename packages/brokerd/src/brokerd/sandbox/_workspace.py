@@ -1,5 +1,7 @@
 """A call's private scratch directory on the host: the granted secrets as 0400 files, and the
-directory the egress proxy's socket lives in. Removed when the call ends."""
+directory the egress proxy's socket lives in. Removed when the call ends. With an ``owner``
+(the sandbox's host uid, when that is not brokerd's own) every file and directory in it is
+given to that uid, so the tool can read its secrets and reach the proxy."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ def default_scratch_root() -> Path:
 
 
 class CallWorkspace:
-    def __init__(self, spec: SandboxSpec, scratch_root: Path):
+    def __init__(self, spec: SandboxSpec, scratch_root: Path, *, owner: int | None = None):
         self._spec = spec
+        self._owner = owner
         self._root = scratch_root
         self.path: Path | None = None
         self.secrets_dir: Path | None = None
@@ -39,6 +42,11 @@ class CallWorkspace:
         if self._spec.hosts:
             self.egress_dir = self.path / "egress"
             self.egress_dir.mkdir(mode=0o755)
+        if self._owner is not None:
+            for directory, _, files in os.walk(self.path):
+                os.chown(directory, self._owner, self._owner)
+                for name in files:
+                    os.chown(os.path.join(directory, name), self._owner, self._owner)
         return self
 
     @property

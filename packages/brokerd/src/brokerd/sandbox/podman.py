@@ -6,6 +6,12 @@ runs as brokerd's own host user, so the per-call files it creates are readable b
 by nobody else. The paths brokerd passes are host paths: each call's scratch directory is on a
 mount that has the same path in brokerd's container and on the host.
 
+Who the tool is on the host: asked of podman once, at start (``podman info``). Under a
+rootless podman (the appliance's service; a non-root brokerd) the container's root maps to the
+podman user, which is unprivileged. Under a rootful one (a root brokerd's local podman, or a
+rootful service) the tool runs as ``sandbox_uid`` (``[broker] sandbox_uid``), and each call's
+scratch files are given to it; a writable mount must then be writable by that uid.
+
 Rootless-capable: nothing here needs root. With rootless podman on cgroup v1, ``--memory`` and
 ``--pids-limit`` are ignored (measured), and the ``--ulimit`` data/nproc/cpu limits are what
 holds; as root, or with cgroup v2, both hold. Time: brokerd's deadline removes the container
@@ -15,22 +21,29 @@ holds; as root, or with cgroup v2, both hold. Time: brokerd's deadline removes t
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 import secrets
 import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+
+from bxcore.config.broker import DEFAULT_SANDBOX_UID
 
 from ._backend import Backend
 from ._call import stdout_cap
 from ._outcome import Outcome, interpret
 from ._podman_args import PodmanSetup, podman_remove_argv, podman_run_argv
 from ._process import run_process
+from ._seccomp import oci_profile
 from ._workspace import CallWorkspace
 from .errors import SandboxUnavailable
 from .spec import SandboxSpec
 
 REMOVE_TIMEOUT_S = 30.0
+INFO_TIMEOUT_S = 60.0
 
 
 class PodmanSandbox(Backend):
@@ -40,6 +53,7 @@ class PodmanSandbox(Backend):
         *,
         scratch_root: Path | None = None,
         egress_resolver: Mapping[str, str] | None = None,
+        sandbox_uid: int = DEFAULT_SANDBOX_UID,
     ):
         if shutil.which(setup.podman) is None:
             raise SandboxUnavailable(f"podman backend: {setup.podman!r} is not installed")
@@ -47,16 +61,35 @@ class PodmanSandbox(Backend):
             raise SandboxUnavailable(f"podman backend: {setup.containers_conf} does not exist")
         if setup.remote is not None and not Path(setup.remote.removeprefix("unix://")).is_socket():
             raise SandboxUnavailable(f"podman backend: no podman service at {setup.remote}")
-        super().__init__(scratch_root, egress_resolver)
+        if sandbox_uid == 0:
+            raise SandboxUnavailable("podman backend: sandbox_uid must not be 0 (root)")
         self.setup = setup
         self._env = dict(os.environ)
         if setup.containers_conf is not None:
             self._env["CONTAINERS_CONF"] = str(setup.containers_conf)
+        self.rootless = self._ask_rootless()
+        self.user = "0:0" if self.rootless else f"{sandbox_uid}:{sandbox_uid}"
+        super().__init__(scratch_root, egress_resolver,
+                         owner=None if self.rootless else sandbox_uid)
+        self.seccomp_profile = _write_profile(self._scratch_root)
+
+    def _ask_rootless(self) -> bool:
+        argv = [*self.setup.base(), "info", "--format", "{{.Host.Security.Rootless}}"]
+        try:
+            answer = subprocess.run(argv, env=self._env, capture_output=True, text=True,
+                                    timeout=INFO_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxUnavailable(f"podman backend: {' '.join(argv)}: {exc}") from None
+        if answer.returncode != 0 or answer.stdout.strip() not in ("true", "false"):
+            raise SandboxUnavailable(f"podman backend: cannot tell whether podman is rootless "
+                                     f"({' '.join(argv)}: {answer.stderr.strip()[-300:]})")
+        return answer.stdout.strip() == "true"
 
     async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> Outcome:
         name = f"bx-call-{secrets.token_hex(8)}"
         argv = podman_run_argv(spec, self.setup, name=name, secrets_dir=workspace.secrets_dir,
-                               egress_dir=workspace.egress_dir)
+                               egress_dir=workspace.egress_dir, user=self.user,
+                               seccomp_profile=self.seccomp_profile)
 
         async def remove() -> None:
             await self._remove(name)
@@ -79,3 +112,16 @@ class PodmanSandbox(Backend):
         except TimeoutError:
             process.kill()
             await process.wait()
+
+
+def _write_profile(directory: Path) -> Path:
+    """The OCI seccomp profile in ``directory`` (the scratch root, a path the podman service
+    sees too), named by its content, written once and never changed."""
+    text = json.dumps(oci_profile(), sort_keys=True, indent=1)
+    path = directory / f"bx-seccomp-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.is_file():
+        partial = directory / f".{path.name}.{secrets.token_hex(4)}"
+        partial.write_text(text, encoding="utf-8")
+        partial.chmod(0o644)
+        partial.replace(path)
+    return path

@@ -35,6 +35,7 @@ from pydantic import AfterValidator, Field
 from ._common import ConfigPath, Seconds, Section, SocketMode
 from .gateway import MATTERMOST_ID
 
+DEFAULT_SANDBOX_UID = 1_879_048_192  # 0x70000000: systemd's UIDS-GIDS leaves 0x70000000.. unused
 LOCAL_SOCKET = "local:socket"  # the approvers entry: whoever can open approve.sock
 LOCAL_UID = re.compile(r"local:[0-9]{1,10}")
 
@@ -74,6 +75,11 @@ class BrokerSection(Section):
     # podman: a service to start tool containers through, "unix:///<path>"; unset, podman runs here
     podman_remote: Annotated[str, Field(pattern=r"^unix:///[^\s]+$")] | None = None
     scratch: ConfigPath | None = None  # each call's secrets and egress socket; default: /dev/shm
+    # The host uid tools run as when brokerd is root (bubblewrap) or podman is rootful; never 0.
+    # It must be dedicated: no account, no subordinate range, no other process (the pids limit
+    # counts that uid's processes host-wide). The default is the first uid of the block systemd
+    # leaves unused (docs/decisions.md); "nobody" is shared by other daemons and is a bad choice.
+    sandbox_uid: Annotated[int, Field(ge=1, le=2**31 - 1)] = DEFAULT_SANDBOX_UID
     result_cap: Annotated[int, Field(ge=64)] = 16 * 1024  # bytes of a result's content kept
     audit_rotate_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024 * 1024
 

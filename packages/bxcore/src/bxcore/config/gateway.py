@@ -29,6 +29,10 @@ class GatewaySection(Section):
     token_secret: str = "mattermost_token"  # the key in [secrets]
     allowlist: ConfigPath | None = None  # file of allowed user ids; gatewayd needs it to run
     channels: list[str] = Field(default_factory=list)  # non-DM channel ids served besides DMs
+    # The owner's user id: a session that did not start in Mattermost (a scheduled job, a
+    # subagent) gets a DM thread with this user for its approvals and answer. Default: the
+    # allowlist's user when it lists exactly one.
+    owner: str | None = None
     state: ConfigPath | None = None  # the queue lives here; default: <paths.home>/gateway
     socket: ConfigPath | None = None  # gateway.sock for brokerd; default: <paths.run>/gateway.sock
     mode: SocketMode = 0o600  # brokerd connects
@@ -53,6 +57,11 @@ class GatewaySection(Section):
         if not re.fullmatch(r"https?://[^/\s]+(/[^\s]*)?", value):
             raise ValueError("expected http(s)://HOST[:PORT][/PATH]")
         return value.rstrip("/")
+
+    @field_validator("owner")
+    @classmethod
+    def _check_owner(cls, value: str | None) -> str | None:
+        return value if value is None else check_mattermost_id(value)
 
     @field_validator("channels")
     @classmethod

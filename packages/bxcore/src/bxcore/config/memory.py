@@ -4,6 +4,8 @@
 
     [memory]
     ceiling = "private"            # sessions above this class are neither indexed nor synced
+    identity_ceiling = "public"    # identity edits only from sessions at or below this class;
+                                   # every session starts at it (identity is in every prompt)
     stage_identity_writes = false  # true: identity edits wait in memory/staged/ for the owner
 
     [memory.honcho]
@@ -83,7 +85,19 @@ class MemorySection(Section):
     mode: SocketMode = 0o600  # loopd and brokerd connect
     group: str | None = None  # the group allowed to connect; default: the process's own
     ceiling: DataClass = DataClass.PRIVATE
+    # The highest class identity (memory.md, user.md) may hold. Identity is in every session's
+    # prompt, so brokerd starts every session at this class; public keeps public-only grants
+    # usable. A session above it that adds to identity gets a note of its class instead.
+    identity_ceiling: DataClass = DataClass.PUBLIC
     stage_identity_writes: bool = False
     recall_max_k: Annotated[int, Field(ge=1, le=100)] = 20
     snippet_chars: Annotated[int, Field(ge=40, le=4000)] = 400  # cap on each recall snippet
     honcho: HonchoSection | None = None
+
+    @model_validator(mode="after")
+    def _identity_within_ceiling(self) -> MemorySection:
+        # Identity is in every session; above the ceiling no session would be indexed or synced.
+        if self.identity_ceiling > self.ceiling:
+            raise ValueError(f"identity_ceiling ({self.identity_ceiling.value}) may not be above "
+                             f"ceiling ({self.ceiling.value})")
+        return self

@@ -7,13 +7,20 @@ On gateway.sock brokerd connects once per approval, sends ``approval_request`` a
 same connection for one ``approval_answer`` (final). brokerd closes the connection when the
 approval expires; expiry means deny.
 
+Also on gateway.sock a local client (a scheduled job's run) sends ``owner_notice``: gatewayd posts
+its text in the session's thread, which for a session that did not start in Mattermost is a DM
+thread of its own with the owner (the same thread its approvals are posted in), and answers
+``notice_posted`` (final).
+
 On approve.sock bxctl sends ``approval_list`` (answered by ``approval_pending``, final) or
 ``approval_answer`` (answered by ``approval_ack`` or ``error``, final).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from .._base import Model, Text
 from ..ids import SessionId
@@ -23,10 +30,12 @@ APPROVAL_ANSWER = "approval_answer"
 APPROVAL_LIST = "approval_list"
 APPROVAL_PENDING = "approval_pending"
 APPROVAL_ACK = "approval_ack"
+OWNER_NOTICE = "owner_notice"
+NOTICE_POSTED = "notice_posted"
 ERROR = "error"
 
-TO_GATEWAYD = frozenset({APPROVAL_REQUEST})
-FROM_GATEWAYD = frozenset({APPROVAL_ANSWER, ERROR})
+TO_GATEWAYD = frozenset({APPROVAL_REQUEST, OWNER_NOTICE})
+FROM_GATEWAYD = frozenset({APPROVAL_ANSWER, NOTICE_POSTED, ERROR})
 TO_APPROVE_SOCKET = frozenset({APPROVAL_LIST, APPROVAL_ANSWER})
 FROM_APPROVE_SOCKET = frozenset({APPROVAL_PENDING, APPROVAL_ACK, ERROR})
 
@@ -57,3 +66,15 @@ class ApprovalPending(Model):
 class ApprovalAck(Model):
     id: Text
     verdict: Literal["approve", "deny"]
+
+
+class OwnerNotice(Model):
+    """Something the owner should read, for the thread of ``session`` (e.g. a job's answer)."""
+
+    session: SessionId
+    text: Annotated[Text, Field(min_length=1, max_length=64 * 1024)]
+
+
+class NoticePosted(Model):
+    root_id: Text  # the thread it was posted in
+    post_id: Text  # its first post

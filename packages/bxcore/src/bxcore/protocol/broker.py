@@ -2,7 +2,8 @@
 
 loopd sends ``tool_call`` (a ToolRequest); brokerd may send ``tool_waiting`` frames (an approval
 is pending, or the decided call is still running) and ends with ``tool_response`` (final) or
-``error`` (final).
+``error`` (final). For an allowed ``delegate`` call brokerd first sends ``delegate_run`` and loopd
+answers ``delegate_done`` on the same connection (bxcore.protocol.delegate).
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from typing import Literal, Self
 from pydantic import model_validator
 
 from .._base import Count, Model, Text
+from . import delegate
 
 TOOL_CALL = "tool_call"
 TOOL_WAITING = "tool_waiting"
 TOOL_RESPONSE = "tool_response"
 ERROR = "error"
 
-TO_BROKERD = frozenset({TOOL_CALL})
-FROM_BROKERD = frozenset({TOOL_WAITING, TOOL_RESPONSE, ERROR})
+TO_BROKERD = frozenset({TOOL_CALL}) | delegate.TO_BROKERD
+FROM_BROKERD = frozenset({TOOL_WAITING, TOOL_RESPONSE, ERROR}) | delegate.FROM_BROKERD
 
 
 WaitReason = Literal["approval", "running"]

@@ -2,10 +2,12 @@
 
 Starts llama-server in router mode (the project's presets, on a private Unix socket), then
 inferproxy, memoryd, brokerd and loopd, each with ``<role> serve --config``; loopd in a network
-namespace with only loopback where the machine allows it. Each daemon is ready when it sends
-READY=1 to our notify socket, as under systemd. Everything lives in one state directory::
+namespace with only loopback where the machine allows it; then ``bxctl scheduler``, which runs
+the scheduled jobs in ``jobs/`` when they fall due (the host's systemd timers do that there).
+Each daemon is ready when it sends READY=1 to our notify socket, as under systemd. Everything
+lives in one state directory::
 
-    <state>/config.toml  home/  run/*.sock  logs/*.log  serving/  stack.json
+    <state>/config.toml  home/  run/*.sock  logs/*.log  serving/  jobs/*.toml  stack.json
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class Layout:
         return self.state / "serving"
 
     @property
+    def jobs(self) -> Path:
+        return self.state / "jobs"
+
+    @property
     def record(self) -> Path:
         return self.state / "stack.json"
 
@@ -105,6 +111,7 @@ registry = {q(registry)}
 
 [broker]
 grants = {q(grants)}
+jobs = {q(layout.jobs)}  # scheduled jobs: `bxctl scheduler` runs them while the stack is up
 approvers = [{q(f"local:{os.getuid()}")}]
 backend = {q(backend)}
 """
@@ -120,7 +127,8 @@ def prepare(
     backend: str,
     bin_dir: Path,
 ) -> None:
-    for directory in (layout.state, layout.run, layout.home, layout.logs, layout.serving):
+    for directory in (layout.state, layout.run, layout.home, layout.logs, layout.serving,
+                      layout.jobs):
         directory.mkdir(parents=True, exist_ok=True)
     layout.state.chmod(0o700)
     layout.run.chmod(0o700)
@@ -241,11 +249,13 @@ def up(
         wait_llama(sock, proc, layout.logs / "llama-server.log")
         say(f"up: llama-server (router, {model}) on {sock}")
         isolate = network_isolation()
-        for role in ROLES:
+        for role in (*ROLES, SCHEDULER):
             prefix = isolate if role == "loopd" else []
-            argv = [*prefix, str(bin_dir / role), "serve", "--config", str(layout.config)]
+            argv = [*prefix, *_command(bin_dir, role), "--config", str(layout.config)]
             proc = spawn(role, argv, layout.logs, {**env, "NOTIFY_SOCKET": str(listener.path)})
-            started.append(Started(role, proc.pid, argv, str(layout.socket(_SOCKETS[role]))))
+            served = _SOCKETS.get(role)
+            started.append(Started(role, proc.pid, argv,
+                                   str(layout.socket(served)) if served else None))
             save(layout.record, started)
             ready = listener.wait_ready({proc.pid}, READY_TIMEOUT, lambda p=proc: p.poll() is None)
             if ready is None:
@@ -259,6 +269,8 @@ def up(
                 )
             if role == "brokerd":
                 note = f" (sandbox: {backend})"
+            if role == SCHEDULER:
+                note = f" (scheduled jobs from {layout.jobs})"
             say(f"up: {role}{note}")
     except BaseException:
         stop(started)
@@ -270,6 +282,13 @@ def up(
 
 
 _SOCKETS = {"inferproxy": "infer", "memoryd": "memory", "brokerd": "broker", "loopd": "loop"}
+SCHEDULER = "scheduler"  # bxctl scheduler: serves no socket
+
+
+def _command(bin_dir: Path, name: str) -> list[str]:
+    if name == SCHEDULER:
+        return [str(bin_dir / "bxctl"), SCHEDULER]
+    return [str(bin_dir / name), "serve"]
 
 
 def down(layout: Layout) -> list[str]:

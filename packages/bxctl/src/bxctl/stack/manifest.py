@@ -93,7 +93,13 @@ class Role(Model):
     egress: Egress
     state: list[StateDir]
     grants: Flag
-    credentials: list[Name]  # credential ids the role's unit loads (LoadCredentialEncrypted=)
+    credentials: list[Name]  # credential ids the role's unit must load (LoadCredentialEncrypted=)
+    # Credential ids it loads when the host has them (memoryd's Honcho key, brokerd's consult key);
+    # the tools runner also loads every credential no role names: the secrets grants inject.
+    optional_credentials: list[Name] = Field(default_factory=list)
+    # Seconds until READY=1 (TimeoutStartSec=): loopd's self-test waits for the model to load,
+    # up to [inference] first_byte_timeout (900 s by default), before it says ready.
+    start_timeout: Annotated[int, Field(gt=0)] = 90
     programs: list[Name] = Field(default_factory=list)  # host programs in the image (podman)
 
     @model_validator(mode="after")

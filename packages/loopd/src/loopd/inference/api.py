@@ -32,10 +32,13 @@ class ChatRequest:
     messages: tuple[ChatMessage, ...]
     tools: tuple[ToolSchema, ...]
     slot: int
-    session: str  # for errors, logs and the encoding cache; never sent to the server
+    session: str  # for errors, logs, the encoding cache and the marker its prompt starts with
     max_tokens: int | None = None  # overrides [inference].max_tokens for this request
     tool_choice: str | None = None  # "auto" (the server's default), "required" or "none"
     thinking: bool = True  # False: ask the server not to think (a request parameter, not prompt)
+    # Reasoning tokens the turn's earlier completions spent: the thinking cap counts per turn
+    # (inference contract 8), so this completion may reason only for what is left of it.
+    reasoning_spent: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,6 +10,14 @@ differ (measured in docs/decisions.md, "Thinking off"): ``chat_template_kwargs.e
 false, which Qwen3-family templates such as Ornith's turn into a closed, empty think block; and
 ``reasoning_budget_tokens`` 0, which makes the server close at once a think block the template
 forces open (serving/templates/chatml-think-open.jinja ignores the template switch).
+
+Every request's system message starts with the session's marker (``session_marker``), so two
+sessions' prompts share only the template's first few tokens. That is what makes the server keep
+a session that leaves the slot: when the prompt a slot holds and the incoming one share less than
+half of the held one, the server saves the held one into its host-RAM prompt cache and loads the
+incoming one from it (docs/decisions.md, "Sessions switch on a slot through the RAM cache").
+Sharing Boxmaker's baseline made the server reuse the slot in place instead and lose the
+session it held.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any
 
 from bxcore.chat import message_json
 from bxcore.config import InferenceSection
+from bxcore.util import sha256
 
 from .api import ChatMessage, ChatRequest
 
@@ -64,10 +73,29 @@ class _EncodedMessages:
 _ENCODED = _EncodedMessages()
 
 
+def session_marker(session: str) -> str:
+    """The line a session's system message starts with: a short hash of the session id, the same
+    in every request of the session (and across loopd restarts), different between sessions."""
+    return f"[session {sha256(session.encode()).removeprefix('sha256:')[:10]}]\n"
+
+
+def marked(session: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with the session's marker put first: at the start of the system message, or
+    as a system message of its own when there is none. The encoded dicts are shared between
+    requests, so the first one is copied, never changed."""
+    marker = session_marker(session)
+    if messages and messages[0].get("role") == "system" and isinstance(
+        messages[0].get("content"), str
+    ):
+        first = {**messages[0], "content": marker + messages[0]["content"]}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": marker.rstrip()}, *messages]
+
+
 def request_body(request: ChatRequest, section: InferenceSection) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": section.model,
-        "messages": _ENCODED.encode(request.session, request.messages),
+        "messages": marked(request.session, _ENCODED.encode(request.session, request.messages)),
         "stream": True,
         "stream_options": {"include_usage": True},
         "return_progress": True,

@@ -6,16 +6,25 @@ frames (an approval is pending, or the call is still running) go to the channel 
 is the answer; an ``error`` frame, a broker that cannot be reached, or a connection that breaks
 becomes a ``failed`` answer whose text says why. So the turn goes on and the log stays whole:
 every tool call has its ToolResult, and the model learns that the tool did not run.
+
+A ``delegate_run`` frame (brokerd allowed a ``delegate`` call) starts the child session through
+``children`` while the frames go on being read; the child's answer goes back as
+``delegate_done``. Whatever ends this call (its answer, a broken connection, the parent's turn
+being cancelled) cancels a child that is still running.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
+from typing import Protocol
 
 from bxcore.errors import BoxmakerError, WireError
 from bxcore.frames import Frame, FrameError
 from bxcore.framestream import FrameStream
 from bxcore.protocol import broker
+from bxcore.protocol.delegate import DELEGATE_DONE, DELEGATE_RUN, DelegateDone, DelegateRun
 from bxcore.protocol.loop import ToolWaitingEvent
 from bxcore.tools import ToolRequest, ToolResponse
 
@@ -27,30 +36,55 @@ CONNECT_TIMEOUT = 10.0  # seconds; brokerd is local
 # as long as its grant's timeout_s allows.
 
 
+class Children(Protocol):
+    async def run(self, order: DelegateRun) -> DelegateDone:
+        """Run the child session's one turn; its answer, or why it has none."""
+        ...
+
+
 class BrokerPort:
-    def __init__(self, socket: Path, *, connect_timeout: float = CONNECT_TIMEOUT):
+    def __init__(self, socket: Path, *, connect_timeout: float = CONNECT_TIMEOUT,
+                 children: Children | None = None):
         self._socket = socket
         self._connect_timeout = connect_timeout
+        self.children = children  # set once the server that runs children exists
 
     async def call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
         try:
             return await self._call(request, events)
-        except (BoxmakerError, TimeoutError) as exc:
+        except BoxmakerError as exc:
             return plain_answer("failed", f"The tool did not run: brokerd failed: {exc}")
 
     async def _call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
         stream = await FrameStream.connect(
             self._socket, broker.FROM_BROKERD, timeout=self._connect_timeout
         )
+        child: asyncio.Task[None] | None = None
         try:
             await stream.write(Frame.of(broker.TOOL_CALL, request, final=False))
             while True:
                 frame = await stream.read()
+                if frame.kind == DELEGATE_RUN and not frame.final and child is None:
+                    order = frame.parse(DelegateRun)
+                    child = asyncio.create_task(self._run_child(stream, order))
+                    continue
                 answer = await _handle(frame, events)
                 if answer is not None:
                     return answer
         finally:
+            if child is not None and not child.done():
+                child.cancel()
+            if child is not None:
+                with contextlib.suppress(asyncio.CancelledError, BoxmakerError, TimeoutError):
+                    await child
             await stream.close()
+
+    async def _run_child(self, stream: FrameStream, order: DelegateRun) -> None:
+        if self.children is None:
+            done = DelegateDone(status="failed", content="This loopd runs no subagents.")
+        else:
+            done = await self.children.run(order)
+        await stream.write(Frame.of(DELEGATE_DONE, done, final=True))
 
 
 async def _handle(frame: Frame, events: EventSink) -> ToolResponse | None:

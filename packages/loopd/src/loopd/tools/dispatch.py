@@ -8,6 +8,7 @@ the arguments the port sees are the JSON text of the inner object (M2b design, s
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,6 +19,8 @@ from bxcore.tools import ToolRequest, ToolResponse
 from ..inference.api import EventSink
 from .port import ToolPort, plain_answer
 from .registry import CALL_TOOL, FIND_TOOL, Registry
+
+log = logging.getLogger("loopd.tools")
 
 TRUNCATED_MARK = "\n[truncated]"
 
@@ -37,11 +40,27 @@ class ToolRunner:
         """The name a channel shows for a call: call_tool's target when there is one."""
         if call.function.name == CALL_TOOL.name:
             arguments = _object_or_none(call.function.arguments)
-            if arguments is not None and isinstance(arguments.get("name"), str):
-                return str(arguments["name"])
+            target = None if arguments is None else arguments.get("name")
+            if isinstance(target, str) and self.registry.is_discoverable(target):
+                return target  # a listed name: never text the channel cannot carry
         return call.function.name
 
     async def run(self, call: ToolCall, *, session: str, number: int, events: EventSink) -> (
+        ToolOutcome
+    ):
+        """The call's outcome, whatever the model put in it: arguments that cannot be encoded
+        (a lone surrogate, nesting too deep to write back) are answered, not raised, so every
+        tool call in the log has its result and the session replays."""
+        try:
+            return await self._run(call, session=session, number=number, events=events)
+        except (ValueError, TypeError, RecursionError) as exc:
+            log.warning("call %d of session %s not run: its arguments cannot be encoded: %s",
+                        number, session, exc)
+            return _ours(self.shown_name(call),
+                         f"Not run: the arguments of {call.function.name} hold text that cannot "
+                         "be encoded (a lone surrogate, or nesting too deep).")
+
+    async def _run(self, call: ToolCall, *, session: str, number: int, events: EventSink) -> (
         ToolOutcome
     ):
         name = call.function.name
@@ -68,7 +87,7 @@ class ToolRunner:
         target = arguments.get("name")
         if not isinstance(target, str) or not self.registry.is_discoverable(target):
             return _ours(
-                str(target) if isinstance(target, str) else CALL_TOOL.name,
+                CALL_TOOL.name,
                 f"Unknown tool {target!r} for call_tool: use find_tool to look for tools.",
             )
         inner = arguments.get("arguments", {})
@@ -100,7 +119,12 @@ def cap_text(text: str, cap: int) -> tuple[str, bool]:
 
 
 def _ours(name: str, content: str, status: Literal["ok", "failed"] = "failed") -> ToolOutcome:
-    return ToolOutcome(name=name, response=plain_answer(status, content))
+    # A name the model made up may hold what no channel can carry (a lone surrogate): escaped.
+    return ToolOutcome(name=_carried(name), response=plain_answer(status, _carried(content)))
+
+
+def _carried(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _object_or_none(text: str) -> dict[str, Any] | None:

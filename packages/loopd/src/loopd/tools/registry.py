@@ -7,14 +7,14 @@ Core tools have their schema in the epoch's fixed ``tools`` array, together with
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from bxcore.canonical import canonical_text
 from bxcore.chat import ToolSchema
 from bxcore.frames import describe_validation
-from bxcore.protocol.memory import MEMORY_TOOL_SCHEMAS, MEMORY_TOOLS
+from bxcore.protocol.memory import MEMORY_TOOL_SCHEMAS
+from bxcore.tools import CLOCK
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import RegistryError
@@ -122,16 +122,26 @@ def with_memory_tools(registry: Registry) -> Registry:
     bxcore (a registry file's own entries for those names are replaced). They are not core, so
     find_tool finds them and call_tool reaches them through the port, i.e. brokerd, like any
     tool; a registry file may still list one with ``core: true`` to put it in the tools array."""
+    return with_builtin(registry, MEMORY_TOOL_SCHEMAS)
+
+
+def with_builtin(registry: Registry, schemas: Sequence[ToolSchema]) -> Registry:
+    """The registry plus tools whose schemas bxcore fixes (the memory tools, ``delegate``),
+    replacing a registry file's own entries for those names but keeping their ``core`` flag."""
+    names = {schema.name for schema in schemas}
     listed = registry.schemas()
-    core = {s.name: s.core for s in listed if s.name in MEMORY_TOOLS}
-    memory = [s.model_copy(update={"core": core.get(s.name, False)}) for s in MEMORY_TOOL_SCHEMAS]
-    return Registry([*(s for s in listed if s.name not in MEMORY_TOOLS), *memory])
+    core = {s.name: s.core for s in listed if s.name in names}
+    fixed = [s.model_copy(update={"core": core.get(s.name, False)}) for s in schemas]
+    return Registry([*(s for s in listed if s.name not in names), *fixed])
+
+
+def with_clock(registry: Registry) -> Registry:
+    """The registry with ``clock`` first, core, from bxcore (a registry file's own ``clock``
+    entry is replaced): the tools array holds it in every configuration (M2b design, section
+    5), and brokerd answers it by built-in policy."""
+    return Registry([CLOCK, *(s for s in registry.schemas() if s.name != CLOCK.name)])
 
 
 def _loop_names() -> set[str]:
     return {schema.name for schema in LOOP_TOOLS}
 
-
-def registry_json(schemas: Sequence[ToolSchema]) -> str:
-    """The registry file's text for ``schemas`` (what ``load_registry`` reads)."""
-    return json.dumps([s.model_dump(mode="json") for s in schemas], indent=2) + "\n"

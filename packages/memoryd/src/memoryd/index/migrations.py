@@ -64,8 +64,8 @@ def connect(path: Path, migrations: Sequence[Migration], *, wal: bool) -> sqlite
     try:
         # The index holds session text: owner-only, like every state file. SQLite gives its
         # journal files the database file's mode, so setting it here covers them too.
-        path.touch(mode=0o600, exist_ok=True)
-        path.chmod(0o600)
+        path.touch(mode=0o640, exist_ok=True)
+        path.chmod(0o640)
         # Autocommit mode: every transaction is explicit (``transaction``), DDL included.
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")

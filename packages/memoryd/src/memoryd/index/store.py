@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bxcore.ids import is_session_id
 from bxcore.records import LogRecord, parse_record
 from bxcore.tools import DataClass
 from pydantic import ValidationError
@@ -193,17 +194,26 @@ def fts_query(query: str) -> str | None:
 
 
 def session_logs(sessions_dir: Path) -> list[tuple[str, int, Path]]:
-    """Every ``sessions/<id>/<epoch>.jsonl``, sessions by name, epochs in order."""
+    """Every ``sessions/<id>/<epoch>.jsonl``, sessions by name, epochs in order. A directory
+    whose name is no session id (loopd's ``.new-*`` staging of a session not yet created) is no
+    session."""
     logs = []
     try:
-        session_dirs = sorted(p for p in sessions_dir.iterdir() if p.is_dir())
+        session_dirs = sorted(p for p in sessions_dir.iterdir()
+                              if p.is_dir() and is_session_id(p.name))
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise StoreError(f"{sessions_dir}: cannot list the sessions: {exc.strerror}") from None
     for directory in session_dirs:
-        for path in directory.iterdir():
-            match = _EPOCH_FILE.fullmatch(path.name)
+        try:
+            names = [path.name for path in directory.iterdir()]
+        except OSError as exc:  # loopd's user owns it: it must be readable by the units' group
+            raise StoreError(f"{directory}: cannot list the session: {exc.strerror}") from None
+        for name in names:
+            match = _EPOCH_FILE.fullmatch(name)
             if match:
-                logs.append((directory.name, int(match[1]), path))
+                logs.append((directory.name, int(match[1]), directory / name))
     return sorted(logs, key=lambda item: (item[0], item[1]))
 
 

@@ -1,0 +1,57 @@
+"""Grants never reach the harness itself (pure).
+
+A mount or a path constraint that covers, sits inside, or sits above one of the harness's own
+directories (its state, its sockets, the grants and jobs the owner wrote, where its secrets
+come from, each call's scratch) would hand a tool the audit log, the sessions, memory, the
+secrets, or a socket: a Unix socket in a read-only bind mount still accepts connections, so a
+tool could answer its own approvals or submit calls as a fresh session. Such a grant is refused
+at load, naming its file, the key, and the directory it reaches; it grants nothing.
+
+Paths are compared after symlinks are resolved on both sides (the grant's by ``parse_grant``,
+the harness's by the caller), so ``~`` reaching ``~/.local/state/boxmaker`` through a link is
+caught as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._match import literal_prefix
+from .grants import Grant
+
+
+@dataclass(frozen=True, kw_only=True)
+class Protected:
+    """One harness directory (or file) no grant may reach, and what it is, for the message."""
+
+    path: str  # absolute, resolved
+    what: str  # e.g. "the state directory ([paths] home)"
+
+
+def reaching(grant: Grant, protected: tuple[Protected, ...]) -> str | None:
+    """Why ``grant`` reaches a protected path (its key and the path), or None when it does not."""
+    for index, mount in enumerate(grant.mounts):
+        hit = _overlap(str(mount.source), protected)
+        if hit is not None:
+            return (f"sandbox.mounts.{index}.path ({mount.target}, resolved {mount.source}) "
+                    f"reaches {hit.what} at {hit.path}")
+    for argument in grant.arguments:
+        for index, glob in enumerate(argument.globs):
+            prefix, _ = literal_prefix(glob)
+            hit = _overlap(prefix, protected)
+            if hit is not None:
+                return (f"arguments.{argument.name}.paths.{index} ({glob}) reaches {hit.what} "
+                        f"at {hit.path}")
+    return None
+
+
+def _overlap(path: str, protected: tuple[Protected, ...]) -> Protected | None:
+    for entry in protected:
+        if _under(path, entry.path) or _under(entry.path, path):
+            return entry
+    return None
+
+
+def _under(path: str, directory: str) -> bool:
+    return Path(path).is_relative_to(directory)

@@ -1,0 +1,109 @@
+"""How a tool call is shown to the owner who approves it: one rendering, used by ``bxctl
+approvals`` and by gatewayd's Mattermost approval post (pure).
+
+The owner must see what will run, not what the text pretends to be. So:
+
+- the fields that decide what a call does (``argv``, ``command``, ``path``, ``url``, ``cwd``,
+  ``question``) come first, each on its own lines, then every other field by name;
+- a long value is wrapped at ``width`` characters, never cut: each piece on its own line;
+  a value's own line breaks start new lines, marked ``↵`` where they were;
+- every character that renders as nothing, reorders text or is not what it looks like
+  (control and format characters, bidi overrides and isolates, zero-width characters,
+  non-ASCII spaces, private use and unassigned code points; in a URL any non-ASCII
+  character, the look-alike host's ingredient) is written as ``⟨U+202E⟩``, and a warning line
+  above the call counts them.
+
+Nothing is left out: a field that is not a string is shown as canonical JSON, and arguments that
+are not a JSON object are shown whole, made visible the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+
+from .canonical import canonical_text
+from .sanitizer import is_invisible
+
+KEY_FIELDS = ("argv", "command", "path", "url", "cwd", "question")
+WIDTH = 72
+INDENT = "    "
+BREAK = "↵"
+
+
+def describe_call(tool: str, arguments: str, *, width: int = WIDTH) -> str:
+    """The call as the owner reads it: the tool, then its fields, made visible and wrapped."""
+    lines: list[str] = []
+    hidden = 0
+    try:
+        value = json.loads(arguments)
+    except (ValueError, RecursionError):
+        value = None
+    if isinstance(value, dict):
+        ordered = [k for k in KEY_FIELDS if k in value] + sorted(k for k in value
+                                                                  if k not in KEY_FIELDS)
+        for key in ordered:
+            shown_key, n_key = visible(str(key))
+            text, n_value = visible(_as_text(value[key]), url=key == "url")
+            hidden += n_key + n_value
+            lines.append(f"{shown_key}:")
+            lines.extend(INDENT + piece for piece in _wrap(text, width))
+        if not value:
+            lines.append("(no arguments)")
+    else:
+        text, hidden = visible(arguments)
+        lines.append("arguments (not a JSON object):")
+        lines.extend(INDENT + piece for piece in _wrap(text, width))
+    shown_tool, n_tool = visible(tool)
+    hidden += n_tool
+    head = [f"tool: {shown_tool}"]
+    if hidden:
+        head.insert(0, f"WARNING: {hidden} invisible, direction-changing or look-alike "
+                       "character(s), shown as ⟨U+....⟩")
+    return "\n".join(head + lines)
+
+
+def visible(text: str, *, url: bool = False) -> tuple[str, int]:
+    """``text`` with every character that does not show itself written as ``⟨U+XXXX⟩``, and
+    how many there were. Newlines and tabs are kept (wrapping marks them); lone surrogates,
+    which no channel can carry, are escaped too."""
+    out: list[str] = []
+    count = 0
+    for char in text:
+        if char in "\n\t " or not _hides(char, url):
+            out.append(char)
+        else:
+            out.append(f"⟨U+{ord(char):04X}⟩")
+            count += 1
+    return "".join(out), count
+
+
+def _hides(char: str, url: bool) -> bool:
+    if url and ord(char) > 0x7E:
+        return True
+    return is_invisible(char) or unicodedata.category(char) == "Zs"
+
+
+def _as_text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return canonical_text(value)
+    except (ValueError, TypeError, RecursionError):
+        return repr(value)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Each line of ``text`` in pieces of at most ``width`` characters; a line that ended in a
+    line break is marked, and a tab is shown as ``⟨TAB⟩`` so the columns stay honest."""
+    pieces: list[str] = []
+    lines = text.replace("\t", "⟨TAB⟩").split("\n")
+    for number, line in enumerate(lines):
+        mark = BREAK if number < len(lines) - 1 else ""
+        chunks = [line[i:i + width] for i in range(0, len(line), width)] or [""]
+        chunks[-1] += mark
+        pieces.extend(chunks)
+    return pieces
+
+
+__all__ = ["KEY_FIELDS", "describe_call", "visible"]

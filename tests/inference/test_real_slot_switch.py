@@ -1,0 +1,201 @@
+"""Sessions that take turns on one slot, on the real llama-server router through inferproxy: a
+session that comes back processes only its new tokens (docs/decisions.md, "Sessions switch on a
+slot through the RAM cache").
+
+The mechanism, in the server's slot selection: a request pinned to a slot whose prompt shares
+more than ``--slot-prompt-similarity`` of the new prompt and at least half of the held one reuses
+the slot in place, and the held session is lost; otherwise the server saves the held prompt into
+its host-RAM cache and loads the new one from there. Boxmaker's sessions used to share their
+baseline, so a session coming back to a slot held by a shorter one was re-read whole. Every
+request now starts with its session's marker, so two sessions share only the template's first
+tokens. The first test shows both sides on the same server; the others are Boxmaker's own
+requests (``InferenceClient``): long and short sessions, two and many, a request another client
+sent on the slot, and a new client in place of the old one (what a loopd restart amounts to for
+the server; tests/loop/test_real_slot_switch.py restarts a real loopd).
+
+"Re-read" is what the session held in the slot after its previous completion that the new
+request did not find cached; it may be up to ``SLACK`` tokens (the server always evaluates the
+last token again). Prompts start with a nonce: the RAM cache outlives a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bxcore.chat import SystemMessage, UserMessage
+from bxcore.config import InferenceSection
+from loopd.inference import ChatRequest, Completion, InferenceClient
+from loopd.inference.slot_switch import SLACK, reread_tokens, slot_switch_check
+from support.llama import LlamaServer, nonce, proxied, start_router
+
+from .test_client import Sink
+
+pytestmark = [pytest.mark.real_server, pytest.mark.anyio]
+
+MODEL = "qwen-tools"
+MAIN = 0
+# About 560 tokens every session starts with, as Boxmaker's sessions share their baseline.
+BASELINE = "You are a terse assistant. " + " ".join(
+    f"Rule {n}: keep each answer to one short line, and say so when you do not know."
+    for n in range(28)
+)
+
+
+def long_text(topic: str, sentences: int = 60) -> str:
+    """About 16 tokens a sentence: what a long first message (a pasted document) brings."""
+    return " ".join(f"Note {n} on {topic}: the {topic} was checked on day {n} and found fine."
+                    for n in range(sentences))
+
+
+@dataclass
+class Thread:
+    """One session as Boxmaker sends it: the whole message array every time, pinned to MAIN."""
+
+    session: str
+    system: str
+    messages: list[Any] = field(default_factory=list)
+    last: Completion | None = None
+    rereads: list[int] = field(default_factory=list)  # one per request after the first
+
+    async def say(self, client: InferenceClient, text: str) -> Completion:
+        if not self.messages:
+            self.messages.append(SystemMessage(content=self.system))
+        self.messages.append(UserMessage(content=text))
+        request = ChatRequest(messages=tuple(self.messages), tools=(), slot=MAIN,
+                              session=self.session, max_tokens=6, tool_choice="none")
+        done = await client.chat(request, Sink())
+        if self.last is not None:
+            self.rereads.append(reread_tokens(self.last, done))
+        self.messages.append(done.message())
+        self.last = done
+        return done
+
+
+def client(proxy: Path) -> InferenceClient:
+    return InferenceClient(InferenceSection(model=MODEL), socket=proxy)
+
+
+def raw_chat(server: LlamaServer, system: str, user: str) -> dict[str, Any]:
+    """A request without Boxmaker's marker, as another client (or Boxmaker before) sends it."""
+    response = server.post("/v1/chat/completions", {
+        "model": MODEL, "id_slot": MAIN, "cache_prompt": True, "max_tokens": 4,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+    })
+    assert response.status_code == 200, response.text
+    return response.json()["timings"]
+
+
+async def test_the_shared_baseline_made_the_server_drop_a_session_the_marker_keeps_it(
+    llama_router: LlamaServer, llama_router_proxy: Path
+):
+    shared = f"{nonce()} {BASELINE}"
+    a_text = long_text("roof")
+    first = raw_chat(llama_router, shared, a_text)
+    raw_chat(llama_router, shared, "Name a colour.")
+    back = raw_chat(llama_router, shared, a_text)
+    held = first["cache_n"] + first["prompt_n"]
+    # Unmarked: the short session took the slot in place; the long one kept only the baseline.
+    assert back["cache_n"] < 0.5 * held and back["prompt_n"] > 0.4 * held, (first, back)
+
+    a, b = Thread("switch-a", shared), Thread("switch-b", shared)
+    async with client(llama_router_proxy) as qwen:
+        await a.say(qwen, a_text)
+        await b.say(qwen, "Name a colour.")
+        await a.say(qwen, "Thanks.")
+    assert a.rereads[0] <= SLACK, (a.last, a.rereads)
+
+
+async def test_two_long_sessions_take_turns_and_each_reads_only_what_is_new(
+    llama_router_proxy: Path
+):
+    a = Thread("long-a", f"{nonce()} {BASELINE}")
+    b = Thread("long-b", a.system)
+    async with client(llama_router_proxy) as qwen:
+        await a.say(qwen, long_text("garden"))
+        await b.say(qwen, long_text("boat"))
+        for turn in range(2):
+            await a.say(qwen, f"Which day is note {turn} about?")
+            await b.say(qwen, f"Which day is note {turn + 1} about?")
+    assert a.last is not None and a.last.cache_n > 1500  # long: far above the baseline
+    assert len(a.rereads) == len(b.rereads) == 2
+    assert max(a.rereads + b.rereads) <= SLACK, (a.rereads, b.rereads)
+
+
+async def test_short_sessions_that_are_mostly_the_baseline_come_back_whole(
+    llama_router_proxy: Path
+):
+    a = Thread("short-a", f"{nonce()} {BASELINE}")
+    b = Thread("short-b", a.system)
+    async with client(llama_router_proxy) as qwen:
+        for question in ("Name a colour.", "Name another.", "And one more."):
+            await a.say(qwen, question)
+            await b.say(qwen, question.replace("colour", "fruit"))
+    assert len(a.rereads) == len(b.rereads) == 2
+    assert max(a.rereads + b.rereads) <= SLACK, (a.rereads, b.rereads)
+
+
+async def test_many_sessions_round_robin_on_one_slot(llama_router_proxy: Path):
+    system = f"{nonce()} {BASELINE}"
+    threads = [Thread(f"many-{n}", system) for n in range(6)]
+    async with client(llama_router_proxy) as qwen:
+        for thread, topic in zip(threads, ("bees", "taxes", "car", "books", "bikes", "camera"),
+                                 strict=True):
+            await thread.say(qwen, long_text(topic, 8))
+        for round_ in range(2):
+            for thread in threads:
+                await thread.say(qwen, f"Round {round_}: one word, please.")
+    rereads = [thread.rereads for thread in threads]
+    assert all(len(r) == 2 and max(r) <= SLACK for r in rereads), rereads
+
+
+async def test_a_request_another_client_sent_on_the_slot_does_not_cost_the_session(
+    llama_router: LlamaServer, llama_router_proxy: Path
+):
+    a = Thread("foreign-a", f"{nonce()} {BASELINE}")
+    async with client(llama_router_proxy) as qwen:
+        await a.say(qwen, long_text("printer", 20))
+        # Another client of the shared server: its own system prompt, pinned to our slot...
+        raw_chat(llama_router, f"{nonce()} You translate to French.", long_text("vin", 10))
+        await a.say(qwen, "Is the printer fine?")
+        # ...and one without a slot, which the server gives to the least recently used one.
+        response = llama_router.post("/v1/chat/completions", {
+            "model": MODEL, "max_tokens": 4, "cache_prompt": True,
+            "messages": [{"role": "user", "content": f"{nonce()} {long_text('pain', 10)}"}],
+        })
+        assert response.status_code == 200, response.text
+        await a.say(qwen, "And the day of note 3?")
+    assert max(a.rereads) <= SLACK, a.rereads
+
+
+async def test_a_new_client_for_the_same_sessions_finds_them(llama_router_proxy: Path):
+    """What a loopd restart is to the server: the same sessions' requests, rebuilt from the log
+    by another process (new message objects, a new connection)."""
+    a = Thread("restart-a", f"{nonce()} {BASELINE}")
+    b = Thread("restart-b", a.system)
+    async with client(llama_router_proxy) as qwen:
+        await a.say(qwen, long_text("firewood", 30))
+        await b.say(qwen, long_text("garage", 30))
+    for thread in (a, b):
+        thread.messages = [m.model_copy(deep=True) for m in thread.messages]
+    async with client(llama_router_proxy) as again:
+        await a.say(again, "Still there?")
+        await b.say(again, "Still there?")
+    assert max(a.rereads + b.rereads) <= SLACK, (a.rereads, b.rereads)
+
+
+async def test_the_self_test_check_passes_on_the_default_settings(llama_router_proxy: Path):
+    async with client(llama_router_proxy) as qwen:
+        check = await slot_switch_check(qwen)
+    assert check.ok, check.detail
+
+
+async def test_the_self_test_check_names_the_flag_a_server_turned_off():
+    with start_router("--cache-ram", "0") as server, proxied(server.socket) as proxy:
+        async with client(proxy) as qwen:
+            check = await slot_switch_check(qwen)
+    assert not check.ok
+    assert "runs with --cache-ram 0" in check.detail, check.detail
+    assert "set --cache-ram 8192" in check.detail

@@ -1,0 +1,79 @@
+"""Two threads taking turns on the main slot of a real ``loopd serve`` (through inferproxy, on
+the real llama-server), with a request another client sends on that slot and a loopd restart
+between turns: every completion of a thread reads only what is new to it. Read from the Usage
+records loopd wrote, as an owner would check it (tests/inference/test_real_slot_switch.py shows
+the server's mechanism and the other cases).
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+
+import httpx
+import pytest
+from bxcore.records import Usage
+from loopd.inference.slot_switch import SLACK
+from loopd.store import SessionStore
+from support.llama import nonce
+
+from .real_stack import BIN, inferproxy, isolated_loopd, loopd_config, remove, tcp_llama, workdir
+
+pytestmark = pytest.mark.real_server
+
+A, B = "thread-a", "thread-b"
+LONG = " ".join(f"Line {n}: the boiler was serviced in week {n} and works." for n in range(50))
+
+
+def say(sock, session: str, text: str) -> None:
+    result = subprocess.run(
+        [str(BIN / "bxctl"), "chat", "--socket", str(sock), "--session", session,
+         "--tool-choice", "none", "--say", text],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def foreign_request(port: int) -> None:
+    """Another client of the shared server, pinned to Boxmaker's main slot."""
+    response = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=600, json={
+        "id_slot": 0, "max_tokens": 4, "cache_prompt": True,
+        "messages": [{"role": "system", "content": f"{nonce()} You summarise news."},
+                     {"role": "user", "content": "Summarise: rain is expected tomorrow. " * 20}],
+    })
+    assert response.status_code == 200, response.text
+
+
+def rereads(usages: list[Usage]) -> list[int]:
+    """Per completion after the first: what the one before left in the slot, not found cached."""
+    return [max(0, before.cache_n + before.prompt_n + before.predicted_n - after.cache_n)
+            for before, after in itertools.pairwise(usages)]
+
+
+def test_threads_interleaved_with_a_foreign_request_and_a_restart_read_only_new_tokens():
+    directory = workdir()
+    try:
+        with tcp_llama(directory) as port, inferproxy(directory, port) as infer_sock:
+            config = loopd_config(directory, infer_sock)
+            loop_sock = directory / "run" / "loop.sock"
+            log = directory / "loopd.log"
+            with isolated_loopd(config, loop_sock, log):
+                say(loop_sock, A, f"Read this log and remember it. {LONG}")
+                say(loop_sock, B, "Name a colour.")
+                say(loop_sock, A, "Which week was line 7?")
+                foreign_request(port)
+                say(loop_sock, B, "Name another.")
+            with isolated_loopd(config, loop_sock, log):  # its self-test runs on slot 1
+                say(loop_sock, A, "And line 9?")
+                say(loop_sock, B, "One more colour.")
+            store = SessionStore(directory / "home")
+            usages = {s: [r for r in store.open(s).records if isinstance(r, Usage)] for s in (A, B)}
+            types = {s: [r.type for r in store.open(s).records] for s in (A, B)}
+    finally:
+        remove(directory)
+
+    assert [len(usages[A]), len(usages[B])] == [3, 3], types
+    assert "cache_loss" not in types[A] + types[B]
+    assert usages[A][0].prompt_n > 600  # A is long: a re-read would be far above the slack
+    assert max(rereads(usages[A]) + rereads(usages[B])) <= SLACK, (
+        rereads(usages[A]), rereads(usages[B]))

@@ -1,0 +1,135 @@
+"""Escapes, class 3: no grant and no sandbox reaches the harness itself.
+
+The attacks the review confirmed: a grant could mount ``~`` (where the local stack keeps its
+state, sockets and often its grants), and a Unix socket in a read-only bind mount still accepts
+connections, so a tool could answer approvals, submit calls as a fresh session, inject turns,
+or read the audit log. Against the real daemons (inferproxy, memoryd, brokerd with bubblewrap,
+loopd, over a scripted model):
+
+- grants whose mounts or path globs reach the state, socket or grants directories are refused
+  when brokerd loads them, loudly, naming the file and what they reach; a call they would have
+  allowed is denied and audited, and the rest of the grants still work;
+- no role's socket answers the uid a root brokerd's tools run as, even with the sockets'
+  directory in reach; and the peer check alone (a listener whose mode admits everyone)
+  closes an unlisted uid's connection unanswered and logs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from brokerd.audit import entries
+from bxcore.config.broker import DEFAULT_SANDBOX_UID
+from bxcore.daemon import listening
+from bxcore.frames import Frame
+from bxcore.framestream import SyncFrameSocket
+from bxcore.peers import PeerPolicy
+from bxcore.protocol import broker as broker_wire
+from bxcore.tools import ToolRequest
+from faults.rig import grant, scripted_rig
+
+PROBE = """\
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except PermissionError:
+    print("REFUSED")  # the socket's mode: connect() itself is refused
+    sys.exit()
+s.settimeout(float(sys.argv[2]))
+try:
+    print("CLOSED" if s.recv(1) == b"" else "ANSWERED")
+except socket.timeout:
+    print("OPEN")
+except OSError as exc:
+    print("CLOSED", exc)
+"""
+
+
+def probe(path: Path, *, as_uid: int | None, wait: float) -> str:
+    """Connect to ``path`` (as ``as_uid``, or as the test) and wait: CLOSED if the role hung
+    up, OPEN if it waited for a request (what it does for a peer it admits)."""
+    prefix = [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}",
+                                        "--clear-groups", "--"]
+    done = subprocess.run([*prefix, "/usr/bin/python3", "-c", PROBE, str(path), str(wait)],
+                          capture_output=True, text=True, timeout=wait + 60, check=True)
+    return done.stdout.strip()
+
+
+def call(socket_path: Path, tool: str, arguments: dict, session: str) -> Frame:
+    request = ToolRequest(session=session, call=1, tool=tool, arguments=json.dumps(arguments))
+    with SyncFrameSocket.connect(socket_path, broker_wire.FROM_BROKERD, timeout=60) as conn:
+        conn.write(Frame.of(broker_wire.TOOL_CALL, request, final=True))
+        while not (frame := conn.read(timeout=60)).final:
+            pass
+    return frame
+
+
+def test_grants_reaching_the_harness_are_refused_at_load_and_grant_nothing(short_dir):
+    home, run, grants = short_dir / "home", short_dir / "run", short_dir / "grants"
+    granted = short_dir / "granted"
+    # name: (what its argument may name, what it mounts, what brokerd must say it reaches)
+    cases = {
+        "everything.toml": (f"{short_dir}/**", short_dir, "the state directory"),
+        "audit.toml": (f"{home}/audit/**", granted, "the state directory"),
+        "sockets.toml": (f"{granted}/**", run, "the sockets' directory"),
+        "grants.toml": (f"{granted}/**", grants, "the grants directory"),
+    }
+    reaching = {name: grant(["fs.read"], "auto", "private", argument=("path", "paths", glob),
+                            sandbox=f'mounts = [{{ path = "{mount}" }}]')
+                for name, (glob, mount, _) in cases.items()}
+    with scripted_rig(short_dir, grants=reaching) as rig:
+        log = rig.stack.log("brokerd")
+        for name, (_, _, what) in cases.items():
+            assert f"grant refused, it grants nothing: {grants / name}:" in log, log
+            assert what in log.split(str(grants / name), 1)[1].splitlines()[0]
+        socket_path = rig.stack.socket("brokerd")
+        allowed = call(socket_path, "fs.read", {"path": str(rig.granted / "a.txt")}, "s-owner")
+        audit_file = next((home / "audit").glob("*.jsonl"))  # the call above made it
+        stolen = call(socket_path, "fs.read", {"path": str(audit_file)}, "s-attack")
+    assert stolen.body["status"] == "denied", stolen.body
+    assert "arguments_sha256" not in stolen.body["content"]  # nothing of the audit log
+    assert allowed.body["status"] == "ok" and "alpha" in allowed.body["content"]
+    decisions = [e.decision for e in entries(home / "audit") if e.kind == "decision"]
+    assert any(d.session == "s-attack" and d.verdict == "deny" for d in decisions), decisions
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as the sandbox's uid needs root")
+@pytest.mark.parametrize("role", ["inferproxy", "memoryd", "brokerd", "loopd", "approve"])
+def test_no_socket_answers_the_uid_a_root_brokerds_tools_run_as(short_dir, role):
+    with scripted_rig(short_dir) as rig:
+        for directory in (short_dir, short_dir / "run"):
+            directory.chmod(0o755)  # as if the sockets' directory were in a tool's reach
+        path = short_dir / "run" / "approve.sock" if role == "approve" else rig.stack.socket(role)
+        assert probe(path, as_uid=None, wait=3) == "OPEN"  # the control: the roles' own uid
+        assert probe(path, as_uid=DEFAULT_SANDBOX_UID, wait=30) in ("REFUSED", "CLOSED")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another uid needs root")
+def test_the_peer_check_alone_refuses_a_uid_the_socket_does_not_list(short_dir, caplog):
+    """Every role's listener (bxcore.daemon.listening), with its mode wider than any config
+    allows, so only the SO_PEERCRED check stands between the socket and the peer."""
+    short_dir.chmod(0o755)  # in /tmp, which every uid may pass (pytest's tmp_path is 0700)
+    path = short_dir / "wide.sock"
+
+    async def handler(reader, writer):
+        await reader.read()  # hold the connection open until the peer leaves
+        writer.close()
+
+    async def serve(peers: PeerPolicy, sandbox_wait: float) -> list[str]:
+        # A refused peer is closed at once (30 s is only a bound); an admitted one is kept
+        # waiting for its request, which 3 s shows.
+        async with listening(path, handler, mode=0o666, peers=peers):
+            return [await asyncio.to_thread(probe, path, as_uid=uid, wait=wait)
+                    for uid, wait in ((DEFAULT_SANDBOX_UID, sandbox_wait), (None, 3))]
+
+    refused = asyncio.run(serve(PeerPolicy(), 30))
+    listed = asyncio.run(serve(PeerPolicy(uids=frozenset({DEFAULT_SANDBOX_UID})), 3))
+    assert refused == ["CLOSED", "OPEN"]
+    assert listed == ["OPEN", "OPEN"]
+    assert f"refused a connection from uid {DEFAULT_SANDBOX_UID}" in caplog.text
