@@ -2,8 +2,8 @@
 
 llama-server (router mode, the project's presets), inferproxy, memoryd, brokerd (bubblewrap or
 podman) and loopd (in its own network namespace) start and report READY=1; a turn is answered by
-the tiny model (``--model qwen-tools``; the default 1.5B is test_default_model.py's); `down`
-leaves no process, socket or record behind.
+the tiny model (``--model qwen-tools``, named so the test stays fast whatever the default);
+`down` leaves no process, socket or record behind.
 """
 
 from __future__ import annotations
