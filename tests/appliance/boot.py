@@ -9,18 +9,17 @@ would put on the host, made the way NixOS makes it:
 - lib.nix's tmpfiles rules in /etc/tmpfiles.d, applied by systemd-tmpfiles at boot;
 - each role's image as an OCI archive with its digest.env (what nix/packages.nix builds);
 - credentials encrypted with systemd-creds for LoadCredentialEncrypted=;
-- the config the module writes: lib.nix's fixed settings merged over the test's own.
+- the config the module writes (tests/appliance/stack.py's, the manifest's fixed keys).
 
 The root is cached (tests/appliance/bootroot.py); each boot works on a copy of its own. The
-workspace venv is bound in read-only at its own path and put on the owner's PATH: it stands for
-the packages the module installs (bxctl and every role's command).
+repository is bound in read-only at its own path, and /usr/local/bin gets bxctl and every role's
+command run from its packages: they stand for what the module installs (environment.systemPackages).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -28,16 +27,17 @@ import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from .nix import REPO, lib_expression, nix_eval, nix_string
 from .units import render_unit
 
-VENV_BIN = REPO / ".venv" / "bin"
 OWNER = "owner"
 IMAGES = "/var/lib/boxmaker-images"
 CONTAINERS_CONF = "/etc/boxmaker/containers.conf"
 CREDENTIALS = "/etc/boxmaker/credentials"
+PODMAN = '"/usr/bin/podman"'  # the root's own podman (a Nix string)
 BOOT_WAIT = 300.0  # a busy 2-core machine: a bound on hanging, never a measure
 # Keys lib.nix sets that systemd 252 does not know; it logs and ignores them. Listed, not
 # dropped: each is checked to be in the rendered unit and named in systemd's complaint.
@@ -64,17 +64,6 @@ def _toml(settings: dict) -> str:
 
     table("", settings)
     return "\n".join(lines) + "\n"
-
-
-def merge(base: dict, over: dict) -> dict:
-    """lib.recursiveUpdate: ``over`` wins, tables merge."""
-    merged = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 @dataclass
@@ -110,8 +99,9 @@ class Machine:
             command = [
                 "nsenter", "-t", str(self.pid), "-a", "systemd-run", "--quiet", "--wait",
                 "--pipe", "--collect", f"--uid={user}", f"--setenv=HOME=/home/{user}",
-                f"--setenv=PATH={VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
-                "--property=WorkingDirectory=~", *extra, *argv,
+                "--setenv=PATH=/usr/local/bin:/usr/bin:/bin",
+                # systemd-run looks a bare name up in the caller's PATH: env uses the user's.
+                "--property=WorkingDirectory=~", *extra, "/usr/bin/env", *argv,
             ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                               check=False, stdin=subprocess.DEVNULL)  # fmt: skip
@@ -198,6 +188,22 @@ class Install:
                         "--shell", "/usr/sbin/nologin", f"boxmaker-{role}")  # fmt: skip
         self.chroot("useradd", "--create-home", "--groups", ",".join(groups), OWNER)
 
+    def commands(self, packages: list[str]) -> None:
+        """environment.systemPackages: bxctl and every role's command on the owner's PATH, run by
+        the root's own Python 3.11 with the workspace's packages (the repository is bound in)."""
+        site = next((REPO / ".venv" / "lib").glob("python3.*/site-packages"))
+        for package in packages:
+            for entry in metadata.distribution(package).entry_points.select(
+                group="console_scripts"
+            ):
+                module, _, function = entry.value.partition(":")
+                script = self.path(f"/usr/local/bin/{entry.name}")
+                script.write_text(
+                    f"#!/usr/bin/python3 -sB\nimport site, sys\nsite.addsitedir({str(site)!r})\n"
+                    f"from {module} import {function}\nsys.exit({function}())\n"
+                )
+                script.chmod(0o755)
+
     def tmpfiles(self) -> None:
         rules = nix_eval(f"{lib_expression()}.tmpfiles")
         self.path("/etc/tmpfiles.d/boxmaker.conf").write_text("\n".join(rules) + "\n")
@@ -240,9 +246,9 @@ class Install:
     def unit(self, role: str, allow: list[str], credentials: dict[str, str]) -> None:
         given = " ".join(f"{k} = {nix_string(v)};" for k, v in credentials.items())
         unit = nix_eval(
-            f"{lib_expression()}.unit {{ role = {nix_string(role)}; podman = \"/usr/bin/podman\"; "
-            f'imageName = "localhost/boxmaker/{role}"; '
-            f'imageArchive = "{IMAGES}/{role}/image.tar"; digestEnv = "{IMAGES}/{role}/digest.env"; '
+            f"{lib_expression()}.unit {{ role = {nix_string(role)}; podman = {PODMAN}; "
+            f'imageName = "localhost/boxmaker/{role}"; imageArchive = "{IMAGES}/{role}/image.tar"; '
+            f'digestEnv = "{IMAGES}/{role}/digest.env"; '
             f'containersConf = "{CONTAINERS_CONF}"; allow = {_nix_list(allow)}; '
             f"credentialFiles = {{ {given} }}; }}"
         )
@@ -250,8 +256,9 @@ class Install:
 
     def tool_runtime(self) -> None:
         unit = nix_eval(
-            f'{lib_expression()}.toolRuntimeUnit {{ podman = "/usr/bin/podman"; '
-            f'toolkitArchive = "{IMAGES}/toolkit/image.tar"; containersConf = "{CONTAINERS_CONF}"; }}'
+            f"{lib_expression()}.toolRuntimeUnit {{ podman = {PODMAN}; "
+            f'toolkitArchive = "{IMAGES}/toolkit/image.tar"; '
+            f'containersConf = "{CONTAINERS_CONF}"; }}'
         )
         self._write("boxmaker-tools", unit)
 
@@ -265,19 +272,6 @@ class Install:
             link.parent.mkdir(exist_ok=True)
             with contextlib.suppress(FileExistsError):
                 link.symlink_to(f"/etc/systemd/system/{name}.service")
-
-    def config(self, settings: dict, files: dict[str, str]) -> None:
-        """The config directory: lib.nix's fixed settings over ``settings``, and ``files``."""
-        fixed = nix_eval(f"{lib_expression()}.fixedSettings")
-        directory = self.path(self.manifest["paths"]["config_dir"])
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / self.manifest["paths"]["config_file"]).write_text(
-            _toml(merge(settings, fixed))
-        )
-        for name, text in files.items():
-            (directory / name).write_text(text)
-        for path in [directory, *directory.iterdir()]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def fresh_root(cached: Path, work: Path) -> Path:
@@ -299,6 +293,3 @@ def booted(root: Path, name: str, log: Path) -> Iterator[Machine]:
 def remove(work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
-
-def owner_env() -> dict[str, str]:
-    return {"LANG": "C.UTF-8", **({"TERM": os.environ["TERM"]} if "TERM" in os.environ else {})}

@@ -3,8 +3,9 @@
 The root holds systemd 252 and podman with both runtimes (runc, crun), python3 for the owner's
 bxctl (the workspace venv is bound in at its own path), and the CA bundle. It is cached under
 ``~/.cache/boxmaker/boot-root/<key>``, the key being the hash of the package list and the suite,
-so a warm run only copies nothing: each boot gets an overlay of its own (``--overlay``), and the
-cached root is never written after it is made. Facts: ../shared/reference/systemd-boot-here.md.
+so a warm run only copies it (about 400 MB, a few seconds): each boot works on a copy of its own,
+and the cached root is never written after it is made. Facts:
+../shared/reference/systemd-boot-here.md.
 
     python -m tests.appliance.bootroot      # make (or find) the root; prints its path
 """

@@ -56,12 +56,14 @@ def manifest_under(root: Path) -> Manifest:
     return parse_manifest(json.dumps(data), "test manifest")
 
 
-def write_config(appliance: Appliance, toolkit: str) -> None:
+def write_config(appliance: Appliance, toolkit: str, into: Path = Path("/")) -> None:
     """The config every container mounts: the manifest's fixed keys, the test router's port, the
     toolkit image by digest, the fake Mattermost, and generous bounds for a tiny model on a
-    shared 2-core machine (greedy sampling, so answers are the same on every run)."""
+    shared 2-core machine (greedy sampling, so answers are the same on every run). ``into``: the
+    root the manifest's absolute paths are written under (a machine's root for the boot test)."""
     manifest = appliance.manifest
     config_dir = Path(manifest.paths.config_dir)
+    written = into / config_dir.relative_to("/")
     settings: dict[str, dict[str, object]] = dict(manifest.settings())
     settings["inferproxy"]["upstream"] = f"tcp://127.0.0.1:{appliance.relay.port}"
     settings["inference"].update(model="qwen-tools", max_tokens=72, liveness_timeout=600.0)
@@ -75,14 +77,14 @@ def write_config(appliance: Appliance, toolkit: str) -> None:
     for section, values in settings.items():
         lines.append(f"[{section}]")
         lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
-    (config_dir / manifest.paths.config_file).write_text("\n".join(lines) + "\n")
-    (config_dir / "system.md").write_text("You are a terse assistant. Answer briefly.\n")
-    (config_dir / "allow.txt").write_text(f"{appliance.owner[0]}  # the owner\n")
+    (written / manifest.paths.config_file).write_text("\n".join(lines) + "\n")
+    (written / "system.md").write_text("You are a terse assistant. Answer briefly.\n")
+    (written / "allow.txt").write_text(f"{appliance.owner[0]}  # the owner\n")
     # What the module builds from the toolkit package: the registry loopd offers the model.
-    subprocess.run([str(BX_TOOL), "schemas", "--out", str(config_dir / "toolkit-schemas.json")],
+    subprocess.run([str(BX_TOOL), "schemas", "--out", str(written / "toolkit-schemas.json")],
                    check=True)  # fmt: skip
     notes = appliance.note.parent
-    (Path(manifest.paths.grants) / "notes.toml").write_text(
+    (into / Path(manifest.paths.grants).relative_to("/") / "notes.toml").write_text(
         'tools = ["fs.read"]\nmode = "auto"\nclasses = ["public", "private"]\n'
         f'result_class = "private"\n[arguments.path]\npaths = ["{notes}/**"]\n'
         f'[sandbox]\nmounts = [{{ path = "{notes}" }}]\n'

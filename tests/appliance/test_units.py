@@ -80,14 +80,17 @@ def test_the_unit_passes_systemd_analyze_verify_without_a_word(unit_files, role)
 
 
 @pytest.mark.parametrize("role", UNITS)
-def test_the_unit_scores_2_0_or_better_in_systemd_analyze_security(unit_files, role):
+def test_the_unit_scores_2_2_or_better_in_systemd_analyze_security(unit_files, role):
+    """2.0 before the units were booted; booting them (test_boot.py) cost three measured needs:
+    podman's setrlimit (@resources, 0.2), crun's /proc/mounts (ProcSubset=, 0.1), and state the
+    units' group may read (UMask=0027, 0.1). See docs/decisions.md."""
     done = subprocess.run(
         ["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit_files[role])],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     match = re.search(r"Overall exposure level for \S+: (\d+\.\d)", done.stdout)
     assert match, done.stdout + done.stderr
-    assert float(match.group(1)) <= 2.0, done.stdout
+    assert float(match.group(1)) <= 2.2, done.stdout
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -95,11 +98,8 @@ def test_every_unit_is_notify_restarting_and_hardened(role):
     service = unit_of(role)["serviceConfig"]
     assert service["Type"] == "notify"
     assert service["Restart"] == "on-failure"
-    # It sees /home (grants mount the owner's files), writable where permissions allow.
-    assert (service["ProtectHome"], service["ProtectSystem"]) == ("no", "full")
     for key, value in MANIFEST.hardening.common.items():
-        if key not in ("ProtectHome", "ProtectSystem"):
-            assert service[key] == value
+        assert service[key] == value
     assert service["CapabilityBoundingSet"] == ""
     assert service["NoNewPrivileges"] == "yes"
     assert service["IPAddressDeny"] == "any"

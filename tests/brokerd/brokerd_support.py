@@ -87,7 +87,7 @@ def make_rig(tmp_path: Path, *, approvers: frozenset[str] = frozenset({"owner"})
                         waiting_interval=0.05)
     backend = ScriptedBackend()
     runner = Runner(backend=backend, memory=MemoryClient(memory or tmp_path / "no-memory.sock"),
-                    audit=audit, taints=taints, result_cap=1024)
+                    audit=audit, taints=taints, result_cap=1024, clock=lambda: NOW)
     broker = Broker(grants=GrantStore(grants), audit=audit, taints=taints, desk=desk,
                     runner=runner, secrets=SecretStore({}), clock=lambda: NOW)
     return Rig(home, grants, backend, broker, book)

@@ -15,8 +15,9 @@ import os
 import sys
 from pathlib import Path
 
-from brokerd.server import start
+sys.path.insert(0, str(Path(__file__).parents[1]))  # run as a script: tests/ for support
 from brokerd_support import make_rig
+from support.brokerd import start
 
 
 async def main(directory: Path, ttl: float, approvers: list[str]) -> None:

@@ -12,13 +12,13 @@ import pytest
 from brokerd.approvals import ApprovalBook
 from brokerd.audit import entries
 from brokerd.errors import ApprovalExpired, ApprovalMismatch, NotAnApprover, UnknownApproval
-from brokerd.server import start
 from brokerd_support import ASK, approve_socket, call_tool, make_rig, pending_ids, request, write
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import approval as wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.util import sha256
+from support.brokerd import start
 
 LOCAL = f"local:{os.getuid()}"
 T0 = datetime(2026, 11, 30, tzinfo=UTC)

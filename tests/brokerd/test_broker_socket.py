@@ -10,7 +10,6 @@ import struct
 
 import pytest
 from brokerd.audit import entries, verify
-from brokerd.server import start
 from brokerd.taint import TaintStore, rebuild
 from brokerd_support import call_tool, make_rig, request, write
 from bxcore.frames import Frame, encode_frame
@@ -18,6 +17,7 @@ from bxcore.framestream import FrameStream
 from bxcore.protocol import broker as broker_wire
 from bxcore.protocol import memory as memory_wire
 from bxcore.tools import ToolResponse
+from support.brokerd import start
 
 ECHO = 'tools = ["echo"]\nmode = "auto"\nclasses = ["public", "private"]\n' \
        'result_class = "private"\nallow_untrusted = true\n'
@@ -51,6 +51,22 @@ def test_an_allowed_call_runs_and_is_audited(tmp_path):
     assert (response.status, response.content, response.data_class.value) == \
         ("ok", "done", "private")
     assert kinds(rig) == ["allow", "result"]
+    assert verify(rig.audit_dir)[0] == []
+
+
+def test_clock_is_answered_by_brokerd_with_no_grant_and_audited_like_any_call(tmp_path):
+    """The one real tool every session has (M2b design, section 5): no grant file lists it,
+    brokerd answers it from its own clock, and the audit log holds its decision and result."""
+    rig = make_rig(tmp_path)
+    write(rig.grants, "deny-all.toml", 'tools = ["*"]\nmode = "deny"\n')
+    frames = serve(rig, tmp_path, lambda s: call_tool(s, request("clock", "{}")))
+    response = frames[-1].parse(ToolResponse)
+    assert (response.status, response.content) == ("ok", "2026-11-30T12:00:00.000000Z")
+    assert response.data_class.value == "public" and not response.untrusted
+    assert rig.backend.runs == []  # no sandbox: brokerd answers it itself
+    decision, result = entries(rig.audit_dir)
+    assert decision.decision.grant == "builtin:clock" and decision.decision.verdict == "allow"
+    assert (result.kind, result.tool, result.call) == ("result", "clock", 1)
     assert verify(rig.audit_dir)[0] == []
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from brokerd import daemon
 from brokerd.cli import main
-from brokerd.server import start
 from brokerd_support import call_tool, make_rig, request, write
 from bxcore.config import load_config
 from bxcore.tools import ToolResponse
 from click.testing import CliRunner
+from support.brokerd import start
 
 EXAMPLES = Path(__file__).parents[2] / "grants-examples"
 

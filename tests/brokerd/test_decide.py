@@ -174,6 +174,10 @@ ROWS = [
      None, "allow", "builtin:memory"),
     ("memory tools: no grant can deny them", "memory", '{"action": "note", "text": "x"}',
      (ALL_DENY,), SECRET_TAINT, None, "allow", "builtin:memory"),
+    ("clock: built-in allow, no grant needed", "clock", "{}", (), CLEAN, None, "allow",
+     "builtin:clock"),
+    ("clock: no grant can deny it, whatever the taint", "clock", "{}", (ALL_DENY,),
+     SECRET_TAINT, None, "allow", "builtin:clock"),
     ("a needed secret that is not available: deny", "http.fetch", url("https://a.b/"),
      (TOKEN,), CLEAN, None, "deny", None),
 ]

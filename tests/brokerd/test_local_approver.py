@@ -17,12 +17,12 @@ import pytest
 from brokerd.approvals import ApprovalBook, local_approver
 from brokerd.audit import entries
 from brokerd.errors import NotAnApprover
-from brokerd.server import start
 from brokerd_support import ASK, approve_socket, call_tool, make_rig, request, write
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.peers import DEFAULT_OVERFLOW_UID, overflow_uid
 from bxcore.protocol import approval as wire
+from support.brokerd import start
 from support.requires import user_namespaces
 
 OVERFLOW = 65534

@@ -1,12 +1,14 @@
 """The I/O shells over real sockets: FrameStream (asyncio) and SyncFrameSocket (blocking).
 
 Stream endings are named precisely: a clean close between frames is StreamClosed, a close inside
-a frame is IncompleteFrame, a silent peer is a TimeoutError, a missing server PeerUnavailable.
+a frame is IncompleteFrame, a silent peer (or one that trickles a frame byte by byte past its
+deadline) is StreamTimeout, a missing server PeerUnavailable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import tempfile
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from bxcore.errors import FrameError, IncompleteFrame, StreamClosed
+from bxcore.errors import FrameError, IncompleteFrame, StreamClosed, StreamTimeout
 from bxcore.frames import Frame, encode_frame
 from bxcore.framestream import FrameStream, PeerUnavailable, SyncFrameSocket
 from bxcore.protocol import loop
@@ -85,8 +87,37 @@ def test_sync_close_mid_frame_is_incomplete_frame(pair):
 
 def test_sync_read_times_out_on_a_silent_peer(pair):
     _, right = pair
-    with pytest.raises(TimeoutError):
+    with pytest.raises(StreamTimeout, match=r"no whole frame within 0\.05 s"):
         SyncFrameSocket(right).read(timeout=0.05)
+
+
+def trickle(sock: socket.socket, data: bytes, stop: threading.Event) -> None:
+    """Send ``data`` one byte at a time, a byte every 20 ms: each gap is far inside the read's
+    timeout, the whole frame far outside it."""
+    for byte in data:
+        if stop.wait(0.02):
+            return
+        with contextlib.suppress(OSError):
+            sock.send(bytes([byte]))
+
+
+def test_sync_a_peer_trickling_one_byte_at_a_time_is_cut_off_at_the_frame_deadline(pair):
+    left, right = pair
+    stop = threading.Event()
+    sender = threading.Thread(target=trickle, args=(left, encode_frame(TURN), stop))
+    sender.start()
+    try:
+        with pytest.raises(StreamTimeout):
+            SyncFrameSocket(right).read(timeout=0.3)
+    finally:
+        stop.set()
+        sender.join()
+
+
+def test_sync_write_times_out_when_the_peer_takes_nothing(pair):
+    left, _ = pair
+    with pytest.raises(StreamTimeout):
+        SyncFrameSocket(left).write(BIG, timeout=0.05)  # bigger than the socket buffer
 
 
 def test_sync_malformed_frame_is_a_frame_error(pair):
@@ -197,8 +228,39 @@ def test_async_clean_close_is_stream_closed(pair):
 
 def test_async_read_times_out_on_a_silent_peer(pair):
     async def scenario(a: FrameStream, b: FrameStream) -> None:
-        with pytest.raises(TimeoutError):
+        with pytest.raises(StreamTimeout, match=r"no whole frame within 0\.05 s"):
             await b.read(timeout=0.05)
+
+    run_between(pair, scenario)
+
+
+def test_async_a_peer_trickling_one_byte_at_a_time_is_cut_off_at_the_frame_deadline():
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    stop = threading.Event()
+    sender = threading.Thread(target=trickle, args=(left, encode_frame(TURN), stop))
+
+    async def main() -> None:
+        stream = FrameStream(*await asyncio.open_unix_connection(sock=right))
+        sender.start()
+        try:
+            with pytest.raises(StreamTimeout):
+                await stream.read(timeout=0.3)
+        finally:
+            stop.set()
+            await stream.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        sender.join()
+        left.close()
+
+
+def test_async_write_times_out_when_the_peer_takes_nothing(pair):
+    async def scenario(a: FrameStream, b: FrameStream) -> None:
+        huge = Frame(kind=loop.TURN_EVENT, final=False, body={"text": "x" * 4_000_000})
+        with pytest.raises(StreamTimeout):  # more than the buffers of both ends hold
+            await a.write(huge, timeout=0.05)
 
     run_between(pair, scenario)
 

@@ -2,7 +2,8 @@
 
 llama-server (router mode, the project's presets), inferproxy, memoryd, brokerd (bubblewrap or
 podman) and loopd (in its own network namespace) start and report READY=1; a turn is answered by
-the tiny model; `down` leaves no process, socket or record behind.
+the tiny model (``--model qwen-tools``; the default 1.5B is test_default_model.py's); `down`
+leaves no process, socket or record behind.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def test_up_chat_doctor_down_leaves_nothing_behind(tmp_path):
     binary, models = llama_paths()
     state = tmp_path / "stack"
     up = bxctl("up", "--no-chat", "--state", str(state), "--llama-server", str(binary),
-               "--models", str(models))
+               "--models", str(models), "--model", "qwen-tools")
     try:
         assert up.returncode == 0, up.stderr
         for role in ("llama-server", "inferproxy", "memoryd", "brokerd", "loopd", "scheduler"):
@@ -43,7 +44,7 @@ def test_up_chat_doctor_down_leaves_nothing_behind(tmp_path):
         assert status.stdout.count("running") == 6
 
         again = bxctl("up", "--no-chat", "--state", str(state), "--llama-server", str(binary),
-                      "--models", str(models))
+                      "--models", str(models), "--model", "qwen-tools")
         assert again.returncode == 1 and "already running" in again.stderr
 
         pids = {line.split()[0]: int(line.split()[2]) for line in status.stdout.splitlines()}
@@ -59,6 +60,9 @@ def test_up_chat_doctor_down_leaves_nothing_behind(tmp_path):
         assert "ok   socket loop" in doctor.stdout
         assert "ok   audit chain" in doctor.stdout
         assert "ok   grant files" in doctor.stdout
+        # the chat's session recorded the serving settings it began under; nothing changed since
+        assert "ok   serving since the latest session: ok   serving_since_session: unchanged " \
+            "since session" in doctor.stdout, doctor.stdout
     finally:
         down = bxctl("down", "--state", str(state))
     assert down.returncode == 0, down.stderr

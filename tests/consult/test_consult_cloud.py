@@ -43,7 +43,9 @@ def rig(tmp_path, cloud):
     return rig
 
 
-def test_the_answer_comes_back_untrusted_and_the_payload_holds_only_the_allowlist(rig, cloud):
+def test_the_answer_comes_back_untrusted_and_the_payload_holds_only_the_allowlist(
+    rig, cloud, egress_proxies
+):
     response = rig.call("Which colour is the sky?", ["snippet one", "snippet two"])
     assert response.status == "ok", response.content
     assert response.content == recorded_answer(RECORDED.read_bytes())
@@ -61,7 +63,7 @@ def test_the_answer_comes_back_untrusted_and_the_payload_holds_only_the_allowlis
     }
     assert "tools" not in body and "tool_choice" not in body
     assert cloud.headers[0]["Authorization"] == f"Bearer {rig.key}"
-    assert [(e.host, e.allowed) for e in rig.sandbox.last_egress.events] == [(CLOUD, True)]
+    assert [(e.host, e.allowed) for e in egress_proxies[-1].events] == [(CLOUD, True)]
 
 
 def test_the_egress_log_holds_the_full_payload_written_before_the_call(rig, cloud):

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from brokerd.egresslog import CONSULT, consult_settings, read_egress_log
 from brokerd.policy import decide, parse_grant
-from brokerd.server import start
 from brokerd.taint import CLEAN, Taint
 from bxcore.protocol.approval import ApprovalAnswer
 from bxcore.protocol.loop import ToolWaitingEvent
 from bxcore.secrets import Secret
 from bxcore.tools import DataClass, ToolRequest
 from loopd.tools.broker import BrokerPort
+from support.brokerd import start
 
 from .support import (
     CLOUD,

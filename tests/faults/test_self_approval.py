@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from brokerd.audit import entries
+from support.sandbox_uid import writable_by_sandbox
 
 from .mattermost import MattermostThread
 from .rig import directive, scripted_rig, tool_results, via_call_tool
@@ -58,8 +59,7 @@ def decisions_on(home: Path, approval: str) -> list:
 
 
 def test_the_bots_own_approve_in_the_thread_settles_nothing(short_dir):
-    inbox = short_dir / "inbox"
-    inbox.mkdir()
+    inbox = writable_by_sandbox(short_dir / "inbox")
     target = inbox / "w.txt"
     write = directive(via_call_tool("fs.write", {"path": str(target), "content": "pwned"}))
     with MattermostThread() as chat:

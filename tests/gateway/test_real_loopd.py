@@ -49,6 +49,7 @@ class Loopd:
             f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
             f'[inference]\nsocket = "{infer_socket}"\nmax_tokens = 64\n'
             f'liveness_timeout = 600.0\n[inference.sampling]\ntemperature = 0.0\n'
+            f'[loop]\ntools = "fake"\n'  # no brokerd in this test: the in-process clock/echo
         )
         self.socket = directory / "run" / "loop.sock"
         self.process: subprocess.Popen[bytes] | None = None

@@ -305,6 +305,39 @@ async def test_the_thinking_cap_ends_reasoning_through_the_control_endpoint():
     assert len(sink.of(Reasoning)) == 5
 
 
+async def test_the_cap_counts_the_reasoning_of_the_turns_earlier_completions():
+    """Inference contract 8: the cap is per turn. A completion whose turn already reasoned 2 of
+    a cap of 3 tokens has its reasoning ended at its first token, and the event reports the
+    turn's total."""
+    fake = FakeServer([Reply.stream(completion(reasoning="one two three", content="answer"))])
+    spent = ChatRequest(messages=REQUEST.messages, tools=(TOOL,), slot=1, session="s1",
+                        reasoning_spent=2)
+    async with InferenceClient(section(thinking_cap=3), transport=fake.transport()) as client:
+        sink = Sink()
+        result = await client.chat(spent, sink)
+    assert len(fake.control_bodies) == 1
+    assert sink.of(ThinkingCapped) == [ThinkingCapped(tokens=3)]
+    assert result.thinking_capped is True and result.reasoning_tokens == 3
+
+
+async def test_a_turn_whose_cap_is_spent_ends_reasoning_at_the_first_token():
+    fake = FakeServer([Reply.stream(completion(reasoning="more", content="answer"))])
+    spent = ChatRequest(messages=REQUEST.messages, tools=(TOOL,), slot=1, session="s1",
+                        reasoning_spent=10)
+    async with InferenceClient(section(thinking_cap=3), transport=fake.transport()) as client:
+        result = await client.chat(spent, Sink())
+    assert len(fake.control_bodies) == 1 and result.thinking_capped is True
+
+
+async def test_a_completion_that_does_not_reason_is_never_capped_however_much_was_spent():
+    fake = FakeServer([Reply.stream(completion(content="answer"))])
+    spent = ChatRequest(messages=REQUEST.messages, tools=(TOOL,), slot=1, session="s1",
+                        reasoning_spent=10)
+    async with InferenceClient(section(thinking_cap=3), transport=fake.transport()) as client:
+        result = await client.chat(spent, Sink())
+    assert fake.control_bodies == [] and result.thinking_capped is False
+
+
 async def test_a_refused_control_call_is_not_recorded_as_capped():
     fake = FakeServer([Reply.stream(completion(reasoning="a b c d", content="x"))])
     fake.control_answer = {"success": False, "message": "reasoning control not enabled"}

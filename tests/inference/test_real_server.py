@@ -28,6 +28,7 @@ from loopd.inference import (
 )
 from loopd.inference.selftest import PROBE_TOOL as READ_FILE
 from loopd.inference.selftest import serving_checks
+from loopd.inference.serving import ServingSettings, fetch_serving
 from support.llama import TEMPLATES, LlamaServer, nonce, unload_model
 
 from .test_client import Sink
@@ -151,6 +152,18 @@ async def test_the_self_test_passes_and_a_wrong_record_is_named(llama_router_pro
     failed = [c.name for c in serving_checks(wrong, props, slots) if not c.ok]
     await wrong.aclose()
     assert failed == ["slots", "context", "chat_template"]
+
+
+async def test_the_serving_settings_are_read_from_the_real_router(llama_router_proxy):
+    """Inference contract 10: what a session records at its start. The router's /models gives
+    the launch arguments, so the KV cache type is known (f16: the presets set none)."""
+    template = (TEMPLATES / "qwen2.5-bare-json-tools.jinja").read_text().strip().encode()
+    async with client(llama_router_proxy, "qwen-tools") as qwen:
+        settings = await fetch_serving(qwen)
+    assert settings == ServingSettings(
+        chat_template_sha256=sha256(template), kv_cache_type="f16/f16", speculative=False,
+        slot_count=2, per_slot_context=4096,
+    )
 
 
 async def test_the_baseline_is_counted_by_the_servers_tokenizer(llama_router, llama_router_proxy):

@@ -104,6 +104,7 @@ def loopd_config(directory: Path, infer_sock: Path) -> Path:
         f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
         f'[inference]\nsocket = "{infer_sock}"\nmax_tokens = 64\nliveness_timeout = 600.0\n'
         f'[inference.sampling]\ntemperature = 0.0\n'
+        f'[loop]\ntools = "fake"\n'  # no brokerd in this stack: the in-process clock and echo
     )
     return path
 

@@ -8,10 +8,12 @@ what the slot held after the previous completion, unless a reply says otherwise.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bxcore.chat import FunctionCall, ToolCall
+from bxcore.chat import FunctionCall, ToolCall, ToolSchema
 from bxcore.protocol.loop import TurnEventBody
 from loopd.baseline import Baseline
 from loopd.inference.api import ChatRequest, Completion, EventSink
@@ -124,3 +126,8 @@ def new_session(home: Path, session_id: str = "s1", slot: int = 0) -> Session:
 
 def record_types(session: Session) -> list[str]:
     return [record.type for record in session.records]
+
+
+def registry_json(schemas: Sequence[ToolSchema]) -> str:
+    """A registry file's text for ``schemas``, as ``bx-tool schemas`` writes one."""
+    return json.dumps([s.model_dump(mode="json") for s in schemas], indent=2) + "\n"

@@ -16,10 +16,11 @@ LOOPD = Path(sys.executable).with_name("loopd")
 
 
 def config(directory: Path, infer: Path, extra: str = "") -> Path:
+    """A config with the fake tool port (no brokerd here); ``extra`` goes on in [loop]."""
     path = directory / "config.toml"
     path.write_text(f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
                     f'[inference]\nsocket = "{infer}"\nretries = 0\nliveness_timeout = 600.0\n'
-                    f'{extra}')
+                    f'[loop]\ntools = "fake"\n{extra}')
     return path
 
 
@@ -46,7 +47,7 @@ def test_doctor_shows_what_failed_in_the_self_test_not_only_the_verdict(tmp_path
 
 
 def test_budget_without_memoryd_fails_when_memoryd_gives_the_identity(tmp_path):
-    path = config(tmp_path, tmp_path / "nobody.sock", '[loop]\nmemory = "memoryd"\n')
+    path = config(tmp_path, tmp_path / "nobody.sock", 'memory = "memoryd"\n')
     status, lines = loopd("budget", path)
     assert status == 1
     assert lines[-1].startswith("FAIL baseline_budget: no identity: memoryd")

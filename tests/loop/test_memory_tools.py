@@ -11,9 +11,8 @@ from bxcore.config import parse_config
 from bxcore.protocol.memory import MEMORY_TOOL_SCHEMAS
 from loopd.serve import build_role
 from loopd.tools import FakeTools, Registry, ToolRunner, with_memory_tools
-from loopd.tools.registry import registry_json
 
-from .support import Events, fake_registry
+from .support import Events, fake_registry, registry_json
 
 pytestmark = pytest.mark.anyio
 

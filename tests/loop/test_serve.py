@@ -18,16 +18,20 @@ from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
 from loopd.serve import DEFAULT_SYSTEM, build_role, run, system_path
+from loopd.tools.broker import BrokerPort
+from loopd.tools.fake import ECHO
 
-from .support import ScriptedInference, say
+from .support import ScriptedInference, registry_json, say
 
 pytestmark = pytest.mark.anyio
 
 
-def config_file(tmp_path, extra: str = "") -> tuple:
+def config_file(tmp_path, extra: str = "", loop: str = 'tools = "fake"\n') -> tuple:
+    """A config with the fake tool port (no brokerd here), unless ``loop`` says otherwise."""
     path = tmp_path / "config.toml"
     text = (f'[paths]\nhome = "{tmp_path}/home"\nrun = "{tmp_path}/run"\n'
-            f'[inference]\nretries = 0\nsocket = "{tmp_path}/run/infer.sock"\n{extra}')
+            f'[inference]\nretries = 0\nsocket = "{tmp_path}/run/infer.sock"\n'
+            f'[loop]\n{loop}{extra}')
     path.write_text(text)
     return path, parse_config(text, path, tmp_path)
 
@@ -139,9 +143,27 @@ def test_system_md_defaults_beside_the_config_then_the_shipped_one(tmp_path):
 
 
 def test_the_broker_port_needs_a_registry(tmp_path):
-    path, config = config_file(tmp_path, '[loop]\ntools = "broker"\n')
+    path, config = config_file(tmp_path, loop='tools = "broker"\n')
     with pytest.raises(ConfigError, match=r"loop\.registry"):
         build_role(config, path)
+
+
+def test_the_product_default_is_brokerd_and_without_a_registry_loopd_names_the_key(tmp_path):
+    """Nothing in the product defaults to a test double: a config that says nothing about tools
+    gets the broker port, and without a registry loopd refuses to start, naming the key."""
+    path, config = config_file(tmp_path, loop="")
+    assert config.loop.tools == "broker" and config.loop.memory_source() == "memoryd"
+    with pytest.raises(ConfigError, match=r"config\.toml: loop\.registry: set it"):
+        build_role(config, path)
+
+
+def test_the_broker_port_offers_clock_even_when_the_registry_does_not_list_it(tmp_path):
+    registry = tmp_path / "registry.json"
+    registry.write_text(registry_json([ECHO]))
+    path, config = config_file(tmp_path, loop=f'tools = "broker"\nregistry = "{registry}"\n')
+    role = build_role(config, path)
+    assert [t.name for t in role.registry.core_schemas()] == ["clock", "find_tool", "call_tool"]
+    assert isinstance(role.port, BrokerPort)
 
 
 async def test_with_memory_off_a_new_baseline_reads_core_md_under_home(tmp_path):

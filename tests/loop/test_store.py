@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from bxcore.records import SessionStart, ToolResult, User
+from bxcore.records import EpochEnd, SessionStart, ToolResult, User
 from bxcore.util import sha256
 from loopd.baseline import Baseline
 from loopd.errors import CorruptSession, NoSuchSession, SessionExists, TornLog
@@ -70,6 +70,26 @@ def test_the_call_counter_resumes_after_the_highest_tool_result(tmp_path):
     reopened = SessionStore(tmp_path).open("s1")
     assert reopened.take_call() == 8
     assert reopened.take_call() == 9
+
+
+def test_the_call_counter_runs_across_epochs_and_is_restored_from_every_earlier_log(tmp_path):
+    """M2b design, section 4: the counter increases across the whole session, restored as one
+    more than the highest ToolResult.call in the log, whichever epoch holds it."""
+    store = SessionStore(tmp_path)
+    session = new_session(tmp_path)
+    session.append(tool_result(session.take_call()))
+    session.append(tool_result(session.take_call()))
+    session.append(EpochEnd(time=FIXED_TIME, next_epoch=1))
+    second = store.start_epoch(session, sample_baseline(), time=FIXED_TIME)
+    second.append(EpochEnd(time=FIXED_TIME, next_epoch=2))  # an epoch that ran no tool call
+    third = store.start_epoch(second, sample_baseline(), time=FIXED_TIME)
+    assert third.take_call() == 3  # not 1: the new epoch goes on counting
+    third.append(tool_result(3))
+    reopened = store.open("s1")
+    assert reopened.epoch == 2
+    assert reopened.take_call() == 4
+    third.log_path.write_bytes(third.log_path.read_bytes().splitlines(keepends=True)[0])
+    assert store.open("s1").take_call() == 3  # epoch 0's calls count when epoch 2 has none
 
 
 def test_a_torn_last_line_is_refused_naming_file_and_line(tmp_path):

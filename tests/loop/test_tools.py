@@ -20,9 +20,8 @@ from loopd.errors import RegistryError
 from loopd.tools import FakeTools, Registry, ToolRunner, cap_text, load_registry
 from loopd.tools.broker import BrokerPort
 from loopd.tools.fake import ECHO
-from loopd.tools.registry import registry_json
 
-from .support import FIXED_TIME, Events
+from .support import FIXED_TIME, Events, registry_json
 
 pytestmark = pytest.mark.anyio
 

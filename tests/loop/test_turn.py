@@ -153,6 +153,22 @@ async def test_limit_repeat_detection_off_runs_every_call(tmp_path):
     assert [r.content for r in results(session)] == [FIXED_TIME] * 3
 
 
+async def test_the_thinking_cap_counts_across_the_tool_rounds_of_a_turn(tmp_path):
+    """Each request of a turn carries what the turn's earlier completions reasoned, so the
+    client can end reasoning once the turn's cap is spent (inference contract 8)."""
+    session = new_session(tmp_path)
+    inference = ScriptedInference([
+        call(("clock", "{}"), reasoning="a b c"),
+        call(("find_tool", '{"query": "echo"}'), reasoning="d e"),
+        say("Done.", reasoning="f"),
+    ])
+    await run_turn(make_loop(inference), session, "go", Events())
+    assert [r.reasoning_spent for r in inference.requests] == [0, 3, 5]
+    await run_turn(make_loop(ScriptedInference([say("Again.")], requests=inference.requests)),
+                   session, "again", Events())
+    assert inference.requests[-1].reasoning_spent == 0  # a new turn has the whole cap
+
+
 async def test_limit_thinking_cap_is_recorded_in_usage(tmp_path):
     session = new_session(tmp_path)
     capped = ThinkingCapped(tokens=4096)

@@ -63,17 +63,17 @@ class CrashPoints:
         return self
 
     def _wrap(self, label: str, real: Callable[..., None]) -> Callable[..., None]:
-        def step(path: Path, *rest: Any) -> None:
+        def step(path: Path, *rest: Any, **options: Any) -> None:
             if len(self.steps) == self.at:
                 self.at = None  # fire once; recovery after it runs unhindered
                 self.steps.append(label)
                 self.fired = label
                 if self.torn and label.endswith("append_bytes") and len(rest[0]) > 1:
-                    real(path, rest[0][: len(rest[0]) // 2])
+                    real(path, rest[0][: len(rest[0]) // 2], **options)
                 self.crash()
                 return
             self.steps.append(label)
-            real(path, *rest)
+            real(path, *rest, **options)
 
         return step
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from brokerd.sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup
+from support.egress import egress_proxies  # noqa: F401 (a fixture for the tests here)
 from support.requires import require
 
 from .helpers import GRANTED_HOST, REFUSED_HOST

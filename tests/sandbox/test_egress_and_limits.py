@@ -38,17 +38,17 @@ def fetch(backend, url: str, hosts: tuple[str, ...]):
                              data_class=DataClass.PUBLIC))
 
 
-def test_a_granted_host_is_fetched_through_the_proxy(backend, web_server):
+def test_a_granted_host_is_fetched_through_the_proxy(backend, web_server, egress_proxies):
     granted = f"{GRANTED_HOST}:{web_server}"
     out = fetch(backend, f"http://{granted}/docs/index.html", (granted,))
     assert isinstance(out, ToolOutput), out
     assert out.content.startswith("HTTP 200\n")
     assert out.content.endswith(f"page /docs/index.html for {granted}")
     assert out.untrusted is True
-    assert [(e.host, e.allowed) for e in backend.last_egress.events] == [(GRANTED_HOST, True)]
+    assert [(e.host, e.allowed) for e in egress_proxies[-1].events] == [(GRANTED_HOST, True)]
 
 
-def test_any_other_host_is_refused_with_403(backend, web_server):
+def test_any_other_host_is_refused_with_403(backend, web_server, egress_proxies):
     granted = f"{GRANTED_HOST}:{web_server}"
     for url in (f"http://{REFUSED_HOST}:{web_server}/", f"http://{GRANTED_HOST}:1/",
                 f"http://127.0.0.1:{web_server}/"):
@@ -57,7 +57,7 @@ def test_any_other_host_is_refused_with_403(backend, web_server):
         assert "egress proxy refused" in refused.detail
         assert "is not granted to this call" in refused.detail
         assert refused.untrusted is True
-    assert not any(event.allowed for event in backend.last_egress.events)
+    assert not any(event.allowed for event in egress_proxies[-1].events)
 
 
 def test_connect_tunnels_reach_only_granted_hosts(backend, web_server, work):

@@ -12,8 +12,9 @@ What it does:
   llama-server (or waits for a build in progress, or finds the cached binary) and fetches the
   hash-pinned models. If that fails, real-server tests are SKIPPED with the script's own error,
   never failed and never silently passed.
-- ``start_router()`` runs router mode with ``serving/presets.ini`` (qwen-tools, qwen-think,
-  smol); ``start_single()`` runs one model. Either listens on ``llama.sock`` in a fresh short
+- ``start_router()`` runs router mode with ``serving/presets.ini`` (coder, qwen-tools,
+  qwen-think, smol; a model loads on its first request, so tests that never name coder never
+  load it); ``start_single()`` runs one model. Either listens on ``llama.sock`` in a fresh short
   temp dir (a stale socket file is removed first: llama-server leaves it behind and then cannot
   bind), with ``models/`` and ``templates/`` symlinked beside it, as the presets expect.
 - Stopping sends SIGTERM to the server, waits, then SIGKILLs whatever is left of its process
@@ -50,6 +51,7 @@ REPO = Path(__file__).resolve().parents[2]
 SERVING = REPO / "serving"
 PRESETS = SERVING / "presets.ini"
 TEMPLATES = SERVING / "templates"
+CODER = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"  # scripts/up's default; too slow for most tests
 QWEN = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ROUTER_MODELS = ("qwen-tools", "qwen-think", "smol")
@@ -241,7 +243,7 @@ def proxied(upstream: Path) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def llama_router() -> Iterator[LlamaServer]:
-    """The session's router (presets: qwen-tools, qwen-think, smol)."""
+    """The session's router (presets: coder, qwen-tools, qwen-think, smol)."""
     with start_router() as server:
         yield server
 

@@ -133,7 +133,7 @@ def build(config: Config, backend: Sandbox) -> Broker:
     runner = Runner(backend=backend,
                     memory=MemoryClient(config.memory.socket or config.socket("memory")),
                     audit=audit, taints=taints, result_cap=section.result_cap, consult=consult,
-                    provenance=ProvenanceStore(provenance_file(config)))
+                    provenance=ProvenanceStore(provenance_file(config)), clock=now)
     grants = GrantStore(section.grants_dir(), harness_paths(config, os.environ))
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,

@@ -44,7 +44,7 @@ class MemoryClient:
             if frame.kind == wire.ERROR:
                 return unavailable(frame.parse(WireError).message)
             return unavailable(f"memoryd answered {frame.kind!r}")
-        except (BoxmakerError, TimeoutError) as exc:
-            return unavailable(str(exc) or "timed out")
+        except BoxmakerError as exc:
+            return unavailable(str(exc))
         finally:
             await stream.close()

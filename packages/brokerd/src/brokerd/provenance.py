@@ -15,14 +15,15 @@ or rewriting the file from a clean session does not clear it (``brokerd`` keeps 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bxcore._base import Count, Flag, Model, Text
 from bxcore.canonical import canonical_json
 from bxcore.tools import DataClass
+from pydantic import Field, ValidationError
 
 from .errors import ProvenanceError
 
@@ -43,6 +44,17 @@ class Mark:
     def plain(self) -> bool:
         """Public and trusted: nothing to carry."""
         return self.data_class == DataClass.PUBLIC and not self.untrusted
+
+
+class MarkRecord(Model):
+    """One line of provenance.jsonl: a path a call wrote, and what its session had seen."""
+
+    path: Text
+    data_class: DataClass = Field(alias="class")
+    untrusted: Flag
+    subtree: Flag  # the whole tree under ``path`` (a walk that passed its limit)
+    session: Text
+    call: Count
 
 
 def _covers(outer: str, inner: str) -> bool:
@@ -82,10 +94,9 @@ class ProvenanceStore:
         self.path = path
         self._marks: dict[str, tuple[Mark, bool]] = {}  # path -> (mark, whole subtree)
         for row in self._rows():
-            self._add(row["path"], Mark(DataClass(row["class"]), row["untrusted"]),
-                      row["subtree"])
+            self._add(row.path, Mark(row.data_class, row.untrusted), row.subtree)
 
-    def _rows(self) -> Iterator[dict[str, object]]:
+    def _rows(self) -> Iterator[MarkRecord]:
         try:
             lines = self.path.read_bytes().splitlines()
         except FileNotFoundError:
@@ -94,17 +105,12 @@ class ProvenanceStore:
             raise ProvenanceError(f"{self.path}: cannot read: {exc.strerror}") from None
         for number, line in enumerate(lines, start=1):
             try:
-                row = json.loads(line)
-                DataClass(row["class"])
-                if not (isinstance(row["path"], str) and isinstance(row["untrusted"], bool)
-                        and isinstance(row["subtree"], bool)):
-                    raise ValueError("wrong types")
-            except (ValueError, KeyError, TypeError) as exc:
+                yield MarkRecord.model_validate_json(line)
+            except ValidationError as exc:
                 if number == len(lines):
                     continue  # a torn last line: the crash came mid-append, before the answer
                 raise ProvenanceError(f"{self.path}:{number}: not a provenance record: "
-                                      f"{exc}") from None
-            yield row
+                                      f"{exc.errors()[0]['msg']}") from None
 
     def _add(self, path: str, mark: Mark, subtree: bool) -> None:
         old = self._marks.get(path)
@@ -121,9 +127,9 @@ class ProvenanceStore:
         for root in roots:
             changed, stopped = changed_since(root, since_ns - CTIME_SLACK_NS)
             marked.extend([(str(root), True)] if stopped else [(p, False) for p in changed])
-        lines = b"".join(canonical_json({
+        lines = b"".join(canonical_json(MarkRecord.model_validate({
             "path": path, "class": mark.data_class, "untrusted": mark.untrusted,
-            "subtree": subtree, "session": session, "call": call}) + b"\n"
+            "subtree": subtree, "session": session, "call": call})) + b"\n"
             for path, subtree in marked)
         if lines:
             self._append(lines)

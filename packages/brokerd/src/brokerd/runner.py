@@ -1,5 +1,6 @@
-"""The runner: takes a Decision, runs it (a sandbox backend, or memoryd for memory tools), caps
-and labels the result, audits it, and adds its label to the session's taint.
+"""The runner: takes a Decision, runs it (a sandbox backend, memoryd for memory tools, or
+brokerd's own clock for ``clock``), caps and labels the result, audits it, and adds its label to
+the session's taint.
 
 A backend is a ``brokerd.sandbox.Sandbox`` (``async run(decision) -> ToolOutput | ToolFailure``);
 it takes the spec out of the Decision with ``authorize()``. The runner checks the Decision
@@ -20,13 +21,15 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Protocol
 
 from bxcore.errors import BoxmakerError
 from bxcore.protocol.delegate import DELEGATE
 from bxcore.protocol.memory import MEMORY_TOOLS
-from bxcore.tools import DataClass, ToolRequest, ToolResponse
-from bxcore.util import sha256
+from bxcore.tools import CLOCK, DataClass, ToolRequest, ToolResponse
+from bxcore.util import format_rfc3339, sha256
 
 from .audit import AuditLog
 from .delegate import Children, run_delegate
@@ -72,15 +75,24 @@ def cap(content: str, limit: int) -> tuple[str, bool]:
 
 
 def not_run(why: str) -> ToolResponse:
-    return ToolResponse.model_validate({"status": "failed", "content": why,
+    return _public("failed", why)
+
+
+def _public(status: str, content: str) -> ToolResponse:
+    return ToolResponse.model_validate({"status": status, "content": content,
                                         "class": DataClass.PUBLIC, "untrusted": False,
                                         "truncated": False})
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 class Runner:
     def __init__(self, *, backend: Sandbox, memory: MemoryPort, audit: AuditLog,
                  taints: TaintStore, result_cap: int, consult: ConsultEgress | None = None,
-                 provenance: ProvenanceStore | None = None):
+                 provenance: ProvenanceStore | None = None,
+                 clock: Callable[[], datetime] = _utc_now):
         self._backend = backend
         self._provenance = provenance
         self._consult = consult
@@ -88,6 +100,7 @@ class Runner:
         self._audit = audit
         self._taints = taints
         self._cap = result_cap
+        self._clock = clock
 
     async def run(self, decision: Decision, request: ToolRequest, *, taint: Taint,
                   children: Children | None = None) -> ToolResponse:
@@ -98,6 +111,9 @@ class Runner:
             raise BoxmakerError("the Decision was made for another call")
         if request.tool in MEMORY_TOOLS:
             answer = await self._memory.call(decision, request, taint)
+        elif request.tool == CLOCK.name:
+            decision.authorize()
+            answer = _public("ok", format_rfc3339(self._clock()))
         elif request.tool == DELEGATE:
             answer = await run_delegate(request, taint, children=children, audit=self._audit,
                                         taints=self._taints)

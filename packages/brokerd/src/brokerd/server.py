@@ -21,7 +21,7 @@ from bxcore.config.broker import LOCAL_SOCKET
 from bxcore.errors import BoxmakerError, ErrorCode, FrameError, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
-from bxcore.peers import PeerPolicy, overflow_uid
+from bxcore.peers import overflow_uid
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.protocol import delegate as delegate_wire
@@ -53,10 +53,10 @@ async def _read_request(stream: FrameStream) -> Frame | None:
     try:
         return await stream.read(REQUEST_TIMEOUT)
     except FrameError as exc:
-        with contextlib.suppress(BoxmakerError, TimeoutError):
+        with contextlib.suppress(BoxmakerError):
             await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
         return None
-    except (BoxmakerError, TimeoutError):
+    except BoxmakerError:
         return None
 
 
@@ -146,7 +146,7 @@ def connection(path: Path, kinds: frozenset[str], handle: Handler) -> daemon.Han
         stream = FrameStream(reader, writer, kinds)
         try:
             await handle(stream, writer)
-        except (BoxmakerError, TimeoutError) as exc:
+        except BoxmakerError as exc:
             log.info("connection on %s ended: %s", path.name, exc)
         finally:
             await stream.close()
@@ -169,28 +169,3 @@ def handlers(broker: Broker, overflow: int | None = None) -> tuple[Handler, Hand
         await handle_approval(broker, stream, peer_uid(writer), overflow)
 
     return tool_call, approval
-
-
-async def bind(
-    path: Path,
-    kinds: frozenset[str],
-    handle: Handler,
-    *,
-    mode: int = daemon.DEFAULT_MODE,
-    group: int | None = None,
-) -> asyncio.AbstractServer:
-    """Listen on ``path`` (bxcore.daemon: born with ``mode``, a stale file replaced)."""
-    sock = daemon.bind_unix_socket(path, mode=mode, group=group)
-    gated = daemon.gate_peers(path, connection(path, kinds, handle), PeerPolicy(group=group))
-    return await asyncio.start_unix_server(gated, sock=sock)
-
-
-async def start(
-    broker: Broker, broker_socket: Path, approve_socket: Path
-) -> list[asyncio.AbstractServer]:
-    """Both sockets with the default mode; the daemon binds them with the configured ones."""
-    tool_call, approval = handlers(broker)
-    return [
-        await bind(broker_socket, broker_wire.TO_BROKERD, tool_call),
-        await bind(approve_socket, approval_wire.TO_APPROVE_SOCKET, approval),
-    ]

@@ -57,7 +57,7 @@ async def while_running(work: Awaitable[T], interval: float, on_waiting: Notify)
                 return task.result()
             try:
                 await on_waiting(ToolWaiting(reason="running", elapsed=_seconds_since(started)))
-            except (BoxmakerError, TimeoutError) as exc:
+            except BoxmakerError as exc:
                 log.info("a running call's notice was not delivered: %s", exc)
                 tell = False
     finally:

@@ -3,8 +3,8 @@ approvals`` and by gatewayd's Mattermost approval post (pure).
 
 The owner must see what will run, not what the text pretends to be. So:
 
-- the fields that decide what a call does (``path``, ``url``, ``command``, ``question``,
-  ``cwd``) come first, each on its own lines, then every other field by name;
+- the fields that decide what a call does (``argv``, ``command``, ``path``, ``url``, ``cwd``,
+  ``question``) come first, each on its own lines, then every other field by name;
 - a long value is wrapped at ``width`` characters, never cut: each piece on its own line;
   a value's own line breaks start new lines, marked ``↵`` where they were;
 - every character that renders as nothing, reorders text or is not what it looks like
@@ -25,7 +25,7 @@ import unicodedata
 from .canonical import canonical_text
 from .sanitizer import is_invisible
 
-KEY_FIELDS = ("command", "path", "url", "cwd", "question")
+KEY_FIELDS = ("argv", "command", "path", "url", "cwd", "question")
 WIDTH = 72
 INDENT = "    "
 BREAK = "↵"

@@ -5,6 +5,7 @@
     │   └── FrameTooLarge   its length prefix passes the limit
     ├── StreamClosed        the peer closed the stream cleanly between frames
     ├── IncompleteFrame     the peer closed the stream in the middle of a frame
+    ├── StreamTimeout       a frame was not read or written whole within its deadline
     ├── ConfigError         a config file is unreadable or invalid; names the file and key
     ├── SecretError         a secret is missing or unsafe; never contains the secret's value
     └── DaemonError         a daemon cannot serve its socket (bxcore.daemon); names the path
@@ -35,6 +36,11 @@ class StreamClosed(BoxmakerError):
 
 class IncompleteFrame(BoxmakerError):
     """The peer closed the stream part-way through a frame."""
+
+
+class StreamTimeout(BoxmakerError):
+    """A frame did not arrive, or was not taken by the peer, whole within its deadline. The
+    deadline is per frame: a peer that trickles bytes does not extend it."""
 
 
 class ConfigError(BoxmakerError):

@@ -1,7 +1,11 @@
 """Thin I/O shells around the frame codec: an asyncio stream and a blocking socket.
 
-Each read and write takes its own timeout; there is no overall deadline. Reads are bounded
-(CHUNK bytes at a time) so a peer cannot make us buffer more than one frame's limit.
+Each read and write takes its own timeout, a deadline for the whole frame: a peer that sends
+(or takes) one byte at a time does not extend it. There is no deadline across frames. Reads are
+bounded (CHUNK bytes at a time) so a peer cannot make us buffer more than one frame's limit.
+
+This is the edge for socket errors: a missed deadline is ``StreamTimeout``, a broken connection
+``StreamClosed``; no ``TimeoutError`` or ``OSError`` reaches the caller from ``read`` or ``write``.
 """
 
 from __future__ import annotations
@@ -9,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import BoxmakerError, FrameError, StreamClosed
+from .errors import BoxmakerError, FrameError, StreamClosed, StreamTimeout
 from .frames import END, MAX_FRAME, NEED_DATA, Frame, FrameDecoder, encode_frame
 
 CHUNK = 64 * 1024
@@ -32,6 +37,44 @@ def _map_os_errors(what: str) -> Iterator[None]:
         raise PeerUnavailable(f"{what}: timed out") from exc
     except OSError as exc:
         raise PeerUnavailable(f"{what}: {exc.strerror or exc}") from exc
+
+
+@contextlib.contextmanager
+def _stream_errors(what: str, timeout: float | None) -> Iterator[None]:
+    """A frame's read or write: a missed deadline and a broken socket become ours."""
+    try:
+        yield
+    except TimeoutError as exc:  # asyncio's, and socket.timeout (an alias since 3.10)
+        raise StreamTimeout(f"{what}: no whole frame within {timeout:g} s") from exc
+    except OSError as exc:  # ConnectionError (reset, broken pipe) and any other socket error
+        raise StreamClosed(f"connection broken: {exc.strerror or exc}") from exc
+
+
+def _next_frame(decoder: FrameDecoder) -> Frame | None:
+    """The decoder's next frame; None when it needs data; StreamClosed at a clean end."""
+    event = decoder.next_event()
+    if event is END:
+        raise StreamClosed("peer closed the connection")
+    if isinstance(event, Frame):
+        return event
+    assert event is NEED_DATA
+    return None
+
+
+class _Deadline:
+    """The time left of one frame's deadline; None: no deadline."""
+
+    def __init__(self, timeout: float | None):
+        self.timeout = timeout
+        self._end = None if timeout is None else time.monotonic() + timeout
+
+    def left(self) -> float | None:
+        if self._end is None:
+            return None
+        left = self._end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        return left
 
 
 async def _connected_unix_socket(path: str) -> socket.socket:
@@ -83,27 +126,27 @@ class FrameStream:
         return cls(reader, writer, kinds)
 
     async def read(self, timeout: float | None = None) -> Frame:
-        """The next frame. Raises StreamClosed at a clean end, IncompleteFrame mid-frame,
-        FrameError on a malformed frame, TimeoutError when nothing completes a frame in time."""
-        while True:
-            event = self._decoder.next_event()
-            if isinstance(event, Frame):
-                return event
-            if event is END:
-                raise StreamClosed("peer closed the connection")
-            assert event is NEED_DATA
-            try:
-                data = await asyncio.wait_for(self._reader.read(CHUNK), timeout)
-            except ConnectionError as exc:
-                raise StreamClosed(f"connection broken: {exc}") from exc
-            self._decoder.feed(data)
+        """The next frame. Raises StreamClosed at a clean end or when the connection breaks,
+        IncompleteFrame mid-frame, FrameError on a malformed frame, StreamTimeout when no whole
+        frame arrived within ``timeout`` seconds of the call."""
+        deadline = _Deadline(timeout)
+        with _stream_errors("reading a frame", timeout):
+            while (frame := _next_frame(self._decoder)) is None:
+                data = await asyncio.wait_for(self._reader.read(CHUNK), deadline.left())
+                self._decoder.feed(data)
+            return frame
 
     async def write(self, frame: Frame, timeout: float | None = 30) -> None:
+        """Send one frame; StreamTimeout if the peer has not taken it within ``timeout``. A
+        frame sent in part cannot be taken back: the connection is then aborted, so ``close``
+        does not wait for a peer that takes nothing."""
         self._writer.write(encode_frame(frame, self._max))
         try:
-            await asyncio.wait_for(self._writer.drain(), timeout)
-        except ConnectionError as exc:
-            raise StreamClosed(f"connection broken: {exc}") from exc
+            with _stream_errors("writing a frame", timeout):
+                await asyncio.wait_for(self._writer.drain(), timeout)
+        except StreamTimeout:
+            self._writer.transport.abort()
+            raise
 
     async def close(self) -> None:
         self._writer.close()
@@ -137,25 +180,23 @@ class SyncFrameSocket:
         return cls(sock, kinds)
 
     def read(self, timeout: float | None = None) -> Frame:
-        self._sock.settimeout(timeout)
-        while True:
-            event = self._decoder.next_event()
-            if isinstance(event, Frame):
-                return event
-            if event is END:
-                raise StreamClosed("peer closed the connection")
-            try:
-                data = self._sock.recv(CHUNK)
-            except ConnectionError as exc:
-                raise StreamClosed(f"connection broken: {exc}") from exc
-            self._decoder.feed(data)
+        """As ``FrameStream.read``: ``timeout`` is the deadline for the whole frame."""
+        deadline = _Deadline(timeout)
+        with _stream_errors("reading a frame", timeout):
+            while (frame := _next_frame(self._decoder)) is None:
+                self._sock.settimeout(deadline.left())
+                self._decoder.feed(self._sock.recv(CHUNK))
+            return frame
 
     def write(self, frame: Frame, timeout: float | None = 30) -> None:
-        self._sock.settimeout(timeout)
-        try:
-            self._sock.sendall(encode_frame(frame, self._max))
-        except (BrokenPipeError, ConnectionError) as exc:
-            raise StreamClosed(f"connection broken: {exc}") from exc
+        """Send one frame whole within ``timeout`` (``sendall`` applies a socket timeout per
+        send, so each send gets what is left of the deadline)."""
+        data = memoryview(encode_frame(frame, self._max))
+        deadline = _Deadline(timeout)
+        with _stream_errors("writing a frame", timeout):
+            while data:
+                self._sock.settimeout(deadline.left())
+                data = data[self._sock.send(data):]
 
     def close(self) -> None:
         self._sock.close()

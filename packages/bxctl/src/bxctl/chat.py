@@ -30,7 +30,7 @@ def default_socket() -> Path:
     config = default_config()
     if config.exists():
         try:
-            return load_config(config).loop_socket()
+            return load_config(config).loop_socket
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
     return Path(os.environ.get("BOXMAKER_RUN", "/run/boxmaker")) / "loop.sock"

@@ -4,6 +4,7 @@ to do when it fails. Exit 0 when all pass, 1 when any fails."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import stat
 import tempfile
@@ -81,6 +82,12 @@ def check_credentials(config: Config) -> list[Check]:
     store = SecretStore(config.secrets)
     checks = []
     for key in store.names():
+        spec = config.secrets.get(key)
+        if spec is not None and spec.backend == "credential" and not os.environ.get(
+            "CREDENTIALS_DIRECTORY"
+        ):  # the owner's shell: systemd decrypts it for its role's unit, and for nobody else
+            checks.append(Check(f"secret {key}", True, "a systemd credential of its role's unit"))
+            continue
         try:
             store.get(key)
         except BoxmakerError as exc:  # the message never contains the secret
@@ -133,6 +140,9 @@ def run_checks(config_path: Path) -> list[Check]:
                            "compare [inference.serving] with the server's launch flags; a "
                            "failed slot_switch names the flag to set (docs/deploy.md)",
                            config_path, failures=True),
+        lambda: role_check("serving since the latest session", "loopd", ["serving"],
+                           "sessions lost their cache once; if the change was meant, the next "
+                           "session records it (and update [inference.serving])", config_path),
         lambda: role_check("baseline budget", "loopd", ["budget"],
                            "shorten system.md or the identity files", config_path),
         lambda: check_sockets(config),

@@ -25,6 +25,7 @@ from bxcore.errors import (
     FrameError,
     IncompleteFrame,
     StreamClosed,
+    StreamTimeout,
     WireError,
 )
 from bxcore.frames import Frame
@@ -95,7 +96,7 @@ class ApprovalServer:
             if frame.kind != APPROVAL_REQUEST:
                 raise FrameError(f"expected {APPROVAL_REQUEST!r}, got {frame.kind!r}")
             request = frame.parse(ApprovalRequest)
-        except (FrameError, TimeoutError) as exc:
+        except (FrameError, StreamTimeout) as exc:
             await _error(stream, ErrorCode.BAD_FRAME, str(exc) or "no request in time")
             return
         try:

@@ -14,7 +14,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bxcore.errors import ErrorCode, FrameError, IncompleteFrame, StreamClosed, WireError
+from bxcore.errors import (
+    ErrorCode,
+    FrameError,
+    IncompleteFrame,
+    StreamClosed,
+    StreamTimeout,
+    WireError,
+)
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream, PeerUnavailable
 from bxcore.protocol.loop import (
@@ -127,7 +134,7 @@ class TurnRunner:
                     return Outcome.DELIVERED
                 elif frame.kind == ERROR:
                     return await self._refused(item, placeholder, frame.parse(WireError), resume)
-        except (StreamClosed, IncompleteFrame, FrameError, TimeoutError) as exc:
+        except (StreamClosed, IncompleteFrame, FrameError, StreamTimeout) as exc:
             log.warning("post %s: loop.sock: %s", item.post_id, exc or type(exc).__name__)
             if not accepted:
                 return Outcome.DOWN

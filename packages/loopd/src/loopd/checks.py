@@ -17,13 +17,15 @@ import secrets
 from dataclasses import dataclass
 
 from .epochs import Baselines
-from .errors import MemoryUnavailable
+from .errors import CorruptSession, MemoryUnavailable
 from .inference.budget import count_baseline_tokens
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
 from .inference.selftest import SelfTestReport, self_test
+from .inference.serving import ServingSettings, changes, fetch_serving
 from .inference.slot_switch import slot_switch_check
 from .memory import IdentityFiles, MemoryLink
+from .store import SessionStore
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +69,43 @@ async def budget_report(
                       lines=(f"FAIL baseline_budget: cannot count the baseline's tokens: {exc}",))
     mark = "ok  " if budget.ok else "FAIL"
     return Report(ok=budget.ok, lines=(f"{mark} baseline_budget: {budget.describe()}, {note}",))
+
+
+SINCE = "serving_since_session"
+
+
+def serving_since_report(now: ServingSettings, store: SessionStore) -> Report:
+    """``serving_since_session``: the serving settings now against those the latest session
+    (or epoch) began under, each change named (inference contract 10). Not ok on a change, so
+    ``bxctl doctor`` shows it; ``loopd serve`` reports it and starts anyway (a changed setting
+    costs the sessions their cache, which they survive). It passes again once a session has
+    begun under the new settings."""
+    served = (f"template {now.chat_template_sha256}, KV cache {now.kv_cache_type or 'unknown'}, "
+              f"speculative {now.speculative}, {now.slot_count} slots of "
+              f"{now.per_slot_context} tokens")
+    try:
+        latest = store.latest_serving()
+    except CorruptSession as exc:
+        return Report(ok=False, lines=(f"FAIL {SINCE}: {exc}",))
+    if latest is None:
+        return Report(ok=True, lines=(f"ok   {SINCE}: no session recorded yet; served now: "
+                                      f"{served}",))
+    session, before = latest
+    found = changes(before, now)
+    if not found:
+        return Report(ok=True, lines=(f"ok   {SINCE}: unchanged since session {session} began "
+                                      f"({served})",))
+    return Report(ok=False, lines=(f"FAIL {SINCE}: since session {session} began: "
+                                   f"{'; '.join(found)}",))
+
+
+async def serving_since_check(client: InferenceClient, store: SessionStore) -> Report:
+    """``loopd serving``: read the settings now, then ``serving_since_report``."""
+    try:
+        now = await fetch_serving(client)
+    except InferenceError as exc:
+        return Report(ok=False, lines=(f"FAIL {SINCE}: cannot read the serving settings: {exc}",))
+    return serving_since_report(now, store)
 
 
 async def startup_checks(client: InferenceClient, baselines: Baselines) -> tuple[bool, str]:

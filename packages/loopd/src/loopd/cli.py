@@ -77,3 +77,16 @@ def budget(config_path: Path) -> None:
     Example: loopd budget --config /etc/boxmaker/config.toml
     """
     _check(config_path, "budget")
+
+
+@main.command()
+@config_option
+def serving(config_path: Path) -> None:
+    """Compare the serving settings the model server runs with now (chat template, KV cache
+    type, speculative decoding, slot count, per-slot context) with those the latest session
+    began under, and name each change. Exit 1 if any changed (a changed template or KV cache
+    type means every cached prefix is gone).
+
+    Example: loopd serving --config /etc/boxmaker/config.toml
+    """
+    _check(config_path, "serving")

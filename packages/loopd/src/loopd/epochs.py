@@ -54,8 +54,11 @@ class EpochSettings:
     summary_tokens: int = 1024
 
     @classmethod
-    def from_config(cls, config: Config) -> EpochSettings:
-        context = config.inference.serving.per_slot_context
+    def from_config(cls, config: Config, *, served_context: int | None = None) -> EpochSettings:
+        """The limit is ``compact_at`` of the per-slot context: the recorded one if
+        ``[inference.serving] per_slot_context`` is set, else what the server says
+        (``served_context``), so compaction needs no configuration."""
+        context = config.inference.serving.per_slot_context or served_context
         limit = None if context is None else int(config.loop.compact_at * context)
         return cls(compact_at_tokens=limit, summary_tokens=config.loop.summary_tokens)
 

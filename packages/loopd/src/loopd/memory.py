@@ -82,8 +82,8 @@ class MemoryLink:
             snapshot = frame.parse(IdentitySnapshot)
         except MemoryUnavailable:
             raise
-        except (BoxmakerError, TimeoutError) as exc:
-            raise MemoryUnavailable(f"memoryd: {exc or 'timed out'}") from exc
+        except BoxmakerError as exc:
+            raise MemoryUnavailable(f"memoryd: {exc}") from exc
         if snapshot.session != session or snapshot.epoch != epoch:
             raise MemoryUnavailable(
                 f"memoryd answered for session {snapshot.session} epoch {snapshot.epoch}, "
@@ -107,9 +107,9 @@ class MemoryLink:
     async def _report(self, body: TurnFinished) -> None:
         try:
             frame = await self._ask(Frame.of(wire.TURN_FINISHED, body, final=True))
-        except (BoxmakerError, TimeoutError) as exc:
+        except BoxmakerError as exc:
             log.info("memoryd did not take session %s's turn (it catches up from the log): %s",
-                     body.session, exc or "timed out")
+                     body.session, exc)
             return
         if frame.kind != wire.TURN_RECORDED:
             log.info("memoryd answered %s to session %s's turn: %s", frame.kind, body.session,

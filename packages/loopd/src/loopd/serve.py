@@ -28,15 +28,31 @@ from bxcore.errors import ConfigError
 from bxcore.protocol.delegate import DELEGATE_SCHEMA
 from bxcore.util import now_rfc3339
 
-from .checks import budget_report, selftest_report, startup_checks
+from .checks import (
+    budget_report,
+    selftest_report,
+    serving_since_check,
+    serving_since_report,
+    startup_checks,
+)
 from .epochs import Baselines, EpochSettings
 from .inference.api import Inference
 from .inference.client import InferenceClient
+from .inference.errors import InferenceError
+from .inference.serving import ServingSettings, fetch_serving
 from .memory import IdentityFiles, Memory, MemoryLink
 from .server import LoopServer
 from .store import SessionStore
 from .subagents import Subagents
-from .tools import FakeTools, Registry, ToolPort, ToolRunner, load_registry, with_memory_tools
+from .tools import (
+    FakeTools,
+    Registry,
+    ToolPort,
+    ToolRunner,
+    load_registry,
+    with_clock,
+    with_memory_tools,
+)
 from .tools.broker import BrokerPort
 from .tools.registry import with_builtin
 from .turn import Loop, TurnSettings
@@ -45,6 +61,7 @@ log = logging.getLogger("loopd")
 
 DEFAULT_SYSTEM = Path(__file__).with_name("system.md")
 StartupCheck = Callable[[], Awaitable[tuple[bool, str]]]
+ServingSource = Callable[[], Awaitable[ServingSettings]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,8 +91,12 @@ def build_role(config: Config, config_path: Path, tools: str | None = None) -> R
         registry, port = Registry(fake.schemas), fake
     else:
         if config.loop.registry is None:
-            raise ConfigError(f"{config_path}: loop.registry: the broker port needs a registry")
-        registry = load_registry(config.loop.registry)
+            raise ConfigError(
+                f"{config_path}: loop.registry: set it to the toolkit's registry (bx-tool schemas "
+                f"--out <file>): [loop] tools is \"broker\" (the default), which needs one; "
+                f"tools = \"fake\" is a test double"
+            )
+        registry = with_clock(load_registry(config.loop.registry))
         if isinstance(memory, MemoryLink):  # the memory tools reach memoryd through brokerd
             registry = with_memory_tools(registry)
         registry = with_builtin(registry, [DELEGATE_SCHEMA])  # brokerd decides, loopd runs it
@@ -112,7 +133,7 @@ async def serve(config: Config, config_path: Path, *, tools: str | None = None) 
     async def main() -> None:
         nonlocal status
         status = await run(role, client, lambda: startup_checks(client, role.baselines),
-                           notifier=notifier)
+                           notifier=notifier, serving=lambda: fetch_serving(client))
 
     try:
         await run_until_signalled(main(), on_stop=notifier.stopping)
@@ -123,13 +144,16 @@ async def serve(config: Config, config_path: Path, *, tools: str | None = None) 
 
 
 async def check(config: Config, config_path: Path, which: str) -> int:
-    """``loopd selftest`` / ``loopd budget``: one named report on stdout; 0 if it passed."""
+    """``loopd selftest`` / ``budget`` / ``serving``: one named report on stdout; 0 if it
+    passed."""
     role = build_role(config, config_path)
     client = InferenceClient(config.inference, socket=config.inference.socket or
                              config.socket("infer"))
     try:
         if which == "selftest":
             report = await selftest_report(client)
+        elif which == "serving":
+            report = await serving_since_check(client, SessionStore(config.paths.home))
         else:
             report = await budget_report(client, role.baselines, identity_required=isinstance(
                 role.memory, MemoryLink))
@@ -143,9 +167,14 @@ async def check(config: Config, config_path: Path, which: str) -> int:
 async def run(
     role: Role, inference: Inference, checks: StartupCheck, *,
     notifier: Notifier | None = None, stop: asyncio.Event | None = None,
+    serving: ServingSource | None = None,
 ) -> int:
     """Check, then serve until cancelled (by ``serve``'s signal handling) or until ``stop`` is
-    set. Returns the exit status: 1 if a check failed."""
+    set. Returns the exit status: 1 if a check failed.
+
+    ``serving`` reads the server's serving settings: once at start, for the per-slot context
+    compaction needs when ``[inference.serving] per_slot_context`` is not set, and to name what
+    changed since the latest session began; then for each new session's record."""
     served = role.config.served("loop")
     group = served.gid(role.source)
     remove_stale_socket(served.path)  # before the checks: clients see "not running" meanwhile
@@ -158,16 +187,20 @@ async def run(
         inference=inference, tools=ToolRunner(role.registry, role.port),
         settings=TurnSettings.from_config(role.config), now=now_rfc3339,
     )
-    epochs = EpochSettings.from_config(role.config)
-    if epochs.compact_at_tokens is None:
-        log.warning("[inference.serving] per_slot_context is not recorded: sessions are never "
-                    "compacted, and end with session_full when their slot is full")
     store = SessionStore(role.config.paths.home)
     for name in store.remove_staging():
         log.warning("removed %s: a session whose creation a crash interrupted", name)
+    settings = await _served_now(serving, store)
+    epochs = EpochSettings.from_config(
+        role.config, served_context=None if settings is None else settings.per_slot_context
+    )
+    if epochs.compact_at_tokens is None:
+        log.warning("the per-slot context is unknown ([inference.serving] per_slot_context is "
+                    "not set and the server did not say): sessions are never compacted, and end "
+                    "with session_full when their slot is full")
     server = LoopServer(
         store=store, loop=loop, new_baseline=role.baselines,
-        slots=role.config.inference.slots, memory=role.memory, epochs=epochs,
+        slots=role.config.inference.slots, memory=role.memory, epochs=epochs, serving=serving,
     )
     if isinstance(role.port, BrokerPort):
         role.port.children = Subagents(server)  # an allowed delegate call's child runs here
@@ -178,3 +211,17 @@ async def run(
             await wait_forever()
         await stop.wait()
     return 0
+
+
+async def _served_now(serving: ServingSource | None, store: SessionStore) -> ServingSettings | None:
+    """The serving settings at start, with what changed since the latest session began printed
+    beside the self-test's report; None if there is no source or the server cannot say."""
+    if serving is None:
+        return None
+    try:
+        served = await serving()
+    except InferenceError as exc:
+        log.warning("cannot read the serving settings: %s", exc)
+        return None
+    print(serving_since_report(served, store).text(), file=sys.stderr)
+    return served

@@ -13,6 +13,10 @@ Inside the lock, before the turn: a new session gets its epoch-0 baseline (ident
 memoryd); a session due for compaction is compacted (epochs.py), and a closed one gets its next
 epoch. After the turn, whatever it ended with, the records it appended are reported to memoryd in
 the background, so the final frame never waits for memoryd.
+
+A new session, and each new epoch, records the serving settings it begins under (``serving``,
+read from the server; inference contract 10) beside its logs, so the self-test and ``bxctl
+doctor`` can name what changed since. A server that cannot say leaves no record; the turn runs.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import asyncio
 import dataclasses
 import logging
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
 from bxcore.config.inference import SlotSection
-from bxcore.errors import ErrorCode, StreamClosed, WireError
+from bxcore.errors import ErrorCode, StreamClosed, StreamTimeout, WireError
 from bxcore.frames import Frame, FrameError
 from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
@@ -32,6 +37,8 @@ from bxcore.protocol.loop import Turn, TurnEvent, TurnEventBody
 from .epochs import BaselineSource, EpochSettings, close_epoch, needs_compaction, open_epoch
 from .errors import LoopError, SessionBusy, SessionExists
 from .inference.api import EventSink
+from .inference.errors import InferenceError
+from .inference.serving import ServingSettings
 from .memory import IdentityFiles, Memory
 from .store import Session, SessionStore
 from .turn import Loop, run_turn
@@ -48,6 +55,7 @@ class LoopServer:
         self, *, store: SessionStore, loop: Loop, new_baseline: BaselineSource,
         slots: SlotSection, memory: Memory | None = None,
         epochs: EpochSettings | None = None, kept_sessions: int = KEPT_SESSIONS,
+        serving: Callable[[], Awaitable[ServingSettings]] | None = None,
     ):
         self.store = store
         self.loop = loop
@@ -58,6 +66,7 @@ class LoopServer:
         self._busy: set[str] = set()
         self._kept: OrderedDict[str, Session] = OrderedDict()
         self._kept_max = kept_sessions
+        self._serving = serving
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One channel connection: read its turn, run it, answer."""
@@ -65,7 +74,7 @@ class LoopServer:
         try:
             final = await self._answer(stream)
             await stream.write(final)
-        except (StreamClosed, TimeoutError, OSError) as exc:
+        except (StreamClosed, StreamTimeout) as exc:
             log.info("channel went away: %s", exc)
         finally:
             await stream.close()
@@ -144,8 +153,17 @@ class LoopServer:
                 self.store, session, self._new_baseline, time=self.loop.now()
             )
             log.info("session %s: epoch %d started", session.id, session.epoch)
+            await self._record_serving(session)
             self._keep(session)
         return session
+
+    async def _record_serving(self, session: Session) -> None:
+        if self._serving is None:
+            return
+        try:
+            self.store.record_serving(session, await self._serving())
+        except InferenceError as exc:
+            log.warning("session %s: the serving settings were not recorded: %s", session.id, exc)
 
     async def _session_for(self, turn: Turn) -> Session:
         session: Session | None
@@ -157,6 +175,7 @@ class LoopServer:
                 turn.session, baseline, slot=self.slot_for(turn.session_kind),
                 time=self.loop.now(),
             )
+            await self._record_serving(session)
         else:
             kept = self._kept.get(turn.session)
             session = kept if kept is not None and kept.is_current() else None
@@ -191,7 +210,7 @@ class _Channel:
         frame = Frame.of(wire.TURN_EVENT, TurnEvent(event=event), final=False)
         try:
             await self._stream.write(frame, timeout=EVENT_WRITE_TIMEOUT)
-        except (StreamClosed, TimeoutError, OSError) as exc:
+        except (StreamClosed, StreamTimeout) as exc:
             log.info("channel stopped taking events: %s", exc)
             self._gone = True
 

@@ -79,12 +79,15 @@ async def run_turn(
     session.append(User(time=loop.now(), content=content))
     machine.process(UserAppended)
     budget = _Budget(loop.settings)
+    reasoning = 0
     while True:
         request = ChatRequest(
             messages=session.messages, tools=tuple(session.baseline.tools), slot=session.slot,
             session=session.id, tool_choice=next(choices, None), thinking=thinking,
+            reasoning_spent=reasoning,
         )
         completion = await _complete(loop, session, machine, events, request)
+        reasoning += completion.reasoning_tokens  # the thinking cap is per turn
         if not completion.tool_calls:
             machine.process(Answered)
             return _done(completion)

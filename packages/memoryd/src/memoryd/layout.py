@@ -62,10 +62,12 @@ class Layout:
         return self.memory / name
 
     def ensure(self) -> None:
-        """Create memoryd's own directories, owner-only."""
+        """Create memoryd's own directories: its user writes, the units' group reads. Run by
+        another user (the owner's ``bxctl memory log``), existing ones are left as they are."""
         for directory in (self.memory, self.edits, self.index):
             directory.mkdir(mode=0o750, parents=True, exist_ok=True)
-            os.chmod(directory, 0o750)
+            if directory.stat().st_uid == os.geteuid():
+                os.chmod(directory, 0o750)
 
 
 def split_entries(text: str) -> list[str]:

@@ -64,7 +64,7 @@ async def _connection(
         frame = await stream.read(timeout=READ_TIMEOUT)
         answer = await service.handle(frame)
         await stream.write(answer)
-    except (BoxmakerError, TimeoutError) as exc:
+    except BoxmakerError as exc:
         log.warning("memory.sock connection dropped: %s", exc)
     finally:
         await stream.close()

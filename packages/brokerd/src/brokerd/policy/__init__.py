@@ -4,12 +4,19 @@
 one grant file's text (the loading shell is ``brokerd.grantstore``).
 """
 
-from ._decide import MEMORY_GRANT, MEMORY_TOOLS, decide, parse_arguments, path_arguments
+from ._decide import (
+    CLOCK_GRANT,
+    MEMORY_GRANT,
+    MEMORY_TOOLS,
+    decide,
+    parse_arguments,
+    path_arguments,
+)
 from ._decision import Decision, NotAuthorized
 from ._settle import settle
 from .grants import Grant, parse_grant
 
 __all__ = [
-    "MEMORY_GRANT", "MEMORY_TOOLS", "Decision", "Grant", "NotAuthorized", "decide",
+    "CLOCK_GRANT", "MEMORY_GRANT", "MEMORY_TOOLS", "Decision", "Grant", "NotAuthorized", "decide",
     "parse_arguments", "parse_grant", "path_arguments", "settle",
 ]

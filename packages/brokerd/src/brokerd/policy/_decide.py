@@ -4,7 +4,8 @@ No files, no clock: the caller passes the time, the session's taint, the request
 arguments already resolved (symlinks and ``..`` gone), and the secrets the grants name. The rules
 (docs/grants.md):
 
-1. Memory tools (recall, ask_memory, memory) are allowed by built-in policy; no grant applies.
+1. Memory tools (recall, ask_memory, memory) and ``clock`` are allowed by built-in policy; no
+   grant applies (``clock`` reads brokerd's clock and nothing else; every session has it).
 2. Arguments that are not one JSON object: deny.
 3. A grant matches when it names the tool (or ``*``), has not expired, and every argument it
    constrains satisfies the constraint. An auto or ask grant must also allow the session's
@@ -26,7 +27,7 @@ from typing import Any
 
 from bxcore.protocol.memory import MEMORY_TOOLS
 from bxcore.secrets import Secret
-from bxcore.tools import DecisionRecord, ToolRequest, Verdict
+from bxcore.tools import CLOCK, DecisionRecord, ToolRequest, Verdict
 from bxcore.util import text_sha256
 
 from ..sandbox.spec import Mount, SandboxSpec, ToolSettings
@@ -36,6 +37,7 @@ from ._match import host_allowed, host_of
 from .grants import ArgumentConstraint, Grant
 
 MEMORY_GRANT = "builtin:memory"
+CLOCK_GRANT = "builtin:clock"
 _STRICTNESS = {"deny": 2, "ask": 1, "auto": 0}
 _VERDICT: dict[str, Verdict] = {"deny": "deny", "ask": "ask", "auto": "allow"}
 
@@ -80,6 +82,9 @@ def decide(
         spec = SandboxSpec(program=request.tool, arguments=request.arguments)
         why = "memory tools are allowed by built-in policy"
         return mint(record("allow", MEMORY_GRANT, why), spec)
+    if request.tool == CLOCK.name:
+        spec = SandboxSpec(program=request.tool, arguments=request.arguments)
+        return mint(record("allow", CLOCK_GRANT, "clock is allowed by built-in policy"), spec)
     arguments = parse_arguments(request.arguments)
     if arguments is None:
         return mint(record("deny", None, "the arguments are not one JSON object"), None)
@@ -196,5 +201,5 @@ def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret],
     )
 
 
-__all__ = ["MEMORY_GRANT", "MEMORY_TOOLS", "Decision", "decide", "parse_arguments",
+__all__ = ["CLOCK_GRANT", "MEMORY_GRANT", "MEMORY_TOOLS", "Decision", "decide", "parse_arguments",
            "path_arguments"]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..egress import EgressProxy, egress_proxy
+from ..egress import egress_proxy
 from ._call import check_spec
 from ._outcome import Outcome
 from ._workspace import CallWorkspace, default_scratch_root
@@ -24,7 +24,6 @@ class Backend(ABC):
         self._scratch_root = scratch_root or default_scratch_root()
         self._owner = owner  # the host uid each call's scratch files are given to, if not ours
         self._resolver = egress_resolver
-        self.last_egress: EgressProxy | None = None  # the latest call's proxy, for its events
 
     async def run(self, decision: Decision) -> Outcome:
         spec = decision.authorize()
@@ -33,8 +32,7 @@ class Backend(ABC):
             if workspace.egress_dir is None:
                 return await self._execute(spec, workspace)
             async with egress_proxy(workspace.proxy_socket, spec.hosts, self._resolver,
-                                    internal=spec.internal) as proxy:
-                self.last_egress = proxy
+                                    internal=spec.internal):
                 return await self._execute(spec, workspace)
 
     @abstractmethod

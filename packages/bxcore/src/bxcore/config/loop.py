@@ -13,11 +13,13 @@ class LoopSection(Section):
     tool_iterations: Annotated[int, Field(ge=1)] = 8
     repeat_detection: bool = True
     tool_result_cap: Annotated[int, Field(ge=64)] = 16 * 1024  # bytes of UTF-8
-    # Which port answers tool calls: "fake" is M2b's in-process clock and echo; "broker" sends
-    # every call to brokerd over broker.sock ([broker] socket).
-    tools: Literal["fake", "broker"] = "fake"
+    # Which port answers tool calls: "broker" sends every call to brokerd over broker.sock
+    # ([broker] socket), the product; "fake" is a test double (M2b's in-process clock and echo,
+    # no brokerd, no memory) that only an explicit setting chooses.
+    tools: Literal["fake", "broker"] = "broker"
     # The registry for the broker port: a JSON array of tool schemas with a "core" flag, as the
-    # toolkit publishes it. The fake port brings its own.
+    # toolkit publishes it (``bx-tool schemas``); required with the broker port. The fake port
+    # brings its own.
     registry: ConfigPath | None = None
     # Where a new epoch's identity comes from, and who hears of finished turns: "memoryd" asks
     # memory.sock (and refuses to start an epoch while memoryd cannot be reached); "off" reads

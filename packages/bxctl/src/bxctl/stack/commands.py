@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .local import Layout, StackError, default_state, down, status, up
+from .local import DEFAULT_MODEL, Layout, StackError, default_state, down, status, up
 
 _STATE = click.option(
     "--state",
@@ -49,7 +49,7 @@ def _layout(state: Path | None) -> Layout:
     help="The grants directory brokerd reads (default: ./grants-examples).",
 )
 @click.option(
-    "--model", default="qwen-tools", show_default=True, help="The router preset loopd talks to."
+    "--model", default=DEFAULT_MODEL, show_default=True, help="The router preset loopd talks to."
 )
 @click.option(
     "--chat/--no-chat",

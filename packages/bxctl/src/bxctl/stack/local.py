@@ -27,7 +27,9 @@ from bxcore.canonical import canonical_text
 from .notify import NotifyListener
 from .processes import Started, alive, load, save, spawn, stop
 
-READY_TIMEOUT = 300.0  # bounded: a daemon that never gets ready fails `up` with its log
+# Bounded: a daemon that never gets ready fails `up` with its log. loopd gets ready after its
+# self-test completions on the default 1.5B model: minutes on a busy 2-core machine.
+READY_TIMEOUT = 1800.0
 ROLES = ("inferproxy", "memoryd", "brokerd", "loopd")
 
 
@@ -94,9 +96,9 @@ mode = 384  # 0o600
 [inference]
 model = {q(model)}
 max_tokens = 512
-# A tiny model on a small CPU: prompt progress arrives once per 2,048-token batch, so a busy
+# A 1.5B model on a small CPU: prompt progress arrives once per 2,048-token batch, so a busy
 # machine can be silent for longer than the default 60 s while it is still working.
-liveness_timeout = 300
+liveness_timeout = 900
 
 [inference.serving]
 slot_count = 2
@@ -194,6 +196,9 @@ def _http_ok(sock: Path, path: str) -> bool:
         return False
 
 
+DEFAULT_MODEL = "coder"  # serving/presets.ini: Qwen2.5-Coder-1.5B (docs/decisions.md)
+
+
 def up(
     layout: Layout,
     *,
@@ -201,7 +206,7 @@ def up(
     models: Path,
     serving_src: Path,
     grants: Path,
-    model: str = "qwen-tools",
+    model: str = DEFAULT_MODEL,
     say: Callable[[str], None] = print,
 ) -> list[Started]:
     """Start everything and return what runs. On any failure, stop what was started."""

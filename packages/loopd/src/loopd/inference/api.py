@@ -36,6 +36,9 @@ class ChatRequest:
     max_tokens: int | None = None  # overrides [inference].max_tokens for this request
     tool_choice: str | None = None  # "auto" (the server's default), "required" or "none"
     thinking: bool = True  # False: ask the server not to think (a request parameter, not prompt)
+    # Reasoning tokens the turn's earlier completions spent: the thinking cap counts per turn
+    # (inference contract 8), so this completion may reason only for what is left of it.
+    reasoning_spent: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -121,7 +121,7 @@ class InferenceClient:
             try:
                 if response.status_code != 200:
                     await self._raise_for_status(response)
-                return await self._read_stream(response, events)
+                return await self._read_stream(response, request, events)
             finally:
                 await response.aclose()
 
@@ -177,10 +177,16 @@ class InferenceClient:
             f"the server refused the request (HTTP {status}): {message}", status=status
         )
 
-    async def _read_stream(self, response: httpx.Response, events: EventSink) -> Completion:
+    async def _read_stream(
+        self, response: httpx.Response, request: ChatRequest, events: EventSink
+    ) -> Completion:
+        """The streamed completion. The thinking cap is the turn's: reasoning is ended once the
+        tokens of this completion and the turn's earlier ones (``request.reasoning_spent``)
+        reach ``thinking_cap``, at the first reasoning token if the turn has none left."""
         parser = SSEParser()
         assembler = CompletionAssembler()
         capped = cap_sent = False
+        spent_before, cap = request.reasoning_spent, self.section.thinking_cap
         chunks = response.aiter_raw()
         liveness = self.section.liveness_timeout
         while True:
@@ -197,11 +203,12 @@ class InferenceClient:
                     continue  # a keep-alive comment: its bytes already counted for liveness
                 for channel_event in assembler.add(parse_chunk(event.data)):
                     await events(channel_event)
-                if not cap_sent and assembler.reasoning_tokens >= self.section.thinking_cap:
+                spent = spent_before + assembler.reasoning_tokens
+                if not cap_sent and assembler.reasoning_tokens and spent >= cap:
                     cap_sent = True
                     capped = await self._end_reasoning(assembler.completion_id)
                     if capped:
-                        await events(ThinkingCapped(tokens=assembler.reasoning_tokens))
+                        await events(ThinkingCapped(tokens=spent))
             if event is END or not data:
                 return assembler.finish(thinking_capped=capped)
 

@@ -4,9 +4,16 @@ that answers ``find_tool`` and ``call_tool`` itself (M2b design, sections 4 and 
 from .dispatch import ToolRunner, cap_text
 from .fake import FakeTools
 from .port import ToolPort
-from .registry import CALL_TOOL, FIND_TOOL, Registry, load_registry, with_memory_tools
+from .registry import (
+    CALL_TOOL,
+    FIND_TOOL,
+    Registry,
+    load_registry,
+    with_clock,
+    with_memory_tools,
+)
 
 __all__ = [
     "CALL_TOOL", "FIND_TOOL", "FakeTools", "Registry", "ToolPort", "ToolRunner", "cap_text",
-    "load_registry", "with_memory_tools",
+    "load_registry", "with_clock", "with_memory_tools",
 ]

@@ -52,7 +52,7 @@ class BrokerPort:
     async def call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
         try:
             return await self._call(request, events)
-        except (BoxmakerError, TimeoutError) as exc:
+        except BoxmakerError as exc:
             return plain_answer("failed", f"The tool did not run: brokerd failed: {exc}")
 
     async def _call(self, request: ToolRequest, events: EventSink) -> ToolResponse:

@@ -1,6 +1,7 @@
 """``FakeTools``: M2b's in-process port with two tools, ``clock`` (core) and ``echo`` (not core).
 
-It reads nothing and reaches nothing (threat model note: the port is where brokerd takes over).
+A test double: it reads nothing and reaches nothing (threat model note: the port is where
+brokerd takes over). Only an explicit ``[loop] tools = "fake"`` chooses it.
 """
 
 from __future__ import annotations
@@ -9,18 +10,12 @@ import json
 from collections.abc import Callable
 
 from bxcore.chat import ToolSchema
-from bxcore.tools import ToolRequest, ToolResponse
+from bxcore.tools import CLOCK, ToolRequest, ToolResponse
 from bxcore.util import now_rfc3339
 
 from ..inference.api import EventSink
 from .port import plain_answer
 
-CLOCK = ToolSchema(
-    name="clock",
-    description="The current date and time in UTC, as RFC 3339.",
-    parameters={"type": "object", "properties": {}},
-    core=True,
-)
 ECHO = ToolSchema(
     name="echo",
     description="Echo: returns its text argument unchanged.",

@@ -7,7 +7,6 @@ Core tools have their schema in the epoch's fixed ``tools`` array, together with
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from bxcore.canonical import canonical_text
 from bxcore.chat import ToolSchema
 from bxcore.frames import describe_validation
 from bxcore.protocol.memory import MEMORY_TOOL_SCHEMAS
+from bxcore.tools import CLOCK
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import RegistryError
@@ -135,10 +135,13 @@ def with_builtin(registry: Registry, schemas: Sequence[ToolSchema]) -> Registry:
     return Registry([*(s for s in listed if s.name not in names), *fixed])
 
 
+def with_clock(registry: Registry) -> Registry:
+    """The registry with ``clock`` first, core, from bxcore (a registry file's own ``clock``
+    entry is replaced): the tools array holds it in every configuration (M2b design, section
+    5), and brokerd answers it by built-in policy."""
+    return Registry([CLOCK, *(s for s in registry.schemas() if s.name != CLOCK.name)])
+
+
 def _loop_names() -> set[str]:
     return {schema.name for schema in LOOP_TOOLS}
 
-
-def registry_json(schemas: Sequence[ToolSchema]) -> str:
-    """The registry file's text for ``schemas`` (what ``load_registry`` reads)."""
-    return json.dumps([s.model_dump(mode="json") for s in schemas], indent=2) + "\n"

@@ -1,0 +1,34 @@
+"""brokerd's sockets bound the simple way, for tests: both with the default mode, no group, the
+kernel's overflow uid. ``brokerd serve`` (brokerd.daemon) binds them with the configured modes
+and groups instead."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from brokerd.server import Handler, connection, handlers
+from brokerd.service import Broker
+from bxcore import daemon
+from bxcore.peers import PeerPolicy
+from bxcore.protocol import approval as approval_wire
+from bxcore.protocol import broker as broker_wire
+
+
+async def bind(path: Path, kinds: frozenset[str], handle: Handler) -> asyncio.AbstractServer:
+    """Listen on ``path`` (bxcore.daemon: born with the default mode, a stale file replaced,
+    peers checked as the daemon checks them)."""
+    sock = daemon.bind_unix_socket(path, mode=daemon.DEFAULT_MODE)
+    gated = daemon.gate_peers(path, connection(path, kinds, handle), PeerPolicy(group=None))
+    return await asyncio.start_unix_server(gated, sock=sock)
+
+
+async def start(
+    broker: Broker, broker_socket: Path, approve_socket: Path
+) -> list[asyncio.AbstractServer]:
+    """broker.sock and approve.sock for ``broker``."""
+    tool_call, approval = handlers(broker)
+    return [
+        await bind(broker_socket, broker_wire.TO_BROKERD, tool_call),
+        await bind(approve_socket, approval_wire.TO_APPROVE_SOCKET, approval),
+    ]
