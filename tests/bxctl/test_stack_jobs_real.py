@@ -71,7 +71,8 @@ def test_a_job_runs_by_its_schedule_and_a_subagents_answer_and_taint_reach_its_p
     notes.mkdir()
     (notes / "keys.md").write_text(NOTE + "\n")
     up = bxctl("up", "--no-chat", "--state", str(state), "--llama-server", str(binary),
-               "--models", str(models), "--grants", str(grants(tmp_path / "grants", notes)))
+               "--models", str(models), "--model", "qwen-tools",
+               "--grants", str(grants(tmp_path / "grants", notes)))
     home = state / "home"
     try:
         assert up.returncode == 0, up.stderr
