@@ -16,12 +16,10 @@ import pytest
 from bxcore.display import describe_call, visible
 from bxctl.cli import main as bxctl
 from click.testing import CliRunner
-from faults import conftest as faults_conftest
 from gatewayd.render import approval_text
 
 from .laundering_support import audited, chain_ok, directive, grant, scripted_rig, via_call_tool
 
-short_dir = faults_conftest.short_dir  # the fixture: a temp dir whose socket paths stay short
 RLO = "\u202e"
 
 

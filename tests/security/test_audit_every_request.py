@@ -16,12 +16,10 @@ import pytest
 from brokerd.audit.log import entries
 from bxcore.frames import _PREFIX, Frame, FrameDecoder
 from bxcore.protocol import broker as broker_wire
-from faults import conftest as faults_conftest
 
 from .laundering_support import chain_ok, scripted_rig, tree_hash
 
 pytestmark = pytest.mark.sandbox
-short_dir = faults_conftest.short_dir  # the fixture: a temp dir whose socket paths stay short
 
 
 def exchange(path, payload: bytes) -> Frame:

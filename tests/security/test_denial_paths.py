@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from faults import conftest as faults_conftest
 
 from .laundering_support import (
     audited,
@@ -25,7 +24,6 @@ from .laundering_support import (
 )
 
 pytestmark = pytest.mark.sandbox
-short_dir = faults_conftest.short_dir  # the fixture: a temp dir whose socket paths stay short
 PATHS = re.compile(r"/[^\s'\"),;]+")
 
 

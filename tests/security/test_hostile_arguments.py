@@ -18,7 +18,6 @@ from bxcore.frames import Frame, encode_frame
 from bxcore.protocol import broker as broker_wire
 from bxcore.records import ToolResult
 from bxcore.tools import ToolRequest, ToolResponse
-from faults import conftest as faults_conftest
 from hypothesis import given
 from hypothesis import strategies as st
 from loop.support import fake_registry
@@ -27,8 +26,6 @@ from loopd.tools.dispatch import ToolRunner
 from loopd.tools.port import plain_answer
 
 from .laundering_support import directive, scripted_rig, tool_results, via_call_tool
-
-short_dir = faults_conftest.short_dir  # the fixture: a temp dir whose socket paths stay short
 
 # Text with what breaks encoders: lone surrogates, NULs, bidi overrides, deep nesting.
 hostile_text = st.text(alphabet=st.sampled_from(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 from bxcore.tools import DataClass
-from faults import conftest as faults_conftest
 from memoryd.layout import Layout
 from memoryd.notes import read_notes
 from memoryd.writer import Caller, MemoryWriter
@@ -30,7 +29,6 @@ from .laundering_support import (
 )
 
 pytestmark = pytest.mark.sandbox
-short_dir = faults_conftest.short_dir  # the fixture: a temp dir whose socket paths stay short
 KEY = "KEY-7c1e-secret"
 
 

@@ -13,7 +13,6 @@ import subprocess
 
 import pytest
 from brokerd.grantstore import load_grants
-from faults import conftest as faults_conftest
 from faults.stack import BIN
 
 from .laundering_support import (
@@ -29,7 +28,6 @@ from .laundering_support import (
 )
 
 pytestmark = pytest.mark.sandbox
-short_dir = faults_conftest.short_dir  # the fixture: a temp dir whose socket paths stay short
 CANARY = "CANARY-retarget-51d0"
 
 
