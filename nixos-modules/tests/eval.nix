@@ -35,10 +35,10 @@ let
   config = evaluated.config;
 in
 {
-  inherit (config.systemd) services;
+  inherit (config.systemd) services timers;
   inherit (config.users) users groups;
   tmpfiles = config.systemd.tmpfiles.rules;
-  etc = lib.mapAttrs (_: file: { inherit (file) source target mode; }) config.environment.etc;
+  etc = lib.mapAttrs (_: file: { inherit (file) source target mode text; }) config.environment.etc;
   systemPackages = map (p: p.name) config.environment.systemPackages;
   containers = config.virtualisation.containers.enable;
   configFile = config.services.boxmaker.configFile;

@@ -69,6 +69,17 @@ let
     };
   };
 
+  # lib/systemd-unit-options.nix's timerOptions (with the common unit options a timer uses).
+  timer = { name, ... }: {
+    options = {
+      enable = mkOption { type = types.bool; default = true; description = "Whether the unit is installed."; };
+      description = mkOption { type = types.str; default = ""; description = "Description="; };
+      wantedBy = units "[Install] WantedBy=";
+      unitConfig = mkOption { type = types.attrsOf unitOption; default = { }; description = "[Unit]"; };
+      timerConfig = mkOption { type = types.attrsOf unitOption; default = { }; description = "[Timer]"; };
+    };
+  };
+
   user = { name, config, ... }: {
     config = lib.mkIf config.isNormalUser {
       group = lib.mkDefault "users";
@@ -100,7 +111,10 @@ let
     };
   };
 
-  etcFile = { name, ... }: {
+  etcFile = { name, config, ... }: {
+    # etc.nix: a file given as `text` is written to the store and linked from there (here a
+    # store-like path that names it; nothing is written).
+    config.source = lib.mkIf (config.text != null) (lib.mkDefault "/nix/store/stub-etc-${baseNameOf name}");
     options = {
       enable = mkOption { type = types.bool; default = true; description = "Whether the file is made."; };
       target = mkOption { type = types.str; default = name; description = "Its path under /etc."; };
@@ -126,6 +140,7 @@ in
     users.groups = mkOption { type = types.attrsOf (types.submodule group); default = { }; description = "Groups."; };
 
     systemd.services = mkOption { type = types.attrsOf (types.submodule service); default = { }; description = "Services."; };
+    systemd.timers = mkOption { type = types.attrsOf (types.submodule timer); default = { }; description = "Timers."; };
     systemd.tmpfiles.rules = mkOption { type = types.listOf types.str; default = [ ]; description = "tmpfiles.d lines."; };
 
     environment.etc = mkOption { type = types.attrsOf (types.submodule etcFile); default = { }; description = "/etc files."; };

@@ -191,6 +191,26 @@ def test_the_roles_are_built_with_the_hosts_pkgs_and_every_image_carries_the_ca_
     assert "gatewayd-0.1.0" in built["images"]["gatewayd"]["contents"]
 
 
+def test_a_job_becomes_a_timer_and_a_one_shot_service_under_nixos_types():
+    job = '"morning-notes" = { ask = "Summarise my notes."; schedule = "*-*-* 07:30:00"; };'
+    system = nix_eval(evaluate(with_setting(f"services.boxmaker.jobs.{job}")))
+    assert system["failedAssertions"] == []
+    timer = system["timers"]["boxmaker-job-morning-notes"]
+    assert timer["timerConfig"]["OnCalendar"] == "*-*-* 07:30:00"
+    assert timer["wantedBy"] == ["timers.target"]
+    service = system["services"]["boxmaker-job-morning-notes"]
+    assert service["serviceConfig"]["Type"] == "oneshot"
+    assert "job run morning-notes" in service["serviceConfig"]["ExecStart"]
+    (job_file,) = [f for f in system["etc"].values() if f["target"].endswith("morning-notes.toml")]
+    assert 'ask = "Summarise my notes."' in job_file["text"]
+
+
+def test_a_job_with_a_bad_name_fails_an_assertion_saying_why():
+    job = '"no good" = { ask = "x"; schedule = "daily"; };'
+    system = nix_eval(evaluate(with_setting(f"services.boxmaker.jobs.{job}")))
+    assert any("not a job name" in message for message in system["failedAssertions"])
+
+
 def test_the_vm_tests_host_evaluates_with_the_stand_in_model_beside_the_roles():
     """nixos-modules/tests/vm-host.nix, as vm.nix boots it: its packages from the host's pkgs,
     no gatewayd (so no credential is asked for), the stand-in's Python holding loopd's package."""
