@@ -69,7 +69,9 @@ async def test_progress_then_a_cache_hit_then_a_detected_loss(llama_router_proxy
         changed = SystemMessage(content=f"{nonce()}{system.content[len(nonce()) :]}")
         third = await qwen.chat(ask([changed, *turn[1:]]), Sink())
     loss = cache_outcome(second, third, qwen.section.cache_loss_ratio)
-    assert loss is not None and loss.got == third.cache_n < 10
+    # Only what comes before the changed nonce is still cached: the template's first tokens and
+    # the session's marker (inference/request.py), a small part of what the second request left.
+    assert loss is not None and loss.got == third.cache_n < (second.cache_n + second.prompt_n) / 2
 
 
 async def test_a_tool_call_is_parsed_with_the_bare_json_template(llama_router_proxy):
