@@ -23,8 +23,10 @@ from typing import Any
 
 import httpx
 import pytest
+from bxcore.chat import UserMessage
 from bxcore.config import InferenceSection
 from loopd.inference import InferenceClient
+from loopd.inference.api import ChatRequest
 from loopd.inference.client import KEEPALIVE_EXPIRY, unix_transport
 from support.llama import SMOL, start_single
 
@@ -131,3 +133,26 @@ def test_loopds_client_gives_up_idle_connections_well_before_the_server_does(sta
     events = asyncio.run(scenario())
     assert events.count("http11.send_request_headers.started") == 1
     assert "connection.connect_unix_socket.complete" in events
+
+
+def test_loopds_client_sends_a_completion_once_more_on_a_connection_the_server_closed(stack):
+    """A completion request that met a closed connection got no answer at all: it goes out once
+    more on a new connection, even with ``retries = 0`` (those are for what the server says)."""
+    proxy, keep_alive = stack
+
+    async def scenario() -> Any:
+        transport = Traced(httpx.AsyncHTTPTransport(uds=str(proxy.socket), limits=LONG_EXPIRY))
+        section = InferenceSection(retries=0, model="smol")
+        ask = ChatRequest(messages=(UserMessage(content="Say hi."),), tools=(), slot=0,
+                          session="keepalive", max_tokens=2, tool_choice="none")
+
+        async def ignore(_event: Any) -> None:
+            return None
+
+        async with InferenceClient(section, transport=transport) as client:
+            return await reuse_after_the_server_closed(
+                proxy, keep_alive, transport, lambda: client.chat(ask, ignore)
+            )
+
+    completion = asyncio.run(scenario())
+    assert completion.prompt_n + completion.cache_n > 0

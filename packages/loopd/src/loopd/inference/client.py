@@ -114,9 +114,8 @@ class InferenceClient:
         async with self.gate.hold(request.slot, events):
             body = request_body(request, self.section)
             with _map_http_errors("inferproxy", Unavailable):
-                http_request = self._http.build_request("POST", CHAT_PATH, json=body)
                 response = await self._first_byte(
-                    self._http.send(http_request, stream=True), request.slot, events
+                    self._send_chat(body), request.slot, events
                 )
             try:
                 if response.status_code != 200:
@@ -124,6 +123,18 @@ class InferenceClient:
                 return await self._read_stream(response, request, events)
             finally:
                 await response.aclose()
+
+    async def _send_chat(self, body: dict[str, Any]) -> httpx.Response:
+        """The completion request's response head. A request that met a connection the server
+        had already closed got no answer at all; a completion changes nothing on the server but
+        its prompt cache, so it is sent once more on a new connection, as the idempotent requests
+        are, and ``retries`` stays for what the server itself answers."""
+        try:
+            return await self._http.send(
+                self._http.build_request("POST", CHAT_PATH, json=body), stream=True)
+        except STALE_CONNECTION:
+            return await self._http.send(
+                self._http.build_request("POST", CHAT_PATH, json=body), stream=True)
 
     async def _first_byte(
         self, pending: Awaitable[httpx.Response], slot: int, events: EventSink
