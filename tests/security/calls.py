@@ -25,6 +25,7 @@ from pathlib import Path
 from brokerd.sandbox import Limits, Mount, Sandbox, SandboxSpec, ToolOutput
 from bxcore.tools import DataClass
 from sandbox.helpers import decide
+from support.egress import recording_egress
 
 REPO = Path(__file__).resolve().parents[2]
 UNPRIVILEGED_UID = 1_879_048_193  # one past the default sandbox_uid: nobody else's uid
@@ -63,9 +64,9 @@ def spec_from_json(text: str) -> SandboxSpec:
 
 
 def result_of(backend: Sandbox, spec: SandboxSpec) -> Result:
-    outcome = asyncio.run(backend.run(decide(spec)))
-    proxy = getattr(backend, "last_egress", None) if spec.hosts else None
-    events = tuple((e.host, e.port, e.allowed, e.detail) for e in proxy.events) if proxy else ()
+    with recording_egress() as proxies:
+        outcome = asyncio.run(backend.run(decide(spec)))
+    events = tuple((e.host, e.port, e.allowed, e.detail) for p in proxies for e in p.events)
     if isinstance(outcome, ToolOutput):
         return Result(True, outcome.content, events)
     return Result(False, outcome.detail, events)

@@ -7,7 +7,7 @@ let through records them here, by wrapping the ``egress_proxy`` the backends ope
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -15,9 +15,10 @@ from brokerd.egress import EgressProxy
 from brokerd.sandbox import _backend
 
 
-@pytest.fixture
-def egress_proxies(monkeypatch: pytest.MonkeyPatch) -> list[EgressProxy]:
-    """The proxies of the calls run in this test, oldest first."""
+@contextlib.contextmanager
+def recording_egress() -> Iterator[list[EgressProxy]]:
+    """While inside: every proxy a backend opens, oldest first (no pytest needed, so a call run
+    in a child process records the same way)."""
     proxies: list[EgressProxy] = []
     real = _backend.egress_proxy
 
@@ -27,5 +28,15 @@ def egress_proxies(monkeypatch: pytest.MonkeyPatch) -> list[EgressProxy]:
             proxies.append(proxy)
             yield proxy
 
-    monkeypatch.setattr(_backend, "egress_proxy", recording)
-    return proxies
+    _backend.egress_proxy = recording
+    try:
+        yield proxies
+    finally:
+        _backend.egress_proxy = real
+
+
+@pytest.fixture
+def egress_proxies() -> Iterator[list[EgressProxy]]:
+    """The proxies of the calls run in this test, oldest first."""
+    with recording_egress() as proxies:
+        yield proxies
