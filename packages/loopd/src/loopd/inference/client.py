@@ -48,6 +48,15 @@ STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError
 IDEMPOTENT_POSTS = frozenset({"/tokenize", "/detokenize", "/apply-template"})
 
 
+def _closed_before_answering(exc: Exception) -> bool:
+    """The connection was closed or reset before a single byte of answer: what a pooled
+    connection the server had already closed gives (httpcore's own words for the EOF), as
+    opposed to an answer that came and was not HTTP."""
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "without sending a response" in str(exc)
+    return isinstance(exc, (httpx.ReadError, httpx.WriteError))
+
+
 def unix_transport(socket: str | Path) -> httpx.AsyncHTTPTransport:
     """HTTP over inferproxy's socket, with the pool's keep-alive below the server's."""
     limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY)
@@ -132,7 +141,9 @@ class InferenceClient:
         try:
             return await self._http.send(
                 self._http.build_request("POST", CHAT_PATH, json=body), stream=True)
-        except STALE_CONNECTION:
+        except STALE_CONNECTION as exc:
+            if not _closed_before_answering(exc):
+                raise  # an answer that is not HTTP is the server's doing: `retries` counts it
             return await self._http.send(
                 self._http.build_request("POST", CHAT_PATH, json=body), stream=True)
 
