@@ -46,6 +46,7 @@ from typing import Any
 
 import httpx
 import pytest
+from loopd.inference.client import KEEPALIVE_EXPIRY
 
 REPO = Path(__file__).resolve().parents[2]
 SERVING = REPO / "serving"
@@ -99,8 +100,12 @@ class LlamaServer:
         self.socket = directory / "llama.sock"
         self.log_path = directory / "llama.log"
         self.process: subprocess.Popen[bytes] | None = None
+        # The pool gives up idle connections well before the server's Keep-Alive timeout, as
+        # loopd's does: with equal limits a request can go out on a connection the server is
+        # closing ("Server disconnected without sending a response").
         self._http = httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(self.socket)),
+            transport=httpx.HTTPTransport(
+                uds=str(self.socket), limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY)),
             base_url="http://llama",
             timeout=httpx.Timeout(READY_WAIT),
         )
