@@ -10,19 +10,26 @@ Fuzz tests anywhere in the tree take their example count from here::
     @given(st.binary())
     def test_any_bytes_give_frames_or_a_frame_error(data): ...
 
-In the short profile ``fuzz`` changes nothing (the HYPOTHESIS_PROFILE in force decides: 300
-examples in CI); in the long one it asks for 100,000, lifts hypothesis' health checks (which
-would otherwise stop a long run for being slow) and widens the per-test hang guard.
+``fuzz`` marks the test ``fuzz`` (``pytest -m fuzz`` selects every fuzzer). In the short profile
+it changes nothing else (the HYPOTHESIS_PROFILE in force decides: 300 examples in CI); in the
+long one it asks for 100,000, lifts hypothesis' health checks (which would otherwise stop a long
+run for being slow), keeps no example database (nothing to replay but failures, which hypothesis
+prints) and widens the per-test hang guard. With a ledger (faults/ledger.py) it counts the inputs
+the test really ran and writes them, with the outcome and the time.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from . import ledger
 
 LONG = os.environ.get("BOXMAKER_PROFILE", "short") == "long"
 # FUZZ_EXAMPLES overrides the long count (to measure a rate, or to go deeper still).
@@ -37,8 +44,49 @@ def by_profile(short: int, long: int) -> int:
 
 
 def fuzz(test: Test) -> Test:
-    if not LONG:
-        return test
-    deep = settings(max_examples=FUZZ_EXAMPLES_LONG, deadline=None,
-                    suppress_health_check=list(HealthCheck))
-    return pytest.mark.timeout(FUZZ_HANG_GUARD_LONG)(deep(test))
+    if LONG:
+        deep = settings(max_examples=FUZZ_EXAMPLES_LONG, deadline=None, database=None,
+                        suppress_health_check=list(HealthCheck))
+        test = pytest.mark.timeout(FUZZ_HANG_GUARD_LONG)(deep(test))
+    if ledger.LEDGER:
+        test = counted(test)
+    return pytest.mark.fuzz(test)
+
+
+def counted(test: Test) -> Test:
+    """``test`` writing to the ledger how many inputs it ran, its outcome and its time."""
+    name = f"{test.__module__.split('.')[-1]}::{test.__name__}"
+    inner = test.hypothesis.inner_test  # type: ignore[attr-defined]
+    inputs = 0
+    started = 0.0
+
+    @functools.wraps(inner)
+    def one_input(*args: Any, **kwargs: Any) -> Any:
+        nonlocal inputs
+        inputs += 1
+        if inputs % ledger.PROGRESS_EVERY == 0:
+            ledger.record("fuzz", name, inputs=inputs, outcome="running",
+                          seconds=round(time.monotonic() - started, 1))
+        return inner(*args, **kwargs)
+
+    test.hypothesis.inner_test = one_input  # type: ignore[attr-defined]
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        nonlocal inputs, started
+        inputs, started = 0, time.monotonic()
+        cpu = time.process_time()
+        outcome, error = "failed", ""
+        try:
+            result = test(*args, **kwargs)
+            outcome = "passed"
+            return result
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise
+        finally:
+            ledger.record("fuzz", name, inputs=inputs, outcome=outcome, error=error,
+                          seconds=round(time.monotonic() - started, 1),
+                          cpu_seconds=round(time.process_time() - cpu, 3))
+
+    return run  # type: ignore[return-value]
