@@ -35,6 +35,10 @@ LONG = os.environ.get("BOXMAKER_PROFILE", "short") == "long"
 # FUZZ_EXAMPLES overrides the long count (to measure a rate, or to go deeper still).
 FUZZ_EXAMPLES_LONG = int(os.environ.get("FUZZ_EXAMPLES", "100000"))
 FUZZ_HANG_GUARD_LONG = 6 * 3600  # seconds; the suite's 20-minute guard is for single tests
+# FUZZ_SECONDS caps each fuzzer's wall time in the long profile: a run on a busy machine gives
+# every fuzzer its share instead of leaving the last ones of a lane unrun. It stops at the count
+# or the cap, whichever comes first, and the ledger says which.
+FUZZ_SECONDS = float(os.environ.get("FUZZ_SECONDS", "0")) if LONG else 0.0
 
 Test = TypeVar("Test", bound=Callable[..., object])
 
@@ -48,13 +52,19 @@ def fuzz(test: Test) -> Test:
         deep = settings(max_examples=FUZZ_EXAMPLES_LONG, deadline=None, database=None,
                         suppress_health_check=list(HealthCheck))
         test = pytest.mark.timeout(FUZZ_HANG_GUARD_LONG)(deep(test))
-    if ledger.LEDGER:
-        test = counted(test)
+    if ledger.LEDGER or FUZZ_SECONDS:
+        test = counted(test, FUZZ_SECONDS)
     return pytest.mark.fuzz(test)
 
 
-def counted(test: Test) -> Test:
-    """``test`` writing to the ledger how many inputs it ran, its outcome and its time."""
+class BudgetSpent(BaseException):
+    """Not an Exception: hypothesis lets it through at once, as no failure to shrink."""
+
+
+def counted(test: Test, budget: float = 0.0) -> Test:
+    """``test`` writing to the ledger how many inputs it ran, its outcome and its time; with a
+    ``budget`` (seconds), stopping cleanly once it is spent (outcome ``stopped at its time
+    budget``: the inputs run all passed)."""
     name = f"{test.__module__.split('.')[-1]}::{test.__name__}"
     inner = test.hypothesis.inner_test  # type: ignore[attr-defined]
     inputs = 0
@@ -63,6 +73,8 @@ def counted(test: Test) -> Test:
     @functools.wraps(inner)
     def one_input(*args: Any, **kwargs: Any) -> Any:
         nonlocal inputs
+        if budget and time.monotonic() - started > budget:
+            raise BudgetSpent
         inputs += 1
         if inputs % ledger.PROGRESS_EVERY == 0:
             ledger.record("fuzz", name, inputs=inputs, outcome="running",
@@ -81,6 +93,9 @@ def counted(test: Test) -> Test:
             result = test(*args, **kwargs)
             outcome = "passed"
             return result
+        except BudgetSpent:
+            outcome = "stopped at its time budget"
+            return None
         except BaseException as exc:
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             raise

@@ -56,10 +56,12 @@ def fuzz_part(lines: list[dict[str, Any]], tests: dict[str, dict[str, Any]]) -> 
         per_input = f"{cpu / line['inputs'] * 1000:.2f} ms" if cpu and line["inputs"] else "-"
         rows.append(f"| `{test}` | {line['inputs']:,} | {outcome} | {line['seconds']:.0f} s "
                     f"| {per_input} |")
-    done = [line for line in fuzzers.values() if line["outcome"] != "running"]
+    ends = Counter(line["outcome"] for line in fuzzers.values())
     failed = [name for name, line in fuzzers.items() if line["outcome"] == "failed"]
     total = sum(line["inputs"] for line in fuzzers.values())
-    summary = (f"{len(fuzzers)} fuzz tests ran, {len(done)} to the end; {total:,} inputs in all; "
+    summary = (f"{len(fuzzers)} fuzz tests ran: {ends['passed']} passed all their inputs, "
+               f"{ends['stopped at its time budget']} stopped at their time budget (every input "
+               f"run passed), {ends['running']} were stopped unfinished; {total:,} inputs in all; "
                f"failures found: {len(failed)}" + (f" ({', '.join(failed)})." if failed else "."))
     return [summary, "", *rows]
 
@@ -71,6 +73,8 @@ def crash_part(lines: list[dict[str, Any]]) -> list[str]:
         return ["No crash trial ran."]
     outcomes = Counter(line["outcomes"])
     stopped = "" if "done" in series else " (stopped unfinished: the run was ended)"
+    if "done" in series and line["trials"] < line["planned"] and not line.get("failed"):
+        stopped = f" (no trial started after its budget, `CRASH_SECONDS={line['budget']:.0f}`)"
     text = (f"{line['trials']} of {line['planned']} planned crash trials ran{stopped}, seed "
             f"{line['seed']}, in {minutes(line['seconds'])}; by victim "
             + ", ".join(f"{role} {n}" for role, n in line["per_victim"].items())
@@ -93,7 +97,8 @@ def tests_part(tests: dict[str, dict[str, Any]]) -> list[str]:
             + "); a test stopped by the end of the run has no line.", "", *rows]
 
 
-def report(ledger: str, started: float, ended: float, settings: list[str]) -> str:
+def report(ledger: str, started: float, ended: float, settings: list[str],
+           doc: Path = DOC) -> str:
     lines = read(ledger)
     tests = latest(lines, "test")
     stamp = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started))
@@ -103,7 +108,7 @@ def report(ledger: str, started: float, ended: float, settings: list[str]) -> st
             f"UTC; {machine_line()}; at the end {load_note()}.")
     body = [head, "", "**Fuzzers.**", "", *fuzz_part(lines, tests), "", "**Crash trials.**", "",
             *crash_part(lines), "", "**Every test of the run.**", "", *tests_part(tests)]
-    return write_section(DOC, TAG, "\n".join(body), "# Reliability")
+    return write_section(doc, TAG, "\n".join(body), "# Reliability")
 
 
 def main() -> None:
