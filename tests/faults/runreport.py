@@ -38,6 +38,22 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
+def projection(fuzzers: dict[str, dict[str, Any]], crash: dict[str, Any] | None,
+               target: int) -> str:
+    """What the whole long profile costs at this run's own rates: the fuzzers' CPU per input
+    times the target count, the crash trials' wall time per trial times the planned trials."""
+    cpu = sum(line["cpu_seconds"] / line["inputs"] * target for line in fuzzers.values()
+              if line.get("cpu_seconds") and line["inputs"])
+    measured = sum(1 for line in fuzzers.values() if line.get("cpu_seconds") and line["inputs"])
+    text = (f"At this run's CPU per input, {target:,} inputs of each of the {measured} fuzzers "
+            f"measured cost {cpu / 3600:.2f} hours of one core")
+    if crash and crash["trials"]:
+        per_trial = crash["seconds"] / crash["trials"]
+        text += (f"; at its {per_trial:.0f} s of wall time per crash trial, "
+                 f"{crash['planned']} trials take {per_trial * crash['planned'] / 3600:.2f} hours")
+    return text + "."
+
+
 def fuzz_part(lines: list[dict[str, Any]], tests: dict[str, dict[str, Any]]) -> list[str]:
     fuzzers = latest(lines, "fuzz")
     if not fuzzers:
@@ -106,8 +122,12 @@ def report(ledger: str, started: float, ended: float, settings: list[str],
     head = (f"Run of {stamp} UTC by `scripts/reliability` with {ran}: wall time "
             f"{minutes(ended - started)}, ended at {time.strftime('%H:%M', time.gmtime(ended))} "
             f"UTC; {machine_line()}; at the end {load_note()}.")
+    crash = latest(lines, "crash")
+    target = int(dict(s.split("=", 1) for s in settings).get("FUZZ_EXAMPLES", "100000"))
+    cost = projection(latest(lines, "fuzz"), crash.get("done") or crash.get("running"), target)
     body = [head, "", "**Fuzzers.**", "", *fuzz_part(lines, tests), "", "**Crash trials.**", "",
-            *crash_part(lines), "", "**Every test of the run.**", "", *tests_part(tests)]
+            *crash_part(lines), "", "**What the whole long profile costs.**", "", cost, "",
+            "**Every test of the run.**", "", *tests_part(tests)]
     return write_section(doc, TAG, "\n".join(body), "# Reliability")
 
 

@@ -53,6 +53,8 @@ def test_the_report_gives_each_fuzzer_and_trial_outcome_as_the_ledger_has_it(tmp
     assert "4 of 210 planned crash trials ran (stopped unfinished" in section
     assert ("Outcomes: recovered 2, point not reached 1, refused as corrupt 1, failed 0"
             in section)
+    assert ("100,000 inputs of each of the 2 fuzzers measured cost 0.76 hours of one core; at its "
+            "15 s of wall time per crash trial, 210 trials take 0.88 hours.") in section
     assert "wall time 60.0 min" in section and "`FUZZ_EXAMPLES=100000`" in section
     text = doc.read_text()
     assert "old" not in text and "Written by hand." in text and text.endswith("yet\n")
