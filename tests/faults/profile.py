@@ -47,6 +47,16 @@ def by_profile(short: int, long: int) -> int:
     return long if LONG else short
 
 
+SUITE_HANG_GUARD = 1200  # seconds: pyproject's pytest timeout, a guard for single tests
+
+
+def hang_guard(trials: int, per_trial: float) -> pytest.MarkDecorator:
+    """The hang guard of a test that runs ``trials`` trials, each bounded by its own checks to
+    ``per_trial`` seconds: the suite's 20 minutes cut the long profile's 210 crash trials off
+    at the 24th on a busy machine (the first long run), killing the process mid-trial."""
+    return pytest.mark.timeout(max(SUITE_HANG_GUARD, trials * per_trial))
+
+
 def fuzz(test: Test) -> Test:
     if LONG:
         deep = settings(max_examples=FUZZ_EXAMPLES_LONG, deadline=None, database=None,

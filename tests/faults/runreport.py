@@ -21,7 +21,7 @@ from support.docsection import load_note, machine_line, write_section
 from faults.ledger import read
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
-TAG = "reliability:long-run"
+TAG = "reliability:"  # and the section's name: long-run unless the run says otherwise
 OUTCOMES = ("recovered", "point not reached", "refused as corrupt", "failed")
 
 
@@ -65,7 +65,7 @@ def fuzz_part(lines: list[dict[str, Any]], tests: dict[str, dict[str, Any]]) -> 
         test = where.get(name.split("::")[1], name)
         outcome = line["outcome"]
         if outcome == "running":
-            outcome = "stopped unfinished (the run was ended)"
+            outcome = "stopped unfinished (its process ended first; see the lane's log)"
         elif outcome == "failed":
             outcome = f"**failed**: {line['error']}"
         cpu = line.get("cpu_seconds")
@@ -88,7 +88,8 @@ def crash_part(lines: list[dict[str, Any]]) -> list[str]:
     if line is None:
         return ["No crash trial ran."]
     outcomes = Counter(line["outcomes"])
-    stopped = "" if "done" in series else " (stopped unfinished: the run was ended)"
+    stopped = "" if "done" in series else (" (stopped unfinished: its process ended before the "
+                                           "series did; the lane's log says why)")
     if "done" in series and line["trials"] < line["planned"] and not line.get("failed"):
         stopped = f" (no trial started after its budget, `CRASH_SECONDS={line['budget']:.0f}`)"
     text = (f"{line['trials']} of {line['planned']} planned crash trials ran{stopped}, seed "
@@ -114,7 +115,7 @@ def tests_part(tests: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def report(ledger: str, started: float, ended: float, settings: list[str],
-           doc: Path = DOC) -> str:
+           doc: Path = DOC, section: str = "long-run") -> str:
     lines = read(ledger)
     tests = latest(lines, "test")
     stamp = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started))
@@ -128,7 +129,7 @@ def report(ledger: str, started: float, ended: float, settings: list[str],
     body = [head, "", "**Fuzzers.**", "", *fuzz_part(lines, tests), "", "**Crash trials.**", "",
             *crash_part(lines), "", "**What the whole long profile costs.**", "", cost, "",
             "**Every test of the run.**", "", *tests_part(tests)]
-    return write_section(doc, TAG, "\n".join(body), "# Reliability")
+    return write_section(doc, TAG + section, "\n".join(body), "# Reliability")
 
 
 def main() -> None:
@@ -138,8 +139,10 @@ def main() -> None:
     parser.add_argument("--ended", type=float, required=True)
     parser.add_argument("--setting", action="append", default=[],
                         help="a setting of the run, as K=V, named in the report")
+    parser.add_argument("--section", default="long-run",
+                        help="the section of docs/reliability.md this run owns")
     args = parser.parse_args()
-    print(report(args.ledger, args.started, args.ended, args.setting))
+    print(report(args.ledger, args.started, args.ended, args.setting, section=args.section))
 
 
 if __name__ == "__main__":

@@ -29,13 +29,17 @@ from . import ledger
 from .conftest import by_profile
 from .crashpoint import CrashPoint, Tracer, alive, points
 from .invariants import answers_in_log, assert_consistent, session_problems
+from .profile import hang_guard
 from .rig import directive, scripted_rig, via_call_tool
-
-pytestmark = [pytest.mark.sandbox, needs("strace"),
-              pytest.mark.skipif(os.geteuid() != 0, reason="strace -p a daemon needs root")]
 
 VICTIMS = ("loopd", "brokerd", "memoryd")
 TRIALS = int(os.environ.get("CRASH_TRIALS", by_profile(6, 210)))
+TURN_LIMIT = 180  # seconds a traced turn may take before the trial fails as hung
+# A trial: the traced turn, a restart, the next turn (each bounded), and the checks.
+TRIAL_LIMIT = 3 * TURN_LIMIT
+
+pytestmark = [pytest.mark.sandbox, needs("strace"), hang_guard(TRIALS + 4, TRIAL_LIMIT),
+              pytest.mark.skipif(os.geteuid() != 0, reason="strace -p a daemon needs root")]
 SEED = int(os.environ.get("CRASH_SEED", "1108"))
 REPLAY = os.environ.get("CRASH_POINT")
 # CRASH_SECONDS: start no trial after this many seconds (a run on a busy machine ends in time;
@@ -66,7 +70,7 @@ def traced_turn(rig, session: str, content: str, victim: str, point: CrashPoint 
     seen, errors = [], []
     worker = threading.Thread(target=run_turn, args=(stack, session, content, seen, errors))
     worker.start()
-    worker.join(timeout=180)
+    worker.join(timeout=TURN_LIMIT)
     assert not worker.is_alive(), f"{point or victim}: the turn hung"
     counted = tracer.stop()
     return seen, not alive(tracer.pid), counted

@@ -49,8 +49,9 @@ def test_the_report_gives_each_fuzzer_and_trial_outcome_as_the_ledger_has_it(tmp
             "found: 1 (test_fuzz_owner_files::test_b).") in section
     assert f"| `{TESTS}test_a` | 100,000 | passed | 600 s | 3.00 ms |" in section
     assert "**failed**: AssertionError: boom" in section
-    assert "| 20,000 | stopped unfinished (the run was ended) |" in section
-    assert "4 of 210 planned crash trials ran (stopped unfinished" in section
+    assert "| 20,000 | stopped unfinished (its process ended first; see the lane's log) |" \
+        in section
+    assert "4 of 210 planned crash trials ran (stopped unfinished: its process ended" in section
     assert ("Outcomes: recovered 2, point not reached 1, refused as corrupt 1, failed 0"
             in section)
     assert ("100,000 inputs of each of the 2 fuzzers measured cost 0.76 hours of one core; at its "
