@@ -60,8 +60,8 @@ let
   fixedSettings =
     let
       pairs = builtins.concatMap
-        (name: map (key: { inherit key; value = socketPath name; }) manifest.sockets.${name}.config_keys
-          ++ [ { key = manifest.sockets.${name}.mode_key; value = manifest.sockets.${name}.mode; } ])
+        (name: [ { key = manifest.sockets.${name}.config_key; value = socketPath name; }
+          { key = manifest.sockets.${name}.mode_key; value = manifest.sockets.${name}.mode; } ])
         socketNames;
       section = s: builtins.listToAttrs (map
         (p: { name = builtins.elemAt (split p.key) 1; value = p.value; })

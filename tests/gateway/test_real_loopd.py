@@ -47,7 +47,7 @@ class Loopd:
         self.config = directory / "loopd.toml"
         self.config.write_text(
             f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
-            f'[inference]\nsocket = "{infer_socket}"\nmax_tokens = 64\n'
+            f'[inferproxy]\nsocket = "{infer_socket}"\n[inference]\nmax_tokens = 64\n'
             f'liveness_timeout = 600.0\n[inference.sampling]\ntemperature = 0.0\n'
             f'[loop]\ntools = "fake"\n'  # no brokerd in this test: the in-process clock/echo
         )

@@ -102,7 +102,8 @@ def loopd_config(directory: Path, infer_sock: Path) -> Path:
     path = directory / "config.toml"
     path.write_text(
         f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
-        f'[inference]\nsocket = "{infer_sock}"\nmax_tokens = 64\nliveness_timeout = 600.0\n'
+        f'[inferproxy]\nsocket = "{infer_sock}"\n'
+        f'[inference]\nmax_tokens = 64\nliveness_timeout = 600.0\n'
         f'[inference.sampling]\ntemperature = 0.0\n'
         f'[loop]\ntools = "fake"\n'  # no brokerd in this stack: the in-process clock and echo
     )

@@ -74,7 +74,7 @@ class Socket(Model):
     server: Name
     mode: Annotated[Text, Field(pattern=r"^0[0-7]{3}$")]
     clients: list[Name]  # roles that connect; the owner's bxctl on the host needs none
-    config_keys: list[ConfigKey]
+    config_key: ConfigKey  # the one key that sets its path; the server's section owns it
     mode_key: ConfigKey  # the server's setting for the socket's mode, e.g. "channel.mode"
     # The group the socket's directory admits, when not the units' group: approve.sock's
     # directory admits only the owner's users, whatever uid brokerd's user namespace shows.
@@ -193,9 +193,8 @@ class Manifest(Model):
             },
         }  # fmt: skip
         for name, socket in sorted(self.sockets.items()):
-            for key in socket.config_keys:
-                section, field = key.split(".")
-                sections.setdefault(section, {})[field] = self.socket_path(name)
+            section, field = socket.config_key.split(".")
+            sections.setdefault(section, {})[field] = self.socket_path(name)
             section, field = socket.mode_key.split(".")
             sections.setdefault(section, {})[field] = socket.mode
         return sections
