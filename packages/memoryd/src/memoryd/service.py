@@ -12,7 +12,7 @@ from bxcore.errors import ErrorCode, FrameError, WireError
 from bxcore.frames import Frame, describe_validation
 from bxcore.protocol import memory as proto
 from bxcore.secrets import SecretStore
-from bxcore.tools import DataClass, ToolResponse
+from bxcore.tools import ToolResponse, plain_response
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import HonchoError, MemorydError, TaintRefused, WriteRefused
@@ -125,12 +125,12 @@ class MemoryService:
         try:
             text = self.writer.write(args, caller)
         except TaintRefused as exc:
-            return failed(str(exc), status="denied")
+            return plain_response("denied", str(exc))
         except WriteRefused as exc:
             return failed(str(exc))
         self.index.add_notes(read_notes(self.layout.notes))
         self.sync_wanted.set()
-        return ok(text)
+        return plain_response("ok", text)
 
     async def _ask(self, args: proto.AskMemoryArgs) -> ToolResponse:
         honcho = self.settings.honcho
@@ -161,16 +161,8 @@ def make_honcho_client(config: Config) -> HonchoClient:
                         chat_liveness=honcho.chat_liveness)
 
 
-def ok(text: str) -> ToolResponse:
-    return ToolResponse.model_validate({"status": "ok", "content": text,
-                                        "class": DataClass.PUBLIC, "untrusted": False,
-                                        "truncated": False})
-
-
-def failed(text: str, status: str = "failed") -> ToolResponse:
-    return ToolResponse.model_validate({"status": status, "content": text,
-                                        "class": DataClass.PUBLIC, "untrusted": False,
-                                        "truncated": False})
+def failed(text: str) -> ToolResponse:
+    return plain_response("failed", text)
 
 
 def _error(code: ErrorCode, message: str) -> Frame:
