@@ -7,6 +7,8 @@
     ├── IncompleteFrame     the peer closed the stream in the middle of a frame
     ├── StreamTimeout       a frame was not read or written whole within its deadline
     ├── ConfigError         a config file is unreadable or invalid; names the file and key
+    ├── SchemaError         a database was made by a newer release, or a migration failed
+                            (bxcore.migrations); names the file
     ├── SecretError         a secret is missing or unsafe; never contains the secret's value
     └── DaemonError         a daemon cannot serve its socket (bxcore.daemon); names the path
 """
@@ -44,6 +46,10 @@ class StreamTimeout(BoxmakerError):
 
 
 class ConfigError(BoxmakerError):
+    pass
+
+
+class SchemaError(BoxmakerError):
     pass
 
 
