@@ -5,6 +5,8 @@
     │   └── FrameTooLarge   its length prefix passes the limit
     ├── StreamClosed        the peer closed the stream cleanly between frames
     ├── IncompleteFrame     the peer closed the stream in the middle of a frame
+    ├── BadEventStream      a server-sent event stream is malformed (bxcore.sse; the peer did it
+                            wrong)
     ├── StreamTimeout       a frame was not read or written whole within its deadline
     ├── ConfigError         a config file is unreadable or invalid; names the file and key
     ├── SchemaError         a database was made by a newer release, or a migration failed
@@ -38,6 +40,11 @@ class StreamClosed(BoxmakerError):
 
 class IncompleteFrame(BoxmakerError):
     """The peer closed the stream part-way through a frame."""
+
+
+class BadEventStream(BoxmakerError):
+    """Bytes that are not a text/event-stream: not UTF-8, a line over the cap, an event cut off
+    by the end of the stream. The SSE parser that raised it stays broken."""
 
 
 class StreamTimeout(BoxmakerError):

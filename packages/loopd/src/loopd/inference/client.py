@@ -21,16 +21,25 @@ from typing import Any, TypeVar
 
 import httpx
 from bxcore.config import InferenceSection
+from bxcore.errors import BadEventStream
 from bxcore.protocol.loop import ThinkingCapped, Waiting
+from bxcore.sse import END, NEED_DATA, Message, SSEParser
 
 from .api import ChatRequest, Completion, EventSink
 from .assembler import CompletionAssembler
 from .chunks import parse_chunk, parse_error_body
-from .errors import InferenceError, ServerRejected, SessionFull, Stalled, StreamCut, Unavailable
+from .errors import (
+    BadStream,
+    InferenceError,
+    ServerRejected,
+    SessionFull,
+    Stalled,
+    StreamCut,
+    Unavailable,
+)
 from .gate import SlotGate
 from .request import CHAT_PATH, CONTROL_PATH, reasoning_end_body, request_body
 from .retry import chat_with_retry
-from .sse import END, NEED_DATA, Message, SSEParser
 
 T = TypeVar("T")
 BASE_URL = "http://inferproxy"  # the host is never resolved: every byte goes to the socket
@@ -72,6 +81,15 @@ def _map_http_errors(what: str, error: type[InferenceError]) -> Iterator[None]:
         raise Unavailable(f"{what}: timed out ({type(exc).__name__})") from exc
     except httpx.TransportError as exc:
         raise error(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _bad_stream() -> Iterator[None]:
+    """The SSE parser's error is the server's doing: BadStream, not retried."""
+    try:
+        yield
+    except BadEventStream as exc:
+        raise BadStream(str(exc)) from exc
 
 
 class InferenceClient:
@@ -219,18 +237,21 @@ class InferenceClient:
                     data = b""
                 except TimeoutError:
                     raise Stalled(f"no bytes for {liveness:g} s (liveness_timeout)") from None
-            parser.feed(data)
-            while (event := parser.next_event()) is not NEED_DATA and event is not END:
-                if not isinstance(event, Message):
-                    continue  # a keep-alive comment: its bytes already counted for liveness
-                for channel_event in assembler.add(parse_chunk(event.data)):
-                    await events(channel_event)
+            with _bad_stream():
+                parser.feed(data)
+                event = parser.next_event()
+            while event is not NEED_DATA and event is not END:
+                if isinstance(event, Message):  # not a keep-alive comment
+                    for channel_event in assembler.add(parse_chunk(event.data)):
+                        await events(channel_event)
                 spent = spent_before + assembler.reasoning_tokens
                 if not cap_sent and assembler.reasoning_tokens and spent >= cap:
                     cap_sent = True
                     capped = await self._end_reasoning(assembler.completion_id)
                     if capped:
                         await events(ThinkingCapped(tokens=spent))
+                with _bad_stream():
+                    event = parser.next_event()
             if event is END or not data:
                 return assembler.finish(thinking_capped=capped)
 
