@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpcore
 import httpx
 from bxcore.config import InferenceSection
 from bxcore.errors import BadEventStream
@@ -59,10 +60,15 @@ IDEMPOTENT_POSTS = frozenset({"/tokenize", "/detokenize", "/apply-template"})
 
 def _closed_before_answering(exc: Exception) -> bool:
     """The connection was closed or reset before a single byte of answer: what a pooled
-    connection the server had already closed gives (httpcore's own words for the EOF), as
-    opposed to an answer that came and was not HTTP."""
+    connection the server had already closed gives, as opposed to an answer that came and was
+    not HTTP. httpx's error is caused by httpcore's. httpcore raises a RemoteProtocolError of
+    its own, while handling nothing, in one case: the stream ended while the server had not
+    begun its response (h11's SEND_RESPONSE state). Every other one is h11's parser error
+    translated, raised while handling it (its ``__context__``; the pool drops the ``__cause__``
+    when it re-raises)."""
     if isinstance(exc, httpx.RemoteProtocolError):
-        return "without sending a response" in str(exc)
+        origin = exc.__cause__
+        return isinstance(origin, httpcore.RemoteProtocolError) and origin.__context__ is None
     return isinstance(exc, (httpx.ReadError, httpx.WriteError))
 
 
