@@ -243,21 +243,19 @@ class InferenceClient:
                     data = b""
                 except TimeoutError:
                     raise Stalled(f"no bytes for {liveness:g} s (liveness_timeout)") from None
-            with _bad_stream():
+            with _bad_stream():  # only the parser raises BadEventStream here
                 parser.feed(data)
-                event = parser.next_event()
-            while event is not NEED_DATA and event is not END:
-                if isinstance(event, Message):  # not a keep-alive comment
+                while (event := parser.next_event()) is not NEED_DATA and event is not END:
+                    if not isinstance(event, Message):
+                        continue  # a keep-alive comment: its bytes already counted for liveness
                     for channel_event in assembler.add(parse_chunk(event.data)):
                         await events(channel_event)
-                spent = spent_before + assembler.reasoning_tokens
-                if not cap_sent and assembler.reasoning_tokens and spent >= cap:
-                    cap_sent = True
-                    capped = await self._end_reasoning(assembler.completion_id)
-                    if capped:
-                        await events(ThinkingCapped(tokens=spent))
-                with _bad_stream():
-                    event = parser.next_event()
+                    spent = spent_before + assembler.reasoning_tokens
+                    if not cap_sent and assembler.reasoning_tokens and spent >= cap:
+                        cap_sent = True
+                        capped = await self._end_reasoning(assembler.completion_id)
+                        if capped:
+                            await events(ThinkingCapped(tokens=spent))
             if event is END or not data:
                 return assembler.finish(thinking_capped=capped)
 
