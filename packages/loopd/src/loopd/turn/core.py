@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from enum import Enum
+from typing import NoReturn
 
 from bxcore.chat import ToolCall
 from bxcore.errors import ErrorCode
@@ -85,7 +86,6 @@ class TurnState(Enum):
     ERROR = "ERROR"
 
 
-
 # Which events answer each action that is not final.
 _ANSWERS: dict[type, tuple[type[TurnEvent], ...]] = {
     RecordNotRun: (ToolRecorded,), RunTool: (ToolRecorded,), RecordUser: (UserRecorded,),
@@ -125,11 +125,10 @@ class TurnMachine:
         following = _TABLE[self._state].get(move)
         if following is None:
             self.fail(f"{move.__name__} is not allowed in state {self._state.value}")
-        assert following is not None
         self._state = following
         return following
 
-    def fail(self, why: str) -> None:
+    def fail(self, why: str) -> NoReturn:
         self._state = TurnState.ERROR
         raise IllegalTransition(why)
 
@@ -191,10 +190,11 @@ class TurnCore:
             case TurnState.DONE:
                 return Finish()
             case TurnState.STOPPED:
-                assert isinstance(event, CompletionFailed)
+                assert isinstance(event, CompletionFailed)  # LimitHit stops in _end_of_round
                 return Stop(code=event.code, reason=event.message)
-            case _:
+            case TurnState.CANCELLED:
                 return Abandon()
+        raise AssertionError(f"the table never moves to {state.value}")
 
     def _check_answers(self, event: TurnEvent) -> None:
         """An event answers the action under way (the first, TurnStarted, answers none)."""
