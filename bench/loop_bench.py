@@ -38,9 +38,10 @@ from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
 from bxcore.records import Assistant, Usage, User
-from loopd.baseline import Baseline, messages
+from loopd.baseline import Baseline
 from loopd.inference.client import InferenceClient
 from loopd.log import encode_record
+from loopd.replay import messages
 from loopd.serve import DEFAULT_SYSTEM
 from loopd.server import LoopServer
 from loopd.store import SessionStore

@@ -23,9 +23,9 @@ import pytest
 from bxcore.config import load_config
 from bxcore.records import Assistant
 from gatewayd.render import NO_ANSWER
-from loopd.baseline import messages
 from loopd.inference.api import ChatRequest
 from loopd.inference.request import request_body
+from loopd.replay import messages
 from loopd.store import SessionStore
 from support.llama import QWEN, proxied, start_single
 
