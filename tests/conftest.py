@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from faults import ledger
 from hypothesis import HealthCheck, settings
 from support.requires import require
 
@@ -34,3 +35,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     scripts/setup ran and should have installed it."""
     for mark in item.iter_markers("needs"):
         require(*mark.args)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With a ledger (tests/faults/ledger.py, set by scripts/reliability), every test's outcome
+    and time: the long run's report lists each test it ran from these lines."""
+    if report.when == "call" or report.outcome != "passed":
+        ledger.record("test", report.nodeid, phase=report.when, outcome=report.outcome,
+                      seconds=round(report.duration, 1))

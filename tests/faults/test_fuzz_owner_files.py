@@ -10,6 +10,8 @@ test_fuzz_honcho_replies.py.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from .fuzzing import tables_of, toml_text
 from .profile import fuzz
 
 SCRATCH = Path(tempfile.mkdtemp(prefix="bxfuzz-"))  # one file rewritten per example
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 
 
 def refused_naming(error: Exception, source: str) -> None:

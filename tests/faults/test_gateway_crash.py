@@ -19,13 +19,13 @@ from loopd.store import SessionStore
 
 from .invariants import assert_consistent
 from .mattermost import MattermostThread
-from .profile import by_profile
+from .profile import by_profile, hang_guard
 from .rig import scripted_rig
 from .stack import ROLES
 
-pytestmark = pytest.mark.sandbox
-
 TRIALS = by_profile(3, 40)
+TRIAL_LIMIT = 300  # seconds: a kill, a restart and three DMs, each bounded by its own wait
+pytestmark = [pytest.mark.sandbox, hang_guard(TRIALS + 1, TRIAL_LIMIT)]
 SEED = 2211
 WAIT = 120.0  # a hang guard on delivery, not a speed check
 

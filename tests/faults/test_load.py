@@ -11,7 +11,7 @@ memoryd runs too (loopd asks it for the identity of each new session and reports
   is ever refused.
 - Memory bounded: loopd's open fds return to their idle count after each round, and its RSS
   does not grow with the number of sessions (loopd keeps at most 64 sessions open). The
-  figures are printed for docs/reliability.md.
+  figures are printed (scripts/reliability's report lists the test's outcome and time).
 
 Rounds of 50 new sessions: 4 in the short profile (200 sessions), 10 in the long one (500).
 """
