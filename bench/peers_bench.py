@@ -1,0 +1,194 @@
+"""Benchmark: Boxmaker beside the harnesses users run instead, on one llama-server, in one run.
+
+    uv run python bench/peers_bench.py [--harnesses boxmaker,hermes,openclaw] [--no-write]
+
+Not a test. One llama-server router (the project's ``qwen-tools`` preset: the tiny Qwen with the
+bare-JSON tool template) serves every harness in turn, all through one recording proxy
+(``recording_proxy.py``) that keeps every request and the server's ``timings``:
+
+- **Boxmaker**: the whole local stack as ``cache_bench.py`` runs it (``rig.py``), its llama
+  socket moved aside and the proxy put in its place, driven over loop.sock; file reads through
+  its granted ``fs.read``; loopd restarted between two turns.
+- **Hermes Agent** and **OpenClaw** (``peer_harnesses.py``): installed into their own
+  environments under ``~/.cache/boxmaker/peers/`` (pinned, cached, never project
+  dependencies), pointed at the proxy's loopback port, each with its own file tools; every turn
+  is one run of their command line, so each turn starts the harness afresh.
+
+The same scripted conversation (``STEPS``) goes through each: two sessions, file reads, a
+question needing the time, and a restart between two turns. Per request, ``request_diff.py``
+says whether it strictly extends the previous request of its session and, if not, what
+changed. Writes its section of docs/performance.md (bench:peers); every sentence there is
+computed from this run's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from cache_bench import grants, presets, system_text, write_notes  # noqa: E402
+from peer_harnesses import Hermes, OpenClaw, PeerError, PeerTurn  # noqa: E402
+from peers_render import Outcome, render  # noqa: E402
+from recording_proxy import Recorder  # noqa: E402
+from report import write_section  # noqa: E402
+from rig import RigError, Stack, StackSettings, running_stack, serving_dir  # noqa: E402
+from support.llama import llama_paths  # noqa: E402
+
+MODEL = "qwen-tools"
+SLOTS = 3  # Boxmaker's main and background slots, and one more the peers may take
+SLOT_CONTEXT = 24576  # a peer's prompt with its tool schemas and the conversation fits
+MAX_TOKENS = 72  # every harness: room for a tool call with a path; answers are cut there
+TURN_TIMEOUT = 1200.0  # a first request of thousands of tokens on a loaded 2-core machine
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "boxmaker" / "peers"
+HARNESSES = ("boxmaker", "hermes", "openclaw")
+
+
+@dataclass(frozen=True)
+class Step:
+    session: int
+    text: str
+    read: bool  # a file read: Boxmaker's first completion is asked for a tool call
+    restart_before: bool = False
+
+
+def steps(notes: list[Path]) -> list[Step]:
+    """Eight turns: session 1 reads two notes, asks the time, compares, is restarted, reads a
+    third and sums up; session 2 reads a fourth note and asks the time."""
+    def read(path: Path) -> str:
+        return f"Read the file {path} and tell me in one sentence what it is about."
+    return [
+        Step(1, read(notes[0]), read=True),
+        Step(1, "What time is it now? Answer with the time only.", read=False),
+        Step(1, read(notes[1]), read=True),
+        Step(1, "Which of the two notes needs attention more often?", read=False),
+        Step(1, read(notes[2]), read=True, restart_before=True),
+        Step(1, "In one sentence, what have we looked at so far?", read=False),
+        Step(2, read(notes[3]), read=True),
+        Step(2, "What time is it now? Answer with the time only.", read=False),
+    ]
+
+
+@dataclass
+class Harness:
+    key: str
+    name: str
+    setup: str = ""  # how it was run (command, tools)
+    failure: str = ""  # why it could not be installed or configured, if so
+    turns: list[PeerTurn] = field(default_factory=list)
+
+
+def label(key: str, session: int, turn: int) -> str:
+    return f"{key}|{session}|{turn}"
+
+
+def run_boxmaker(stack: Stack, script: list[Step], harness: Harness, recorder: Recorder) -> None:
+    harness.setup = "the local stack (`bxctl up`'s code), turns over loop.sock"
+    started: set[int] = set()
+    for number, step in enumerate(script, 1):
+        if step.restart_before:
+            recorder.label = label("boxmaker-restart", step.session, number)
+            stack.restart("loopd")
+        recorder.label = label("boxmaker", step.session, number)
+        try:
+            timed = stack.turn(f"peers-bench-{step.session}", step.text,
+                               resume=step.session in started,
+                               tool_choice=["required", "none"] if step.read else [])
+            harness.turns.append(PeerTurn(timed.seconds, True, ""))
+        except RigError as exc:
+            harness.turns.append(PeerTurn(0.0, False, str(exc)))
+        started.add(step.session)
+        print(f"boxmaker turn {number}: {harness.turns[-1].seconds:.1f} s", file=sys.stderr)
+
+
+def run_peer(peer: Hermes | OpenClaw, key: str, directory: Path, port: int, notes: list[Path],
+             script: list[Step], harness: Harness, recorder: Recorder) -> None:
+    try:
+        peer.install()
+        harness.setup = peer.configure(directory / key / "home", base_url=f"http://127.0.0.1:{port}/v1",
+                                       model=MODEL, max_tokens=MAX_TOKENS)
+    except (PeerError, OSError) as exc:
+        harness.failure = str(exc)
+        print(f"{key}: {exc}", file=sys.stderr)
+        return
+    for number, step in enumerate(script, 1):
+        # Each turn is a fresh process of the peer: the restart before a step is every step's.
+        recorder.label = label(key, step.session, number)
+        harness.turns.append(peer.turn(step.session, step.text, notes[0].parent, TURN_TIMEOUT))
+        turn = harness.turns[-1]
+        print(f"{key} turn {number}: {turn.seconds:.1f} s{'' if turn.ok else ' FAILED'} "
+              f"{turn.detail[:200]}", file=sys.stderr)
+
+
+def run(chosen: list[str]) -> Outcome:
+    directory = Path(tempfile.mkdtemp(prefix="bx-peers-"))
+    notes = write_notes(directory / "notes")
+    script = steps(notes)
+    harnesses = {
+        "boxmaker": Harness("boxmaker", "Boxmaker"),
+        "hermes": Harness("hermes", f"{Hermes.name} {Hermes.version}"),
+        "openclaw": Harness("openclaw", f"{OpenClaw.name} {OpenClaw.version}"),
+    }
+    binary, models = llama_paths()
+    settings = StackSettings(
+        model=MODEL, max_tokens=MAX_TOKENS, per_slot_context=SLOT_CONTEXT, slot_count=SLOTS,
+        system=system_text(secrets.token_hex(6)),
+    )
+    started = time.perf_counter()
+    try:
+        with running_stack(
+            directory, llama_server=binary, models=models,
+            serving=serving_dir(directory, presets(SLOT_CONTEXT, SLOTS)),
+            grants=grants(directory / "grants", notes[0].parent), settings=settings,
+        ) as stack, Recorder(directory / "llama-upstream.sock") as recorder:
+            # The proxy takes the llama socket's place: inferproxy opens a connection per
+            # connection of loopd's, so from loopd's next one on every request passes through it;
+            # the peers reach it on a loopback port.
+            stack.layout.socket("llama").rename(recorder.upstream)
+            recorder.serve_unix(stack.layout.socket("llama"))
+            port = recorder.serve_tcp()
+            time.sleep(3.0)  # loopd's pool lets idle connections go after 2 s (KEEPALIVE_EXPIRY)
+            if "boxmaker" in chosen:
+                run_boxmaker(stack, script, harnesses["boxmaker"], recorder)
+            for key, peer in (("hermes", Hermes(CACHE)), ("openclaw", OpenClaw(CACHE))):
+                if key in chosen:
+                    run_peer(peer, key, directory, port, notes, script, harnesses[key], recorder)
+            exchanges = list(recorder.exchanges)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return Outcome(
+        harnesses=[harnesses[k] for k in HARNESSES if k in chosen], exchanges=exchanges,
+        steps=script, model=MODEL, slots=SLOTS, slot_context=SLOT_CONTEXT, max_tokens=MAX_TOKENS,
+        seconds=time.perf_counter() - started, notes=str(notes[0].parent),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--harnesses", default=",".join(HARNESSES))
+    parser.add_argument("--no-write", action="store_true", help="print, do not write the doc")
+    args = parser.parse_args()
+    chosen = [h for h in args.harnesses.split(",") if h]
+    unknown = sorted(set(chosen) - set(HARNESSES))
+    if unknown:
+        raise SystemExit(f"--harnesses: unknown {unknown}; known: {', '.join(HARNESSES)}")
+    outcome = run(chosen)
+    # Kept beside the peers' installs, to read the requests themselves (not committed).
+    (CACHE / "last-run.json").write_text(json.dumps(asdict(outcome), indent=1, default=str))
+    text = render(outcome)
+    print(text if args.no_write else write_section("peers", text))
+
+
+if __name__ == "__main__":
+    main()
