@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cache_bench import grants, presets, system_text, write_notes  # noqa: E402
 from peer_harnesses import Hermes, OpenClaw, PeerError, PeerTurn  # noqa: E402
 from peers_render import Outcome, render  # noqa: E402
-from recording_proxy import Recorder  # noqa: E402
+from recording_proxy import Exchange, Recorder  # noqa: E402
 from report import write_section  # noqa: E402
 from rig import RigError, Stack, StackSettings, running_stack, serving_dir  # noqa: E402
 from support.llama import llama_paths  # noqa: E402
@@ -53,6 +54,7 @@ MAX_TOKENS = 72  # every harness: room for a tool call with a path; answers are 
 TURN_TIMEOUT = 1200.0  # a first request of thousands of tokens on a loaded 2-core machine
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "boxmaker" / "peers"
 HARNESSES = ("boxmaker", "hermes", "openclaw")
+LAST_RUN = CACHE / "last-run.json"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,12 @@ class Harness:
     setup: str = ""  # how it was run (command, tools)
     failure: str = ""  # why it could not be installed or configured, if so
     turns: list[PeerTurn] = field(default_factory=list)
+
+
+def served_cache_ram(text: str) -> str:
+    """The ``cache-ram`` value of the presets' ``[*]`` section (the server's default if none)."""
+    found = re.search(r"^cache-ram = (\S+)$", text, flags=re.MULTILINE)
+    return found.group(1) if found else "unset (the server's default)"
 
 
 def label(key: str, session: int, turn: int) -> str:
@@ -171,21 +179,39 @@ def run(chosen: list[str]) -> Outcome:
         harnesses=[harnesses[k] for k in HARNESSES if k in chosen], exchanges=exchanges,
         steps=script, model=MODEL, slots=SLOTS, slot_context=SLOT_CONTEXT, max_tokens=MAX_TOKENS,
         seconds=time.perf_counter() - started, notes=str(notes[0].parent),
+        cache_ram=served_cache_ram(presets(SLOT_CONTEXT, SLOTS)),
     )
+
+
+def load_outcome(path: Path) -> Outcome:
+    """A run's outcome as ``main`` kept it, to write the section again without running."""
+    kept = json.loads(path.read_text())
+    harnesses = [Harness(**{**h, "turns": [PeerTurn(**t) for t in h["turns"]]})
+                 for h in kept.pop("harnesses")]
+    return Outcome(**{
+        "cache_ram": served_cache_ram(presets(SLOT_CONTEXT, SLOTS)), **kept,
+        "harnesses": harnesses, "exchanges": [Exchange(**e) for e in kept["exchanges"]],
+        "steps": [Step(**step) for step in kept["steps"]],
+    })
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--harnesses", default=",".join(HARNESSES))
     parser.add_argument("--no-write", action="store_true", help="print, do not write the doc")
+    parser.add_argument("--again", action="store_true",
+                        help=f"write the section from the last run's {LAST_RUN.name}, no run")
     args = parser.parse_args()
     chosen = [h for h in args.harnesses.split(",") if h]
     unknown = sorted(set(chosen) - set(HARNESSES))
     if unknown:
         raise SystemExit(f"--harnesses: unknown {unknown}; known: {', '.join(HARNESSES)}")
-    outcome = run(chosen)
-    # Kept beside the peers' installs, to read the requests themselves (not committed).
-    (CACHE / "last-run.json").write_text(json.dumps(asdict(outcome), indent=1, default=str))
+    if args.again:
+        outcome = load_outcome(LAST_RUN)
+    else:
+        outcome = run(chosen)
+        # Kept beside the peers' installs, to read the requests themselves (not committed).
+        LAST_RUN.write_text(json.dumps(asdict(outcome), indent=1, default=str))
     text = render(outcome)
     print(text if args.no_write else write_section("peers", text))
 

@@ -29,6 +29,7 @@ class Outcome:
     max_tokens: int
     seconds: float
     notes: str  # the notes' directory, shown as "notes" (a temp path of the run)
+    cache_ram: str  # the preset's --cache-ram, as served
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,8 @@ def render(outcome: Outcome) -> str:
 Measured {today()} on {machine_line()}; {load_note()} at the end; the whole run took
 {outcome.seconds / 60:.1f} min. One llama-server router (`{outcome.model}` preset, {outcome.slots}
 slots of {outcome.slot_context:,} tokens, {outcome.max_tokens} tokens per answer for every
-harness) served each harness in turn, every request through one recording proxy. The
+harness, host-RAM prompt cache `--cache-ram {outcome.cache_ram}`: loopd's self-test refuses 0, so
+*cached* may include it) served each harness in turn, every request through one recording proxy. The
 conversation, the same for each (`notes/` holds notes of about 900 bytes):
 
 {steps}
