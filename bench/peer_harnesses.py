@@ -41,7 +41,7 @@ class PeerTurn:
 
 
 def _tail(text: str) -> str:
-    text = text.strip()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text).strip()  # without the colours
     return text[-TAIL:] if len(text) > TAIL else text
 
 
@@ -126,8 +126,9 @@ class OpenClaw:
     name = "OpenClaw"
     version = OPENCLAW_VERSION
     PROVIDER = "bench"
-    # Its `read` and `exec` tools only, on the `minimal` profile (the default catalogue is
-    # larger, see Hermes.TOOLSETS for why).
+    # Its `read` and `exec` tools only (`tools.allow`; the default catalogue is larger, see
+    # Hermes.TOOLSETS for why). With `tools.profile: "minimal"` beside it, OpenClaw refused:
+    # "No callable tools remain after resolving explicit tool allowlist".
     TOOLS = ["read", "exec"]
 
     def __init__(self, cache: Path):
@@ -160,7 +161,7 @@ class OpenClaw:
         (home / ".openclaw").mkdir(parents=True)
         config = {
             "agents": {"defaults": {"model": {"primary": f"{self.PROVIDER}/{model}"}}},
-            "tools": {"profile": "minimal", "allow": self.TOOLS},
+            "tools": {"allow": self.TOOLS},
             "models": {"mode": "merge", "providers": {self.PROVIDER: {
                 "baseUrl": base_url, "apiKey": "none", "api": "openai-completions",
                 "timeoutSeconds": 3600,
@@ -172,8 +173,7 @@ class OpenClaw:
         (home / ".openclaw" / "openclaw.json").write_text(json.dumps(config, indent=2))
         self.env = {**os.environ, "HOME": str(home),
                     "PATH": f"{self.node_bin}:{os.environ.get('PATH', '')}"}
-        return (f"`openclaw agent --local --json` with tools profile `minimal` plus "
-                f"{', '.join(self.TOOLS)}")
+        return f"`openclaw agent --local --json`, `tools.allow` {', '.join(self.TOOLS)}"
 
     def turn(self, session: int, text: str, workdir: Path, timeout: float) -> PeerTurn:
         argv = [str(self.node_bin / "node"), str(self.package / "openclaw.mjs"), "agent",

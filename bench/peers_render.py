@@ -9,6 +9,7 @@ that could not be installed or driven says so with its error.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from report import load_note, machine_line, today
@@ -64,7 +65,12 @@ def _extends(verdict: Verdict) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", "\\n")
+    return _private(text).replace("|", "\\|").replace("\n", "\\n")
+
+
+def _private(text: str) -> str:
+    """Without this machine's home directory (an error names paths under it)."""
+    return text.replace(str(Path.home()), "~")
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,7 @@ def verdict_sentences(outcome: Outcome, by: dict[str, Totals]) -> list[str]:
     ran = [h for h in outcome.harnesses if not h.failure and h.key != "boxmaker"]
     for harness in outcome.harnesses:
         if harness.failure:
-            said.append(f"{harness.name} could not be run here: {harness.failure}.")
+            said.append(f"{harness.name} could not be run here: {_cell(harness.failure)}.")
         failed = [n for n, turn in enumerate(harness.turns, 1) if not turn.ok]
         if failed:
             details = "; ".join(f"turn {n}: {harness.turns[n - 1].detail}" for n in failed)
