@@ -141,8 +141,9 @@ def _summary_table(outcome: Outcome, by: dict[str, Totals]) -> str:
     return "\n".join(lines)
 
 
-def verdict_sentences(outcome: Outcome, by: dict[str, Totals]) -> list[str]:
-    """The goals' verdicts, each from the figures."""
+def verdict_sentences(outcome: Outcome, by: dict[str, Totals], all_rows: list[Row]
+                      ) -> list[str]:
+    """The goals' verdicts, each from the figures, and where each harness's tokens went."""
     said = []
     box = by.get("boxmaker")
     ran = [h for h in outcome.harnesses if not h.failure and h.key != "boxmaker"]
@@ -166,8 +167,19 @@ def verdict_sentences(outcome: Outcome, by: dict[str, Totals]) -> list[str]:
             f"{harness.name} processed {peer.processed:,} prompt tokens over the conversation, "
             f"Boxmaker {box.processed:,}: {ratio:.1f}x as many, so the ≥{GOAL_RATIO:.0f}x goal "
             f"is {met} against it.")
+    for harness in [h for h in outcome.harnesses if not h.failure]:
+        t = by[harness.key]
+        firsts = sum(t.first_per_session)
+        share = 100 * firsts / t.processed if t.processed else 0.0
+        said.append(
+            f"{harness.name}: {firsts:,} of its {t.processed:,} processed tokens ({share:.0f}%) "
+            f"were the first requests of its sessions, {t.reread:,} re-read earlier prompts; "
+            f"{t.extending} of its {t.later} later requests strictly extended the previous one.")
     restart = next((n for n, s in enumerate(outcome.steps, 1) if s.restart_before), None)
     zero = box.max_turn_reread == 0
+    for row in [r for r in all_rows if r.harness == "boxmaker" and r.verdict.reread]:
+        said.append(f"Boxmaker re-read {row.verdict.reread:,} tokens in turn {row.turn}: "
+                    f"{_cell('; '.join(row.verdict.changes).replace(outcome.notes, 'notes'))}.")
     said.append(
         f"Boxmaker re-read {box.reread} tokens of its earlier prompts in all "
         f"(at most {box.max_turn_reread} in one turn), across the restart before turn {restart} "
@@ -217,7 +229,7 @@ tokens/s at depth 0 falling linearly to 669 at 32k.
 
 {_summary_table(outcome, by)}
 
-{chr(10).join(verdict_sentences(outcome, by))}
+{chr(10).join(verdict_sentences(outcome, by, all_rows))}
 {_restart_sentence(box, restarts)}
 On the owner's host: {projections}.
 
