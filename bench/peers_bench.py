@@ -48,7 +48,10 @@ from rig import RigError, Stack, StackSettings, running_stack, serving_dir  # no
 from support.llama import llama_paths  # noqa: E402
 
 MODEL = "qwen-tools"
-SLOTS = 3  # Boxmaker's main and background slots, and one more the peers may take
+# Boxmaker's main and background slots (it pins them), and one for each peer: a peer sends no
+# slot, and the server gives a new prompt the least recently used idle slot (one no harness has
+# used yet), then each later request the slot holding the most similar prompt, its own.
+SLOTS = 4
 SLOT_CONTEXT = 24576  # a peer's prompt with its tool schemas and the conversation fits
 MAX_TOKENS = 72  # every harness: room for a tool call with a path; answers are cut there
 TURN_TIMEOUT = 1200.0  # a first request of thousands of tokens on a loaded 2-core machine
@@ -66,19 +69,21 @@ class Step:
 
 
 def steps(notes: list[Path]) -> list[Step]:
-    """Eight turns: session 1 reads two notes, asks the time, compares, is restarted, reads a
-    third and sums up; session 2 reads a fourth note and asks the time."""
+    """Eight turns, the restart and the second session early (a slow machine may stop the run
+    at its time limit): session 1 reads a note, then after a restart is asked the time; session
+    2 reads three notes and compares them."""
     def read(path: Path) -> str:
         return f"Read the file {path} and tell me in one sentence what it is about."
     return [
         Step(1, read(notes[0]), read=True),
-        Step(1, "What time is it now? Answer with the time only.", read=False),
-        Step(1, read(notes[1]), read=True),
-        Step(1, "Which of the two notes needs attention more often?", read=False),
-        Step(1, read(notes[2]), read=True, restart_before=True),
-        Step(1, "In one sentence, what have we looked at so far?", read=False),
-        Step(2, read(notes[3]), read=True),
+        Step(1, "What time is it now? Answer with the time only.", read=False,
+             restart_before=True),
+        Step(2, read(notes[1]), read=True),
         Step(2, "What time is it now? Answer with the time only.", read=False),
+        Step(2, read(notes[2]), read=True),
+        Step(2, "Which of the two notes needs attention more often?", read=False),
+        Step(2, read(notes[3]), read=True),
+        Step(2, "In one sentence, what have we looked at so far?", read=False),
     ]
 
 
@@ -101,45 +106,58 @@ def label(key: str, session: int, turn: int) -> str:
     return f"{key}|{session}|{turn}"
 
 
-def run_boxmaker(stack: Stack, script: list[Step], harness: Harness, recorder: Recorder) -> None:
-    harness.setup = "the local stack (`bxctl up`'s code), turns over loop.sock"
-    started: set[int] = set()
-    for number, step in enumerate(script, 1):
+class BoxmakerDriver:
+    """Boxmaker's turns over loop.sock; loopd restarted before a step that asks for it."""
+
+    def __init__(self, stack: Stack, recorder: Recorder):
+        self.stack, self.recorder = stack, recorder
+        self.started: set[int] = set()
+
+    def turn(self, number: int, step: Step) -> PeerTurn:
         if step.restart_before:
-            recorder.label = label("boxmaker-restart", step.session, number)
-            stack.restart("loopd")
-        recorder.label = label("boxmaker", step.session, number)
+            self.recorder.label = label("boxmaker-restart", step.session, number)
+            self.stack.restart("loopd")
+        self.recorder.label = label("boxmaker", step.session, number)
         try:
-            timed = stack.turn(f"peers-bench-{step.session}", step.text,
-                               resume=step.session in started,
-                               tool_choice=["required", "none"] if step.read else [])
-            harness.turns.append(PeerTurn(timed.seconds, True, ""))
+            timed = self.stack.turn(f"peers-bench-{step.session}", step.text,
+                                    resume=step.session in self.started,
+                                    tool_choice=["required", "none"] if step.read else [])
+            result = PeerTurn(timed.seconds, True, "")
         except RigError as exc:
-            harness.turns.append(PeerTurn(0.0, False, str(exc)))
-        started.add(step.session)
-        print(f"boxmaker turn {number}: {harness.turns[-1].seconds:.1f} s", file=sys.stderr)
+            result = PeerTurn(0.0, False, str(exc))
+        self.started.add(step.session)
+        return result
 
 
-def run_peer(peer: Hermes | OpenClaw, key: str, directory: Path, port: int, notes: list[Path],
-             script: list[Step], harness: Harness, recorder: Recorder) -> None:
+class PeerDriver:
+    """A peer's turns: each one run of its command line (so each starts it afresh)."""
+
+    def __init__(self, peer: Hermes | OpenClaw, key: str, workdir: Path, recorder: Recorder):
+        self.peer, self.key, self.workdir, self.recorder = peer, key, workdir, recorder
+
+    def turn(self, number: int, step: Step) -> PeerTurn:
+        self.recorder.label = label(self.key, step.session, number)
+        return self.peer.turn(step.session, step.text, self.workdir, TURN_TIMEOUT)
+
+
+def prepare_peer(peer: Hermes | OpenClaw, key: str, directory: Path, port: int,
+                 harness: Harness) -> bool:
     try:
         peer.install()
-        harness.setup = peer.configure(directory / key / "home", base_url=f"http://127.0.0.1:{port}/v1",
+        harness.setup = peer.configure(directory / key / "home",
+                                       base_url=f"http://127.0.0.1:{port}/v1",
                                        model=MODEL, max_tokens=MAX_TOKENS)
     except (PeerError, OSError) as exc:
         harness.failure = str(exc)
         print(f"{key}: {exc}", file=sys.stderr)
-        return
-    for number, step in enumerate(script, 1):
-        # Each turn is a fresh process of the peer: the restart before a step is every step's.
-        recorder.label = label(key, step.session, number)
-        harness.turns.append(peer.turn(step.session, step.text, notes[0].parent, TURN_TIMEOUT))
-        turn = harness.turns[-1]
-        print(f"{key} turn {number}: {turn.seconds:.1f} s{'' if turn.ok else ' FAILED'} "
-              f"{turn.detail[:200]}", file=sys.stderr)
+        return False
+    return True
 
 
-def run(chosen: list[str]) -> Outcome:
+def run(chosen: list[str], minutes: float) -> Outcome:
+    """The conversation turn by turn, each turn through every harness in ``chosen`` (as
+    cache_bench does): the figures of all of them grow together, and a time limit stops them all
+    at the same turn. After every turn the recording so far is kept in ``LAST_RUN``."""
     directory = Path(tempfile.mkdtemp(prefix="bx-peers-"))
     notes = write_notes(directory / "notes")
     script = steps(notes)
@@ -154,6 +172,16 @@ def run(chosen: list[str]) -> Outcome:
         system=system_text(secrets.token_hex(6)),
     )
     started = time.perf_counter()
+
+    def outcome(exchanges: list[Exchange]) -> Outcome:
+        return Outcome(
+            harnesses=[harnesses[k] for k in HARNESSES if k in chosen], exchanges=exchanges,
+            steps=script, model=MODEL, slots=SLOTS, slot_context=SLOT_CONTEXT,
+            max_tokens=MAX_TOKENS, seconds=time.perf_counter() - started,
+            notes=str(notes[0].parent), cache_ram=served_cache_ram(presets(SLOT_CONTEXT, SLOTS)),
+            minutes=minutes,
+        )
+
     try:
         with running_stack(
             directory, llama_server=binary, models=models,
@@ -167,20 +195,33 @@ def run(chosen: list[str]) -> Outcome:
             recorder.serve_unix(stack.layout.socket("llama"))
             port = recorder.serve_tcp()
             time.sleep(3.0)  # loopd's pool lets idle connections go after 2 s (KEEPALIVE_EXPIRY)
+            drivers: dict[str, BoxmakerDriver | PeerDriver] = {}
             if "boxmaker" in chosen:
-                run_boxmaker(stack, script, harnesses["boxmaker"], recorder)
+                drivers["boxmaker"] = BoxmakerDriver(stack, recorder)
+                harnesses["boxmaker"].setup = "the local stack (`bxctl up`'s code), loop.sock"
             for key, peer in (("hermes", Hermes(CACHE)), ("openclaw", OpenClaw(CACHE))):
-                if key in chosen:
-                    run_peer(peer, key, directory, port, notes, script, harnesses[key], recorder)
-            exchanges = list(recorder.exchanges)
+                if key in chosen and prepare_peer(peer, key, directory, port, harnesses[key]):
+                    drivers[key] = PeerDriver(peer, key, notes[0].parent, recorder)
+            for number, step in enumerate(script, 1):
+                if time.perf_counter() - started > minutes * 60:
+                    print(f"time limit of {minutes:g} min: turns {number}.. not run",
+                          file=sys.stderr)
+                    break
+                for key, driver in drivers.items():
+                    turn = driver.turn(number, step)
+                    harnesses[key].turns.append(turn)
+                    print(f"{key} turn {number}: {turn.seconds:.1f} s"
+                          f"{'' if turn.ok else ' FAILED ' + turn.detail[:300]}", file=sys.stderr)
+                    keep(outcome(list(recorder.exchanges)))
+            return outcome(list(recorder.exchanges))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    return Outcome(
-        harnesses=[harnesses[k] for k in HARNESSES if k in chosen], exchanges=exchanges,
-        steps=script, model=MODEL, slots=SLOTS, slot_context=SLOT_CONTEXT, max_tokens=MAX_TOKENS,
-        seconds=time.perf_counter() - started, notes=str(notes[0].parent),
-        cache_ram=served_cache_ram(presets(SLOT_CONTEXT, SLOTS)),
-    )
+
+
+def keep(outcome: Outcome) -> None:
+    """The recording so far beside the peers' installs (not committed), for ``--again``."""
+    LAST_RUN.parent.mkdir(parents=True, exist_ok=True)
+    LAST_RUN.write_text(json.dumps(asdict(outcome), indent=1, default=str))
 
 
 def load_outcome(path: Path) -> Outcome:
@@ -189,7 +230,7 @@ def load_outcome(path: Path) -> Outcome:
     harnesses = [Harness(**{**h, "turns": [PeerTurn(**t) for t in h["turns"]]})
                  for h in kept.pop("harnesses")]
     return Outcome(**{
-        "cache_ram": served_cache_ram(presets(SLOT_CONTEXT, SLOTS)), **kept,
+        "cache_ram": served_cache_ram(presets(SLOT_CONTEXT, SLOTS)), "minutes": 0.0, **kept,
         "harnesses": harnesses, "exchanges": [Exchange(**e) for e in kept["exchanges"]],
         "steps": [Step(**step) for step in kept["steps"]],
     })
@@ -199,6 +240,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--harnesses", default=",".join(HARNESSES))
     parser.add_argument("--no-write", action="store_true", help="print, do not write the doc")
+    parser.add_argument("--minutes", type=float, default=60.0,
+                        help="start no turn after this many minutes (the section says so)")
     parser.add_argument("--again", action="store_true",
                         help=f"write the section from the last run's {LAST_RUN.name}, no run")
     args = parser.parse_args()
@@ -206,12 +249,7 @@ def main() -> None:
     unknown = sorted(set(chosen) - set(HARNESSES))
     if unknown:
         raise SystemExit(f"--harnesses: unknown {unknown}; known: {', '.join(HARNESSES)}")
-    if args.again:
-        outcome = load_outcome(LAST_RUN)
-    else:
-        outcome = run(chosen)
-        # Kept beside the peers' installs, to read the requests themselves (not committed).
-        LAST_RUN.write_text(json.dumps(asdict(outcome), indent=1, default=str))
+    outcome = load_outcome(LAST_RUN) if args.again else run(chosen, args.minutes)
     text = render(outcome)
     print(text if args.no_write else write_section("peers", text))
 

@@ -31,6 +31,7 @@ class Outcome:
     seconds: float
     notes: str  # the notes' directory, shown as "notes" (a temp path of the run)
     cache_ram: str  # the preset's --cache-ram, as served
+    minutes: float  # the run's time limit: no turn started after it
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def verdict_sentences(outcome: Outcome, by: dict[str, Totals], all_rows: list[Ro
         ratio = peer.processed / box.processed if box.processed else float("inf")
         met = "met" if ratio >= GOAL_RATIO else "NOT met"
         said.append(
-            f"{harness.name} processed {peer.processed:,} prompt tokens over the conversation, "
+            f"{harness.name} processed {peer.processed:,} prompt tokens over the turns run, "
             f"Boxmaker {box.processed:,}: {ratio:.1f}x as many, so the ≥{GOAL_RATIO:.0f}x goal "
             f"is {met} against it.")
     for harness in [h for h in outcome.harnesses if not h.failure]:
@@ -175,15 +176,19 @@ def verdict_sentences(outcome: Outcome, by: dict[str, Totals], all_rows: list[Ro
             f"{harness.name}: {firsts:,} of its {t.processed:,} processed tokens ({share:.0f}%) "
             f"were the first requests of its sessions, {t.reread:,} re-read earlier prompts; "
             f"{t.extending} of its {t.later} later requests strictly extended the previous one.")
+    done = max(len(h.turns) for h in outcome.harnesses)
     restart = next((n for n, s in enumerate(outcome.steps, 1) if s.restart_before), None)
+    sessions = len({s.session for s in outcome.steps[:done]})
+    across = (f"across the restart before turn {restart}" if restart and restart <= done
+              else "with no restart reached")
     zero = box.max_turn_reread == 0
     for row in [r for r in all_rows if r.harness == "boxmaker" and r.verdict.reread]:
         said.append(f"Boxmaker re-read {row.verdict.reread:,} tokens in turn {row.turn}: "
                     f"{_cell('; '.join(row.verdict.changes).replace(outcome.notes, 'notes'))}.")
     said.append(
         f"Boxmaker re-read {box.reread} tokens of its earlier prompts in all "
-        f"(at most {box.max_turn_reread} in one turn), across the restart before turn {restart} "
-        f"and {len({s.session for s in outcome.steps})} sessions: the \"0 re-read tokens in "
+        f"(at most {box.max_turn_reread} in one turn) in {done} turns, {across} and in "
+        f"{sessions} session{'s' if sessions > 1 else ''}: the \"0 re-read tokens in "
         f"every turn\" goal is {'met' if zero else 'NOT met'}.")
     return said
 
@@ -200,6 +205,10 @@ def render(outcome: Outcome) -> str:
     names = {h.key: h.name for h in outcome.harnesses}
     by = {h.key: totals([r for r in all_rows if r.harness == h.key])
           for h in outcome.harnesses if not h.failure}
+    run = max((len(h.turns) for h in outcome.harnesses), default=0)
+    limit = ("" if run == len(outcome.steps) else
+             f"\n\nThe run stopped at its time limit of {outcome.minutes:g} min after turn {run} "
+             f"of {len(outcome.steps)}: turns {run + 1} to {len(outcome.steps)} were not run.")
     steps = "\n".join(
         f"{n}. session {s.session}{' (after a restart)' if s.restart_before else ''}: "
         f"\"{s.text.replace(outcome.notes, 'notes')}\"" for n, s in enumerate(outcome.steps, 1))
@@ -214,10 +223,11 @@ Measured {today()} on {machine_line()}; {load_note()} at the end; the whole run 
 {outcome.seconds / 60:.1f} min. One llama-server router (`{outcome.model}` preset, {outcome.slots}
 slots of {outcome.slot_context:,} tokens, {outcome.max_tokens} tokens per answer for every
 harness, host-RAM prompt cache `--cache-ram {outcome.cache_ram}`: loopd's self-test refuses 0, so
-*cached* may include it) served each harness in turn, every request through one recording proxy. The
+*cached* may include it) served the conversation turn by turn, each turn through every harness
+in the order of the table below, every request through one recording proxy. The
 conversation, the same for each (`notes/` holds notes of about 900 bytes):
 
-{steps}
+{steps}{limit}
 
 Each peer turn is one run of the peer's command line, so every peer turn starts it afresh;
 Boxmaker's loopd was restarted before the turn marked. Boxmaker's file-read turns ask its
