@@ -86,6 +86,7 @@ class Totals:
     requests: int
     extending: int  # requests that strictly extend the previous one of their session
     later: int  # requests that have a previous one in their session
+    tool_results: int  # tool results the harness sent back, over its sessions
 
 
 def totals(mine: list[Row]) -> Totals:
@@ -105,7 +106,15 @@ def totals(mine: list[Row]) -> Totals:
         requests=len(mine),
         extending=sum(1 for r in mine if r.verdict.extends),
         later=sum(1 for r in mine if r.verdict.extends is not None),
+        tool_results=sum(max(_tool_messages(r.request.body) for r in mine if r.session == s)
+                         for s in {r.session for r in mine}),
     )
+
+
+def _tool_messages(body: dict[str, Any]) -> int:
+    messages = body.get("messages")
+    return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool") \
+        if isinstance(messages, list) else 0
 
 
 def _request_table(all_rows: list[Row], names: dict[str, str], notes: str) -> str:
@@ -122,20 +131,21 @@ def _request_table(all_rows: list[Row], names: dict[str, str], notes: str) -> st
 
 
 def _summary_table(outcome: Outcome, by: dict[str, Totals]) -> str:
-    lines = ["| harness | run as | requests | extend their previous | tokens processed | "
+    lines = ["| harness | run as | requests | tool results | extend their previous | "
+             "tokens processed | "
              "first request | first request per session | re-read | wall time per turn (s) | "
              "owner's host: prompt processing | its first request |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for harness in outcome.harnesses:
         if harness.failure:
             lines.append(f"| {harness.name} | not run: {_cell(harness.failure)} |"
-                         + " |" * 9)
+                         + " |" * 10)
             continue
         t = by[harness.key]
         seconds = ", ".join(f"{turn.seconds:.0f}" + ("" if turn.ok else " (failed)")
                             for turn in harness.turns)
         lines.append(
-            f"| {harness.name} | {_cell(harness.setup)} | {t.requests} | "
+            f"| {harness.name} | {_cell(harness.setup)} | {t.requests} | {t.tool_results} | "
             f"{t.extending} of {t.later} | {t.processed:,} | {t.first:,} | "
             f"{', '.join(f'{n:,}' for n in t.first_per_session)} | {t.reread:,} | {seconds} | "
             f"{t.host:.1f} s | {t.host_first:.1f} s |")
@@ -147,7 +157,11 @@ def verdict_sentences(outcome: Outcome, by: dict[str, Totals], all_rows: list[Ro
     """The goals' verdicts, each from the figures, and where each harness's tokens went."""
     said = []
     box = by.get("boxmaker")
-    ran = [h for h in outcome.harnesses if not h.failure and h.key != "boxmaker"]
+    ran = [h for h in outcome.harnesses
+           if not h.failure and h.key != "boxmaker" and by[h.key].requests]
+    for harness in outcome.harnesses:
+        if not harness.failure and harness.key != "boxmaker" and not by[harness.key].requests:
+            said.append(f"No request of {harness.name} was answered in this run.")
     for harness in outcome.harnesses:
         if harness.failure:
             said.append(f"{harness.name} could not be run here: {_cell(harness.failure)}.")
@@ -157,10 +171,9 @@ def verdict_sentences(outcome: Outcome, by: dict[str, Totals], all_rows: list[Ro
             said.append(f"{harness.name} failed {len(failed)} of {len(harness.turns)} turns "
                         f"({_cell(details)}).")
     if box is None or not ran:
-        said.append("The ≥10x goal was not measured in this run: it needs Boxmaker and at "
-                    "least one peer.")
-        return said
-    for harness in ran:
+        said.append("The ≥10x goal was not measured in this run: it needs answered requests "
+                    "of Boxmaker and of at least one peer.")
+    for harness in ran if box is not None else []:
         peer = by[harness.key]
         ratio = peer.processed / box.processed if box.processed else float("inf")
         met = "met" if ratio >= GOAL_RATIO else "NOT met"
@@ -168,7 +181,7 @@ def verdict_sentences(outcome: Outcome, by: dict[str, Totals], all_rows: list[Ro
             f"{harness.name} processed {peer.processed:,} prompt tokens over the turns run, "
             f"Boxmaker {box.processed:,}: {ratio:.1f}x as many, so the ≥{GOAL_RATIO:.0f}x goal "
             f"is {met} against it.")
-    for harness in [h for h in outcome.harnesses if not h.failure]:
+    for harness in [h for h in outcome.harnesses if not h.failure and by[h.key].requests]:
         t = by[harness.key]
         firsts = sum(t.first_per_session)
         share = 100 * firsts / t.processed if t.processed else 0.0
@@ -176,6 +189,8 @@ def verdict_sentences(outcome: Outcome, by: dict[str, Totals], all_rows: list[Ro
             f"{harness.name}: {firsts:,} of its {t.processed:,} processed tokens ({share:.0f}%) "
             f"were the first requests of its sessions, {t.reread:,} re-read earlier prompts; "
             f"{t.extending} of its {t.later} later requests strictly extended the previous one.")
+    if box is None:
+        return said
     done = max(len(h.turns) for h in outcome.harnesses)
     restart = next((n for n, s in enumerate(outcome.steps, 1) if s.restart_before), None)
     sessions = len({s.session for s in outcome.steps[:done]})
@@ -194,7 +209,7 @@ def verdict_sentences(outcome: Outcome, by: dict[str, Totals], all_rows: list[Ro
 
 
 def _restart_sentence(box: Totals | None, restarts: int) -> str:
-    if box is None:
+    if box is None or not restarts:
         return ""
     return (f"Boxmaker's restart ran loopd's start-up self-test: {restarts} requests on its "
             "background slot, not counted above.")
@@ -216,7 +231,7 @@ def render(outcome: Outcome) -> str:
     box = by.get("boxmaker")
     projections = "; ".join(
         f"{names[k]} {t.host:.1f} s in all, {t.host_first:.1f} s for its first request"
-        for k, t in by.items())
+        for k, t in by.items() if t.requests)
     return f"""## Boxmaker beside the harnesses people run (`bench/peers_bench.py`)
 
 Measured {today()} on {machine_line()}; {load_note()} at the end; the whole run took
