@@ -202,8 +202,10 @@ let
 
   # The group a socket's directory admits: the units' group unless the socket names its own.
   socketGroup = name: manifest.sockets.${name}.group or manifest.group;
-  ownerGroups = [ manifest.group ] ++ builtins.filter (g: g != manifest.group)
-    (map socketGroup socketNames);
+  # Each once (approve.sock and memory-owner.sock both admit the owners' group).
+  ownerGroups = [ manifest.group ] ++ builtins.attrNames (builtins.removeAttrs
+    (builtins.listToAttrs (map (g: { name = g; value = true; }) (map socketGroup socketNames)))
+    [ manifest.group ]);
 
   writers = dir: builtins.filter
     (role: builtins.any (s: s.dir == dir && s.writable) manifest.roles.${role}.state) roleNames;

@@ -72,6 +72,8 @@ def write_config(appliance: Appliance, toolkit: str, into: Path = Path("/")) -> 
     settings["broker"].update(podman_image=toolkit, approvers=["local:socket"])
     settings["gateway"].update(server=appliance.mattermost.url, allowlist="allow.txt",
                                edit_interval=0.2)  # fmt: skip
+    if appliance.owner[0]:  # a job's answer goes to the owner's DM ([gateway] owner)
+        settings["gateway"]["owner"] = appliance.owner[0]
     settings["secrets.mattermost_token"] = {}  # the credential backend, the default
     lines = []
     for section, values in settings.items():
