@@ -395,3 +395,55 @@ def test_consult_reaches_a_fake_endpoint_through_the_egress_proxy_with_its_crede
     journal = booted.run("journalctl", "-b", "--no-pager", "-o", "cat")
     assert key not in journal.stdout
 
+
+def turn_usage(done: subprocess.CompletedProcess[str]) -> dict:
+    """The usage of a ``bxctl chat --json`` turn (its turn_done frame's body)."""
+    bodies = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    (usage,) = [body["usage"] for body in bodies if "usage" in body]
+    return usage
+
+
+def test_after_a_power_off_and_a_boot_of_the_same_root_the_session_resumes_from_the_cache(
+    machine,
+):
+    """The machine is powered off and the same root booted again (the model server outside it
+    keeps running, as the owner's router does): the session resumes, and its next turn reuses
+    the prompt the server still holds (cache_n), with no cache loss in the session's log."""
+    booted, _ = machine
+    session = "boot-resume"
+    first = owner(booted, "bxctl", "chat", "--session", session, "--json", "--tool-choice",
+                  "none", "--say", "Remember the word kestrel. Say only: noted.")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    before = turn_usage(first)
+
+    booted.poweroff()
+    again = boot.boot(booted.root, booted.name, booted.log)
+    booted.process = again.process  # the later tests use the booted-again machine
+    booted.wait_running()
+    for unit in UNITS:
+        assert wait_active(booted, unit) == "active", f"{unit}\n{booted.journal(unit)}"
+
+    resumed = owner(booted, "bxctl", "chat", "--session", session, "--json", "--tool-choice",
+                    "none", "--say", "Which word did I ask you to remember?")  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    after = turn_usage(resumed)
+    log = owner(booted, "sh", "-c", f"cat /var/lib/boxmaker/sessions/{session}/*.jsonl").stdout
+    assert '"cache_loss"' not in log, log
+    # The second turn's prompt begins with the whole first exchange: all of what the first
+    # turn's prompt left in the slot is reused, the rest is the answer and the new question.
+    assert after["cache_n"] >= before["cache_n"] + before["prompt_n"], (before, after)
+
+
+def test_role_state_is_readable_by_the_owners_and_the_one_role_that_needs_it(machine):
+    """Every role's user shares the units' group; each state directory admits only its writer,
+    the owners' group and the role that mounts it read-only (memoryd, loopd's sessions)."""
+    booted, appliance = machine
+    manifest = appliance.manifest
+    directories = sorted({s.dir for role in ROLES for s in manifest.roles[role].state})
+    probe = " ".join(f"ls /var/lib/boxmaker/{d} >/dev/null 2>&1 && echo {d};" for d in directories)
+    for role in ROLES:
+        done = booted.run("sh", "-c", probe, user=f"boxmaker-{role}")
+        readable = done.stdout.split()
+        assert readable == sorted(s.dir for s in manifest.roles[role].state), (role, done.stderr)
+    done = owner(booted, "sh", "-c", probe)
+    assert done.stdout.split() == directories, done.stderr

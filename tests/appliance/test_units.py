@@ -159,6 +159,7 @@ def test_each_state_directory_is_read_by_the_owners_and_the_one_role_that_mounts
     rules = nix_eval(f"{lib_expression()}.tmpfiles")
     state = sorted(r for r in rules if r.startswith(("d /var/lib/boxmaker/", "a+ ")))
     assert state == [
+        "a+ /var/lib/boxmaker/broker - - - - u:boxmaker-memoryd:r-x",
         "a+ /var/lib/boxmaker/sessions - - - - u:boxmaker-memoryd:r-x",
         "d /var/lib/boxmaker/audit 0750 boxmaker-brokerd boxmaker-owners -",
         "d /var/lib/boxmaker/broker 0750 boxmaker-brokerd boxmaker-owners -",
