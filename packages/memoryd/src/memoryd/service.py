@@ -21,6 +21,7 @@ from .identity import SnapshotCache
 from .index import RecallIndex, StateDb
 from .layout import Layout
 from .notes import read_notes
+from .owner import parse_command, perform
 from .recall import FtsRetriever, recall_response
 from .taint import SessionTaint, read_taint_file
 from .writer import Caller, MemoryWriter
@@ -83,6 +84,23 @@ class MemoryService:
         except MemorydError as exc:
             log.error("%s: %s", frame.kind, exc)
             return _error(ErrorCode.INTERNAL, str(exc))
+
+    async def handle_owner(self, frame: Frame) -> Frame:
+        """One command on memory-owner.sock: done as memoryd's user, answered with its line."""
+        try:
+            command = parse_command(frame)
+            if isinstance(command, proto.ReindexCommand):  # reads every log: off the loop
+                text = await asyncio.to_thread(perform, command, self.config, lambda: self.writer)
+                self.index.reopen_if_replaced()
+            else:
+                text = perform(command, self.config, lambda: self.writer)
+                self.index.add_notes(read_notes(self.layout.notes))  # an accept may add notes
+                self.sync_wanted.set()
+        except MemorydError as exc:
+            log.warning("owner's %s refused: %s", frame.body.get("command"), exc)
+            return _error(ErrorCode.BAD_REQUEST, str(exc))
+        log.info("owner's command: %s", text)
+        return Frame.of(proto.COMMAND_DONE, proto.CommandDone(text=text), final=True)
 
     def _turn_finished(self, turn: proto.TurnFinished) -> Frame:
         self.index.reopen_if_replaced()

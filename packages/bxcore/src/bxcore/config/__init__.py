@@ -51,8 +51,8 @@ class Config(Section):
         return self.served("loop").path
 
     def served(self, name: str) -> ServedSocket:
-        """A served socket ("loop", "infer", "broker", "approve", "memory", "gateway"): its
-        path, mode and group as configured."""
+        """A served socket ("loop", "infer", "broker", "approve", "memory", "memory-owner",
+        "gateway"): its path, mode and group as configured."""
         return served_sockets(self)[name]
 
 

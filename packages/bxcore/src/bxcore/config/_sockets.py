@@ -64,5 +64,13 @@ def served_sockets(config: Config) -> dict[str, ServedSocket]:
             prefix="approve_",
         ),
         "memory": served("memory", "memory", memory.socket, memory.mode, memory.group),
+        "memory-owner": served(
+            "memory-owner",
+            "memory",
+            memory.owner_socket,
+            memory.owner_mode,
+            memory.owner_group,
+            prefix="owner_",
+        ),
         "gateway": served("gateway", "gateway", gateway.socket, gateway.mode, gateway.group),
     }

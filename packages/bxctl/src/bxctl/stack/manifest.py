@@ -65,6 +65,11 @@ class Paths(Model):
     grants: AbsolutePath  # the owner's grants, read-only, for roles with "grants": true
     jobs: AbsolutePath  # the owner's scheduled jobs, read-only, beside the grants
     credentials: AbsolutePath  # where $CREDENTIALS_DIRECTORY appears inside a container
+    # The host's trust store (a PEM bundle), mounted read-only at its own path into every role
+    # with the host's network and named by SSL_CERT_FILE: TLS to the owner's Mattermost, Honcho
+    # or router trusts what the host trusts (a private CA in security.pki included), not only
+    # the bundle the image was built with.
+    ca_bundle: AbsolutePath
 
 
 ConfigKey = Annotated[Text, Field(pattern=r"^[a-z_]+\.[a-z_]+$")]
@@ -131,6 +136,10 @@ class Manifest(Model):
     # the owner's users join it. A role's container root maps to the unit's user and group, so a
     # socket it creates already has this group: the config needs no group setting.
     group: Name
+    # The owner's users' group. It alone reads the role state directories with the one role
+    # that needs each (a read-only state entry; an ACL naming that role's user): brokerd's
+    # audit and consult egress log are not readable by the other roles' users.
+    owners: Name
     paths: Paths
     sockets: dict[Name, Socket]
     roles: dict[Name, Role]
