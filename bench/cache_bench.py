@@ -64,6 +64,7 @@ MODEL = "qwen-tools"
 SLOT_CONTEXT = 16384
 SLOTS = 3  # main, background, and one for the naive harness alone
 NAIVE_SLOT = 2
+DEPTH_0, DEPTH_32K = 1170.0, 669.0  # tokens/s on the owner's host (design brief, M0)
 MAX_TOKENS = 72  # room for a call_tool call (about 50 tokens); answers are cut there
 SAMPLING = {"temperature": 0.0, "top_p": 0.95, "top_k": 20}  # greedy, as both sides send
 TOPICS = (
@@ -327,8 +328,8 @@ completion. Tool turns read a 900-byte note with `fs.read` through `call_tool`.
 
 *prompt_n*: tokens the server processed for the turn (all its completions). *re-read*: tokens
 of each previous request's prompt that the cache did not cover. *s*: wall time of the turn,
-tool runs included (Boxmaker's sandbox costs about 0.1-0.5 s per call, see the sandbox
-section; the naive harness runs tools bare). *ratio*: naive prompt_n / Boxmaker prompt_n.
+tool runs included (Boxmaker's in its sandbox, whose cost per call is the sandbox section's;
+the naive harness runs tools bare). *ratio*: naive prompt_n / Boxmaker prompt_n.
 
 | turn | tool call | Boxmaker prompt_n | re-read | s | naive prompt_n | re-read | s | ratio |
 |---|---|---|---|---|---|---|---|---|
@@ -344,8 +345,9 @@ measured in its own section, `bench/compaction_bench.py`.
 
 The naive harness processed {ratio(n_total, b_total)} the prompt tokens and took
 {ratio(n_time, b_time)} the wall time. On the owner's host prompt processing runs at about
-1,170 tokens/s at depth 0 and 669 at 32k (design brief), so each re-read of a 32k-token
-conversation costs it 36 s or more per turn, where Boxmaker pays only for the new tokens.
+{DEPTH_0:,.0f} tokens/s at depth 0 and {DEPTH_32K:,.0f} at 32k (design brief), so a re-read of a
+32,768-token conversation would cost {32768 / DEPTH_0:.0f} to {32768 / DEPTH_32K:.0f} s
+per turn, where Boxmaker pays only for the new tokens.
 """
 
 

@@ -168,8 +168,7 @@ one sentence (`tool_choice` none, greedy, {MAX_TOKENS} tokens per answer, summar
 {SUMMARY_TOKENS}). One row per completion, from loopd's Usage records: *cache_n* and
 *prompt_n* as the server reported them, *re-read* as in the cache section (tokens of the
 previous request's prompt the cache did not cover), *slot after*: cache_n + prompt_n +
-predicted_n. *s*: the turn's wall time, the compaction included in its turn's (it depends on
-the machine's load from other work more than on anything measured here).
+predicted_n. *s*: the turn's wall time, the compaction included in its turn's.
 
 | turn | epoch | completion | cache_n | prompt_n | re-read | slot after | s |
 |---|---|---|---|---|---|---|---|
@@ -188,10 +187,6 @@ The compaction turn processed {asked.prompt_n + first.prompt_n:,} prompt tokens 
 all (the summary itself was {asked.predicted_n} generated tokens); the other turns after
 the first processed a median of {statistics.median(others):,.0f}. After it: {verdict}.{more}
 The summary, as epoch {first.epoch} shows it: {facts["summary_chars"]:,} characters.
-
-The tiny Qwen is a plain-attention model, so the server keeps the shared prefix. On the owner's
-host, Ornith's hybrid attention cannot rewind part of a cache (design brief), so there the first
-request of an epoch is expected to process its whole baseline as well; that is not measured here.
 """
 
 

@@ -40,14 +40,22 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bxcore.records import Usage  # noqa: E402
-from cache_bench import MAX_TOKENS, MODEL, grants, presets, system_text, write_notes  # noqa: E402
+from cache_bench import (  # noqa: E402
+    DEPTH_0,
+    DEPTH_32K,
+    MAX_TOKENS,
+    MODEL,
+    grants,
+    presets,
+    system_text,
+    write_notes,
+)
 from report import load_note, machine_line, today, write_section  # noqa: E402
 from rig import StackSettings, running_stack, serving_dir  # noqa: E402
 from support.llama import llama_paths  # noqa: E402
 
 SLOT_CONTEXT = 16384  # a long thread of the day (about 3,000 tokens) stays in its first epoch
 JOB = "day-job"
-DEPTH_0, DEPTH_32K = 1170.0, 669.0  # tokens/s on the owner's host (design brief, M0)
 
 
 @dataclass(frozen=True)
@@ -199,9 +207,9 @@ adds to its session (a session's first request: its whole prompt), the physical 
 
 The day {verdict} the goal of processed <= 1.2x new ({ratio:.2f}x); {facts["cache_losses"]}
 cache losses logged; {facts["seconds"]:.0f} s of turns here. Projected to the owner's host
-(prompt processing 1,170 tokens/s at depth 0, 669 at 32k): **{host:.0f} s** of prompt
-processing for the day, against **{before:.0f} s** had every return to a thread re-read it
-whole, as the shared main slot did before sessions carried their marker (issue 21). Re-read
+(prompt processing {DEPTH_0:,.0f} tokens/s at depth 0, {DEPTH_32K:,.0f} at 32k): **{host:.0f} s**
+of prompt processing for the day, against **{before:.0f} s** had every return to a thread re-read it
+whole. Re-read
 counts what the session held, its generated tokens included, that its next request did not find
 cached: the last token (always evaluated again) and any generated text the template renders
 otherwise when it is replayed. Each thread's

@@ -1,13 +1,14 @@
 """Benchmark: the inference client straight to llama-server vs through inferproxy.
 
-    uv run python bench/inference_bench.py [--pairs 30]
+    uv run python bench/inference_bench.py [--pairs 60] [--rounds 9]
 
 Not a test. Starts a single-model llama-server (SmolLM2, tests/support/llama.py) and a real
 inferproxy in front of it, then runs the same prompts alternately direct and proxied, so that
 load from other work on the machine hits both sides alike. Reports per-request latency (time to
 the first event and to the whole completion) and the added latency per pair (p50, p95). Then
-measures raw bytes/s through the proxy against a local upstream that streams 256 MiB, beside the
-same transfer without the proxy. Writes the figures into its own section of docs/performance.md
+measures raw bytes/s through the proxy against a local upstream that streams 256 MiB per
+transfer, alternately beside the same transfer without the proxy. Each figure is printed beside
+its bound (issue 19). Writes the figures into its own section of docs/performance.md
 (between the bench:inference markers), leaving every other section alone.
 """
 
@@ -15,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import socket
+import statistics
 import sys
 import tempfile
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,9 +38,7 @@ PROMPTS = ["Name a color.", "Name an animal.", "Name a fruit.", "Say hello.", "C
 TRANSFER = 256 * 1024 * 1024
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+quantile = report.quantile
 
 
 async def one_request(client: InferenceClient, prompt: str) -> tuple[float, float]:
@@ -86,16 +83,16 @@ async def latency(llama_socket: Path, proxy_socket: Path, pairs: int) -> dict[st
     return results
 
 
-def _streaming_upstream(path: Path) -> threading.Thread:
+def _streaming_upstream(path: Path, transfers: int) -> threading.Thread:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen()
 
     def serve() -> None:
-        for _ in range(2):  # one direct transfer, one through the proxy
+        block = b"x" * (1 << 20)
+        for _ in range(transfers):
             conn, _ = listener.accept()
             with conn:
-                block = b"x" * (1 << 20)
                 for _ in range(TRANSFER // len(block)):
                     conn.sendall(block)
         listener.close()
@@ -119,14 +116,18 @@ def _drain(path: Path) -> float:
     return received / elapsed
 
 
-def throughput() -> tuple[float, float]:
-    """(direct bytes/s, proxied bytes/s) for a 256 MiB one-way transfer."""
+def throughput(rounds: int) -> tuple[list[float], list[float]]:
+    """(direct bytes/s, proxied bytes/s) of ``rounds`` 256 MiB one-way transfers each, the two
+    sides alternating so that load from other work hits both alike."""
     directory = Path(tempfile.mkdtemp(prefix="bx-bench-"))
     upstream = directory / "up.sock"
-    thread = _streaming_upstream(upstream)
-    direct = _drain(upstream)
+    thread = _streaming_upstream(upstream, 2 * rounds)
+    direct: list[float] = []
+    through: list[float] = []
     with proxied(upstream) as proxy:
-        through = _drain(proxy)
+        for _ in range(rounds):
+            direct.append(_drain(upstream))
+            through.append(_drain(proxy))
     thread.join()
     upstream.unlink()
     directory.rmdir()
@@ -137,7 +138,17 @@ def ms(value: float) -> str:
     return f"{value * 1000:.1f}"
 
 
-def render(results: dict[str, list[float]], pairs: int, direct_bps: float, proxy_bps: float) -> str:
+THROUGHPUT_GOAL = 0.90  # proxied bytes/s over direct, at least (issue 19)
+FIRST_EVENT_GOAL = 0.003  # seconds the proxy adds to the first event at p95, at most
+
+
+def bound(met: bool) -> str:
+    return "met" if met else "**not met**"
+
+
+def render(
+    results: dict[str, list[float]], pairs: int, direct: list[float], through: list[float]
+) -> str:
     added_first = [p - d for p, d in zip(results["p_first"], results["d_first"], strict=True)]
     added_total = [p - d for p, d in zip(results["p_total"], results["d_total"], strict=True)]
     rows = []
@@ -153,42 +164,49 @@ def render(results: dict[str, list[float]], pairs: int, direct_bps: float, proxy
     ):
         rows.append(f"| {label} | {ms(quantile(values, 0.5))} | {ms(quantile(values, 0.95))} |")
     mib = 1024 * 1024
-    day = datetime.now(UTC).date().isoformat()
-    return f"""<!-- bench:inference -->
-## Inference path (`bench/inference_bench.py`)
-
-Measured {day} on {platform.machine()}, {os.cpu_count()} cores shared with other work, Python
-{platform.python_version()}. SmolLM2-135M in a single-model llama-server on a Unix socket; the
-inference client (httpx, streaming, `max_tokens` 8, cached prompts) straight to it and through
-inferproxy, {pairs} pairs, alternating which side goes first.
+    direct_bps, proxy_bps = statistics.median(direct), statistics.median(through)
+    ratio = proxy_bps / direct_bps
+    added_p95 = quantile(added_first, 0.95)
+    pairs_mib = zip(direct, through, strict=True)
+    each = ", ".join(f"{d / mib:,.0f} / {p / mib:,.0f}" for d, p in pairs_mib)
+    medians = f"medians: {proxy_bps / mib:,.0f} / {direct_bps / mib:,.0f} MiB/s"
+    goals = (
+        f"| throughput through inferproxy over direct ({medians}) | {ratio:.0%} "
+        f"| ≥ {THROUGHPUT_GOAL:.0%} | {bound(ratio >= THROUGHPUT_GOAL)} |\n"
+        f"| added by the proxy to the first event, p95 | {ms(added_p95)} ms "
+        f"| ≤ {ms(FIRST_EVENT_GOAL)} ms | {bound(added_p95 <= FIRST_EVENT_GOAL)} |"
+    )
+    return f"""Measured {report.today()} on {report.machine_line()}; {report.load_note()} at the
+end. SmolLM2-135M in a single-model llama-server on a Unix socket; the inference client (httpx,
+streaming, `max_tokens` 8, cached prompts) straight to it and through inferproxy, {pairs} pairs,
+alternating which side goes first. *added*: the per-pair difference, proxied minus direct.
 
 | Latency per request (ms) | p50 | p95 |
 |---|---|---|
 {chr(10).join(rows)}
 
-Raw throughput of one 256 MiB transfer from a local Unix-socket upstream: direct
-{direct_bps / mib:.0f} MiB/s, through inferproxy {proxy_bps / mib:.0f} MiB/s. The added
-latency is a per-pair difference, so load from other work on the machine shows up as spread
-(the p95) rather than as a bias to one side. Whole completions are dominated by token generation
-on the shared cores, so their difference is noise; the first event shows the proxy's own cost.
-<!-- /bench:inference -->"""
+Raw throughput, {len(direct)} one-way transfers of {TRANSFER // mib} MiB each from a local
+Unix-socket upstream, direct and through inferproxy alternately (MiB/s, direct / proxied, in
+order): {each}.
 
-
-def write_section(text: str) -> None:
-    body = text.removeprefix("<!-- bench:inference -->").removesuffix("<!-- /bench:inference -->")
-    report.write_section("inference", body)
+| Figure | This run | Bound | |
+|---|---|---|---|
+{goals}
+"""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=30)
+    parser.add_argument("--pairs", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=9, help="256 MiB transfers per side")
     args = parser.parse_args()
     with start_single(SMOL) as server, proxied(server.socket) as proxy:
         results = asyncio.run(latency(server.socket, proxy, args.pairs))
-    direct_bps, proxy_bps = throughput()
-    text = render(results, args.pairs, direct_bps, proxy_bps)
-    write_section(text)
-    print(text)
+    direct, through = throughput(args.rounds)
+    body = "## Inference path (`bench/inference_bench.py`)\n\n" + render(
+        results, args.pairs, direct, through
+    )
+    print(report.write_section("inference", body))
 
 
 if __name__ == "__main__":

@@ -38,9 +38,10 @@ from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
 from bxcore.records import Assistant, Usage, User
-from loopd.baseline import Baseline, messages
+from loopd.baseline import Baseline
 from loopd.inference.client import InferenceClient
 from loopd.log import encode_record
+from loopd.replay import messages
 from loopd.serve import DEFAULT_SYSTEM
 from loopd.server import LoopServer
 from loopd.store import SessionStore
@@ -195,6 +196,17 @@ def table(results: dict[int, Result]) -> str:
     return "\n".join(rows)
 
 
+def growth(results: dict[int, Result]) -> str:
+    """What this run measured between the smallest and the largest session, in words."""
+    small, large = min(results), max(results)
+    (cold_s, _), _, direct_s, added_s = results[small]
+    (cold_l, _), _, direct_l, added_l = results[large]
+    return (f"From {small:,} to {large:,} records in this run: *added* {added_s:.1f} to "
+            f"{added_l:.1f} ms ({added_l - added_s:+.1f} ms), the *direct client* "
+            f"{direct_s:.1f} to {direct_l:.1f} ms ({direct_l - direct_s:+.1f} ms), the first "
+            f"turn's *in* {cold_s:.1f} to {cold_l:.1f} ms ({cold_l - cold_s:+.1f} ms).")
+
+
 def main() -> None:
     results = {size: asyncio.run(measure(size)) for size in SIZES}
     body = "\n".join([
@@ -213,20 +225,7 @@ def main() -> None:
         "",
         table(results),
         "",
-        "*added* no longer grows with the session. What grows is what any client pays (httpx "
-        "encoding the body: the *direct client* column) and the first turn's reading of the log. "
-        "At first loopd dumped every message with pydantic for every request (cProfile, "
-        "6,667 messages: about 14 ms of the 16 ms spent building the body), and this section "
-        "showed *added* at 3.4 / 5.0 / 28.7 ms. The first fix kept each message's encoding, "
-        "keyed by the message object. That still cost a Python-level lookup per message per "
-        "request, about 3 ms at 6,667 messages, so *added* kept growing. Now each session's last "
-        "encoded request is kept with its messages, and a request that starts with them encodes "
-        "only the new messages (`_EncodedMessages` in `loopd/inference/request.py`). The check "
-        "is one tuple comparison, by identity, in C: about 60 µs at 6,667 messages. "
-        "`tests/inference/test_request_encoding.py` checks that each message is encoded once. "
-        "Paired runs of all three, one after another on 2026-11-30 (load average about 1.5), gave "
-        "these *added* figures at 10,000 records: 8.6-8.9 ms encoding every message, 2.3-5.4 ms "
-        "with the per-message cache, 0.7-0.8 ms now. At 10 records all three were 0.4-0.8 ms.",
+        growth(results),
     ])
     print(body)
     if "--no-write" not in sys.argv:

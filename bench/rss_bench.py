@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -37,6 +38,12 @@ from rig import Stack, StackSettings, fake_llama_binary, running_stack  # noqa: 
 
 DAEMONS = ("inferproxy", "memoryd", "brokerd", "loopd")
 SETTLE = 2.0  # seconds after start-up before the idle reading
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def echo_turn(number: int) -> str:
@@ -90,6 +97,7 @@ def run(sessions: int) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
             time.sleep(SETTLE)
             for name in DAEMONS:
                 figures[name]["idle"] = stack.rss(name)[0]
+            cpu_before = {name: cpu_seconds(stack.pid(name)) for name in DAEMONS}
             start = time.perf_counter()
             with Sampler(stack) as sampler, ThreadPoolExecutor(sessions) as pool:
                 turns = list(pool.map(
@@ -97,6 +105,8 @@ def run(sessions: int) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
                 ))
             facts["seconds"] = time.perf_counter() - start
             facts["tool_results"] = sum(1 for t in turns if "tool_result" in t.events)
+            for name in DAEMONS:
+                facts[f"cpu {name}"] = cpu_seconds(stack.pid(name)) - cpu_before[name]
             for name in DAEMONS:
                 rss, hwm = stack.rss(name)
                 figures[name].update(peak=sampler.peak[name], hwm=hwm, after=rss)
@@ -111,12 +121,14 @@ def mib(kib: int) -> str:
 
 def render(figures: dict[str, dict[str, int]], facts: dict[str, float], sessions: int) -> str:
     rows = [
-        f"| {name} | {mib(f['idle'])} | {mib(f['peak'])} | {mib(f['hwm'])} | {mib(f['after'])} |"
+        f"| {name} | {mib(f['idle'])} | {mib(f['peak'])} | {mib(f['hwm'])} | {mib(f['after'])} "
+        f"| {facts[f'cpu {name}']:.2f} |"
         for name, f in figures.items()
     ]
     total = {key: sum(f[key] for f in figures.values()) for key in ("idle", "peak", "after")}
+    cpu = sum(facts[f"cpu {name}"] for name in figures)
     rows.append(f"| **all four** | **{mib(total['idle'])}** | **{mib(total['peak'])}** | | "
-                f"**{mib(total['after'])}** |")
+                f"**{mib(total['after'])}** | **{cpu:.2f}** |")
     return f"""## Daemon memory, idle and with {sessions} sessions at once (`bench/rss_bench.py`)
 
 Measured {today()} on {machine_line()}; {load_note()} at the end. The whole local stack
@@ -126,18 +138,13 @@ new session at the same moment, with a turn whose model answer calls `echo` thro
 (brokerd decides, audits and runs it in a fresh sandbox) and then answers. All {sessions}
 turns were done in {facts["seconds"]:.1f} s, {facts["tool_results"]:.0f} of them with a tool
 result. VmRSS in MiB; *peak* is the highest 0.1 s sample during the load, *VmHWM* the kernel's
-high-water mark since start, *after* what stays resident once the turns are done.
+high-water mark since start, *after* what stays resident once the turns are done; *CPU s*:
+the user and system time each daemon used from the start of the load to its end (what it did
+for these turns).
 
-| daemon | idle | peak under load | VmHWM | after |
-|---|---|---|---|---|
+| daemon | idle | peak under load | VmHWM | after | CPU s |
+|---|---|---|---|---|---|
 {chr(10).join(rows)}
-
-Sessions queue for their slot inside loopd (all main sessions share slot 0), so loopd holds
-{sessions} open channels and their sessions at once while the model serves one request at a
-time, as on the owner's host. loopd keeps at most 64 open sessions in memory. memoryd gets no
-work from these turns (loopd does not send it finished turns yet, and no memory tool was
-called), so its figures are its idle cost. gatewayd is not part of the local stack (it needs a
-Mattermost server) and is not measured here.
 """
 
 

@@ -3,7 +3,8 @@
     uv run python bench/summary_bench.py [--no-write]
 
 Run it last (``scripts/bench`` runs the benchmarks in name order, and ``summary`` sorts after
-the others it quotes). It measures nothing itself: it describes the machine (CPU model, cores,
+the others it quotes), and it writes the whole document again (``rebuilt``). It measures
+nothing itself: it describes the machine (CPU model, cores,
 RAM, kernel), the versions (Python, the llama.cpp release ``scripts/llama-server.sh`` builds and
 the binary's own ``--version``, each model with the sha256 of the file on disk), and copies one
 headline figure from each benchmark's section, with a link to it. A figure whose section is
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import platform
 import re
@@ -22,11 +24,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from report import DOC, today, write_section  # noqa: E402
 from support.llama import CODER, QWEN, SMOL, llama_paths  # noqa: E402
+
+TEST_RUN = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "boxmaker" / \
+    "test-run.json"  # written by scripts/test after a run of the whole suite
+SUITE_BOUND_MIN = 20  # issue 19: the suite, setup apart, under 20 minutes
 
 # (what, section name, heading anchor, pattern whose groups are quoted, how to show them)
 HEADLINES = (
@@ -46,16 +53,23 @@ HEADLINES = (
      "loopd-per-turn-harness-overhead-benchloop_benchpy",
      r"\| 10 \|[^\n]*\| ([-\d.]+) \|\n(?:[^\n]*\n)*?\| 10,000 \|[^\n]*\| ([-\d.]+) \|",
      "{0} ms / {1} ms"),
-    ("inferproxy: added latency to the first event (p50)", "inference",
+    ("inferproxy: added to the first event (p95), against its bound", "inference",
      "inference-path-benchinference_benchpy",
-     r"\| added by the proxy, first event \| ([-\d.]+) \|", "{0} ms"),
-    ("inferproxy: raw throughput, direct / through the proxy", "inference",
+     r"\| added by the proxy to the first event, p95 \| ([-\d.]+ ms) \| (≤ [\d.]+ ms) \| ([^|]*)\|",
+     "{0} ({1}: {2})"),
+    ("inferproxy: throughput over direct, against its bound", "inference",
      "inference-path-benchinference_benchpy",
-     r"direct\s+(\d+) MiB/s, through inferproxy (\d+) MiB/s", "{0} / {1} MiB/s"),
+     r"\| throughput through inferproxy over direct \(medians: ([\d,]+) / ([\d,]+) MiB/s\) "
+     r"\| (\d+%) \| (≥ \d+%) \| ([^|]*)\|", "{2}, {0} / {1} MiB/s ({3}: {4})"),
     ("Sandbox cost per tool call over a bare subprocess: bubblewrap / podman (median)",
      "sandbox", "sandbox-per-call-overhead-benchsandbox_benchpy",
-     r"\| bubblewrap \|[^\n]*\| \+([\d.]+) \|\n\| podman \|[^\n]*\| \+([\d.]+) \|",
-     "+{0} ms / +{1} ms"),
+     r"\| bubblewrap over the bare subprocess \| ([-+\d.]+ ms) \| (≤ \d+ ms) \| ([^|]*)\|\n"
+     r"\| podman over the bare subprocess \| ([-+\d.]+ ms) \| (≤ \d+ ms) \| ([^|]*)\|",
+     "{0} ({1}: {2}) / {3} ({4}: {5})"),
+    ("Bare toolkit start, and `python3 -I -S -c pass` in the same run (median)", "sandbox",
+     "sandbox-per-call-overhead-benchsandbox_benchpy",
+     r"\| python3 -I -S -c pass \| ([\d.]+) \|[\s\S]*?\| bare subprocess \| ([\d.]+) \|",
+     "{1} ms, beside {0} ms"),
     ("Daemon memory, all four: idle / with 50 sessions at once", "rss",
      "daemon-memory-idle-and-with-50-sessions-at-once-benchrss_benchpy",
      r"\| \*\*all four\*\* \| \*\*([\d.]+)\*\* \| \*\*([\d.]+)\*\*", "{0} / {1} MiB"),
@@ -87,6 +101,28 @@ def headline_rows(doc: str) -> list[str]:
             figure = shape.format(*(g.strip() for g in found.groups()))
         rows.append(f"| {what} | {figure} | [{name}](#{anchor}) |")
     return rows
+
+
+def loads(doc: str) -> str:
+    """The range of the load averages the sections measured under, from their own notes."""
+    found = [float(x) for x in re.findall(r"load average ([\d.]+)", doc)]
+    if not found:
+        return "No section notes the machine's load."
+    return (f"The sections note load averages from {min(found):.1f} to {max(found):.1f} at the "
+            f"end of their runs on this machine of {os.cpu_count()} cores, shared with other "
+            "work: compare the rows of one section with each other, not with another machine.")
+
+
+def suite_time(record: Path) -> str:
+    """The last whole-suite run of ``scripts/test``, as it recorded itself."""
+    if not record.exists():
+        return f"Test suite: no whole run of `scripts/test` recorded here (`{record.name}`)."
+    run = json.loads(record.read_text())
+    minutes = run["suite_s"] / 60
+    verdict = "met" if minutes < SUITE_BOUND_MIN and run["status"] == 0 else "**not met**"
+    return (f"Test suite: `scripts/test` on {run['date']} took {minutes:.1f} min after "
+            f"{run['setup_s'] / 60:.1f} min of setup (bound: under {SUITE_BOUND_MIN} min, "
+            f"{verdict}); exit status {run['status']}, pytest said: {run['pytest']}.")
 
 
 def cpu_model() -> str:
@@ -130,9 +166,7 @@ def render(doc: str) -> str:
     return f"""## Summary
 
 Written {today()} by `bench/summary_bench.py` from the sections below; `scripts/bench` runs
-every benchmark and then this. Each figure was measured on the machine below, shared with
-other work (2 cores, load averages of 1 to 10 during the runs): compare the rows of one
-section with each other, not with another machine.
+every benchmark and then this. {loads(doc)}
 
 - **Machine:** {cpu_model()}, {os.cpu_count()} cores, {ram_gib():.0f} GiB RAM,
   {platform.machine()}, Linux {platform.release()}.
@@ -147,7 +181,37 @@ section with each other, not with another machine.
 | headline | figure | section |
 |---|---|---|
 {chr(10).join(headline_rows(doc))}
+
+{suite_time(TEST_RUN)}
 """
+
+
+def sections(doc: str) -> dict[str, str]:
+    """Every top-level section of ``doc``, markers included, by name (a section may hold
+    sections of its own, as memory holds memory-sync)."""
+    found: dict[str, str] = {}
+    position = 0
+    opening = re.compile(r"<!-- bench:([\w-]+) -->")
+    while match := opening.search(doc, position):
+        name = match.group(1)
+        end = doc.find(f"<!-- /bench:{name} -->", match.end())
+        if end < 0:
+            raise SystemExit(f"{DOC}: section {name!r} has no closing marker")
+        end += len(f"<!-- /bench:{name} -->")
+        found[name] = doc[match.start():end]
+        position = end
+    return found
+
+
+def rebuilt(doc: str) -> str:
+    """The whole document again: its title, the summary, then each benchmark's section in the
+    order ``scripts/bench`` runs them. Text outside the sections, and a section no benchmark in
+    bench/ writes, are dropped: every line of the document is some command's output."""
+    found = sections(doc)
+    benches = sorted(path.name.removesuffix("_bench.py") for path in BENCH.glob("*_bench.py"))
+    order = ["summary", *(name for name in benches if name != "summary")]
+    kept = [found[name] for name in order if name in found]
+    return "# Performance\n\n" + "\n\n".join(kept) + "\n"
 
 
 def main() -> None:
@@ -159,10 +223,10 @@ def main() -> None:
     if args.no_write:
         print(text)
         return
-    if section_text(doc, "summary") is None:  # the summary goes first, under the title
-        title, _, rest = doc.partition("\n")
-        DOC.write_text(f"{title}\n\n<!-- bench:summary -->\n<!-- /bench:summary -->\n{rest}")
+    if section_text(doc, "summary") is None:
+        DOC.write_text(f"{doc.rstrip()}\n\n<!-- bench:summary -->\n<!-- /bench:summary -->\n")
     print(write_section("summary", text))
+    DOC.write_text(rebuilt(DOC.read_text()))
 
 
 if __name__ == "__main__":

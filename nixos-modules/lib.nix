@@ -34,10 +34,15 @@ let
     ++ map (s: bind (stateDir s.dir) (if s.writable then "rw" else "ro")) r.state
     ++ [ (bind paths.config_dir "ro") ]
     ++ (if r.grants then [ (bind paths.grants "ro") (bind paths.jobs "ro") ] else [ ])
-    ++ (if credentials == null then [ ] else [ "${credentials}:${paths.credentials}:ro" ]);
+    ++ (if credentials == null then [ ] else [ "${credentials}:${paths.credentials}:ro" ])
+    ++ (if r.network == "host" then [ (bind paths.ca_bundle "ro") ] else [ ]);
 
-  environment = credentials:
-    if credentials == null then [ ] else [ "CREDENTIALS_DIRECTORY=${paths.credentials}" ];
+  # The same list as bxctl.stack.podman.environment: a role with the host's network trusts the
+  # host's trust store (paths.ca_bundle), not only its image's.
+  environment = role: credentials:
+    (if credentials == null then [ ] else [ "CREDENTIALS_DIRECTORY=${paths.credentials}" ])
+    ++ (if manifest.roles.${role}.network == "host"
+        then [ "SSL_CERT_FILE=${paths.ca_bundle}" "NIX_SSL_CERT_FILE=${paths.ca_bundle}" ] else [ ]);
 
   containerName = role: "boxmaker-${role}";
   userName = role: "boxmaker-${role}";
@@ -52,7 +57,7 @@ let
       "--security-opt=no-new-privileges" "--user=0:0" "--uts=host"
     ]
     ++ map (v: "--volume=${v}") (volumes role credentials)
-    ++ map (e: "--env=${e}") (environment credentials)
+    ++ map (e: "--env=${e}") (environment role credentials)
     ++ [ image ] ++ r.command ++ [ "--config" configPath ];
 
   # The config keys the manifest fixes (socket paths and modes, base paths, grants); the module
@@ -60,8 +65,8 @@ let
   fixedSettings =
     let
       pairs = builtins.concatMap
-        (name: map (key: { inherit key; value = socketPath name; }) manifest.sockets.${name}.config_keys
-          ++ [ { key = manifest.sockets.${name}.mode_key; value = manifest.sockets.${name}.mode; } ])
+        (name: [ { key = manifest.sockets.${name}.config_key; value = socketPath name; }
+          { key = manifest.sockets.${name}.mode_key; value = manifest.sockets.${name}.mode; } ])
         socketNames;
       section = s: builtins.listToAttrs (map
         (p: { name = builtins.elemAt (split p.key) 1; value = p.value; })
@@ -202,22 +207,30 @@ let
 
   # The group a socket's directory admits: the units' group unless the socket names its own.
   socketGroup = name: manifest.sockets.${name}.group or manifest.group;
-  ownerGroups = [ manifest.group ] ++ builtins.filter (g: g != manifest.group)
-    (map socketGroup socketNames);
+  # Each once (approve.sock and memory-owner.sock both admit the owners' group).
+  ownerGroups = [ manifest.group ] ++ builtins.attrNames (builtins.removeAttrs
+    (builtins.listToAttrs (map (g: { name = g; value = true; }) (map socketGroup socketNames)))
+    [ manifest.group ] // { ${manifest.owners} = true; });
 
   writers = dir: builtins.filter
     (role: builtins.any (s: s.dir == dir && s.writable) manifest.roles.${role}.state) roleNames;
+  readers = dir: builtins.filter
+    (role: builtins.any (s: s.dir == dir && !s.writable) manifest.roles.${role}.state) roleNames;
   stateDirs = builtins.attrNames (builtins.listToAttrs (builtins.concatMap
     (role: map (s: { name = s.dir; value = true; }) manifest.roles.${role}.state) roleNames));
 
-  # systemd-tmpfiles lines: each socket directory belongs to its server, each state directory
-  # to the one role that writes it; the shared group lets clients and readers in.
+  # systemd-tmpfiles lines: each socket directory belongs to its server (the shared group lets
+  # its clients in), each state directory to the one role that writes it (below).
   tmpfiles =
     [ "d ${paths.run} 0755 root root -" "d ${paths.home} 0755 root root -" "d ${paths.grants} 0750 root ${manifest.group} -" "d ${paths.jobs} 0750 root ${manifest.group} -" ]
     ++ map (name: "d ${socketDir name} 0750 ${userName manifest.sockets.${name}.server} ${socketGroup name} -") socketNames
     ++ [ "d ${toolRuntimeDir} 0700 ${userName tools.runner} ${manifest.group} -"
          "d ${toolScratchDir} 0700 ${userName tools.runner} ${manifest.group} -" ]
-    ++ map (dir: "d ${stateDir dir} 0750 ${userName (builtins.head (writers dir))} ${manifest.group} -") stateDirs;
+    # A state directory: its writer's, the owners' group's to read, and readable by the one role
+    # that mounts it read-only through an ACL entry naming that role's user (a container carries
+    # only its unit's one group). Below it, files stay in the units' group; the directory gates.
+    ++ map (dir: "d ${stateDir dir} 0750 ${userName (builtins.head (writers dir))} ${manifest.owners} -") stateDirs
+    ++ builtins.concatMap (dir: map (role: "a+ ${stateDir dir} - - - - u:${userName role}:r-x") (readers dir)) stateDirs;
 
   assertions =
     map (dir: {

@@ -39,6 +39,9 @@ CONTAINERS_CONF = "/etc/boxmaker/containers.conf"
 CREDENTIALS = "/etc/boxmaker/credentials"
 PODMAN = '"/usr/bin/podman"'  # the root's own podman (a Nix string)
 BOOT_WAIT = 300.0  # a busy 2-core machine: a bound on hanging, never a measure
+# Booting ends when loopd is ready, after its self-test waited for the model: systemd itself
+# gives up on loopd after its TimeoutStartSec (the manifest's start_timeout), so the test does.
+START_WAIT = 1200.0
 # Keys lib.nix sets that systemd 252 does not know; it logs and ignores them. Listed, not
 # dropped: each is checked to be in the rendered unit and named in systemd's complaint.
 NEWER_THAN_252: tuple[str, ...] = ()
@@ -118,13 +121,16 @@ class Machine:
 
     def wait_running(self) -> str:
         """``systemctl is-system-running --wait``: running, or degraded when a unit failed."""
-        deadline = time.monotonic() + BOOT_WAIT
+        deadline = time.monotonic() + START_WAIT
         while time.monotonic() < deadline:
             try:
-                done = self.run("systemctl", "is-system-running", "--wait", timeout=BOOT_WAIT)
+                done = self.run("systemctl", "is-system-running", "--wait", timeout=START_WAIT)
             except AssertionError:  # nspawn has not started systemd yet
                 time.sleep(0.5)
                 continue
+            except subprocess.TimeoutExpired:
+                jobs = self.run("systemctl", "list-jobs", "--no-pager").stdout
+                raise AssertionError(f"{self.name} did not finish booting:\n{jobs}") from None
             state = done.stdout.strip()
             if state in ("running", "degraded"):
                 return state
@@ -272,6 +278,16 @@ class Install:
             link.parent.mkdir(exist_ok=True)
             with contextlib.suppress(FileExistsError):
                 link.symlink_to(f"/etc/systemd/system/{name}.service")
+
+
+def add_to_trust_store(root: Path, ca: Path) -> None:
+    """The host's trust store holds ``ca`` (NixOS: security.pki.certificateFiles; Debian:
+    update-ca-certificates writes /etc/ssl/certs/ca-certificates.crt with it)."""
+    target = root / "usr/local/share/ca-certificates/boxmaker-test-ca.crt"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ca, target)
+    subprocess.run(["chroot", str(root), "update-ca-certificates"], check=True,
+                   capture_output=True)  # fmt: skip
 
 
 def fresh_root(cached: Path, work: Path) -> Path:

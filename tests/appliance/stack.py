@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bxctl.stack import Manifest, load_manifest, parse_manifest, tool_runtime_args
 from gateway.mmthread import ThreadedFake, running_fake
+from gatewayd.render import PLACEHOLDER
 from support.systemd import NotifySocket, encrypt, load_as_systemd_does
 
 from .relay import TcpToUnix
@@ -46,6 +47,23 @@ class Appliance:
     ready: dict[str, tuple[int, str]] = field(default_factory=dict)
     bot: tuple[str, str] = ("", "")  # (user id, token)
     owner: tuple[str, str] = ("", "")
+
+
+def answered_dm(appliance: Appliance, text: str, connected: float, answered: float
+                ) -> list[dict]:
+    """The owner DMs the bot ``text`` once gatewayd's WebSocket is up (within ``connected``
+    seconds); gatewayd's replies in that thread once its placeholder is edited (``answered``)."""
+    mattermost, (bot, _), (owner, owner_token) = (
+        appliance.mattermost, appliance.bot, appliance.owner)  # fmt: skip
+    mattermost.wait_for(lambda fake: fake.connects, connected)
+    dm = mattermost.direct(bot, owner)
+    root = mattermost.post_as(owner_token, dm, text)["id"]
+
+    def replies(fake) -> list[dict] | None:
+        found = [p for p in fake.posts_by(bot) if p["root_id"] == root]
+        return found if found and found[0]["message"] != PLACEHOLDER else None
+
+    return mattermost.wait_for(replies, answered)
 
 
 def manifest_under(root: Path) -> Manifest:
@@ -72,6 +90,8 @@ def write_config(appliance: Appliance, toolkit: str, into: Path = Path("/")) -> 
     settings["broker"].update(podman_image=toolkit, approvers=["local:socket"])
     settings["gateway"].update(server=appliance.mattermost.url, allowlist="allow.txt",
                                edit_interval=0.2)  # fmt: skip
+    if appliance.owner[0]:  # a job's answer goes to the owner's DM ([gateway] owner)
+        settings["gateway"]["owner"] = appliance.owner[0]
     settings["secrets.mattermost_token"] = {}  # the credential backend, the default
     lines = []
     for section, values in settings.items():

@@ -22,12 +22,11 @@ from pathlib import Path
 import pytest
 import roles as images
 from bximage import toolkit as toolkit_image
-from gatewayd.render import PLACEHOLDER
 from support import llama
 from support.requires import needs
 
 from .rootless import NOBODY, WAIT
-from .stack import NOTE_MARKER, ROLES, running_appliance
+from .stack import NOTE_MARKER, ROLES, answered_dm, running_appliance
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -132,20 +131,9 @@ def test_a_tool_call_runs_in_a_fresh_tool_container_and_reads_only_what_was_gran
 
 
 def test_a_mattermost_dm_is_answered_in_its_thread_through_gatewayds_container(appliance):
-    mattermost, (bot, _), (owner, owner_token) = (
-        appliance.mattermost, appliance.bot, appliance.owner
-    )
-    mattermost.wait_for(lambda fake: fake.connects, WAIT)  # gatewayd's WebSocket is up
-    dm = mattermost.direct(bot, owner)
-    root = mattermost.post_as(owner_token, dm, "Say hello in one short sentence.")["id"]
-
-    def answered(fake):
-        replies = [p for p in fake.posts_by(bot) if p["root_id"] == root]
-        return replies if replies and replies[0]["message"] != PLACEHOLDER else None
-
-    replies = mattermost.wait_for(answered, TURN_WAIT)
+    replies = answered_dm(appliance, "Say hello in one short sentence.", WAIT, TURN_WAIT)
     assert len(replies) == 1 and replies[0]["message"].strip()  # the placeholder, edited
-    assert mattermost.violations() == []
+    assert appliance.mattermost.violations() == []
 
 
 def test_the_sockets_on_the_shared_volume_are_the_only_way_between_the_roles(appliance):

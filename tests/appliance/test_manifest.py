@@ -173,11 +173,8 @@ def test_a_broken_manifest_is_refused_naming_the_file_and_key(edit, message):
 def test_the_settings_the_manifest_fixes_are_a_valid_boxmaker_config():
     config = config_from_dict(MANIFEST.settings(), "manifest settings", base_dir=None)
     assert config.loop_socket == Path(MANIFEST.socket_path("loop"))
-    assert (
-        config.inference.socket
-        == config.inferproxy.socket
-        == Path("/run/boxmaker/infer/infer.sock")
-    )
+    assert config.served("infer").path == Path("/run/boxmaker/infer/infer.sock")
+    assert config.served("gateway").path == Path("/run/boxmaker/gateway/gateway.sock")
     assert config.broker.grants == Path(MANIFEST.paths.grants)
 
 

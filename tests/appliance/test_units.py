@@ -150,7 +150,26 @@ def test_the_role_sockets_form_a_cycle_so_units_are_not_ordered_on_each_other():
 def test_tmpfiles_give_each_socket_directory_to_its_server():
     rules = nix_eval(f"{lib_expression()}.tmpfiles")
     assert "d /run/boxmaker/infer 0750 boxmaker-inferproxy boxmaker -" in rules
-    assert "d /var/lib/boxmaker/sessions 0750 boxmaker-loopd boxmaker -" in rules
+
+
+
+def test_each_state_directory_is_read_by_the_owners_and_the_one_role_that_mounts_it():
+    """Not by the units' group, which every role's user shares: brokerd's audit and consult
+    egress log (full payloads) are the owners' to read, loopd's sessions memoryd's too."""
+    rules = nix_eval(f"{lib_expression()}.tmpfiles")
+    state = sorted(r for r in rules if r.startswith(("d /var/lib/boxmaker/", "a+ ")))
+    assert state == [
+        "a+ /var/lib/boxmaker/broker - - - - u:boxmaker-memoryd:r-x",
+        "a+ /var/lib/boxmaker/sessions - - - - u:boxmaker-memoryd:r-x",
+        "d /var/lib/boxmaker/audit 0750 boxmaker-brokerd boxmaker-owners -",
+        "d /var/lib/boxmaker/broker 0750 boxmaker-brokerd boxmaker-owners -",
+        "d /var/lib/boxmaker/egress 0750 boxmaker-brokerd boxmaker-owners -",
+        "d /var/lib/boxmaker/gateway 0750 boxmaker-gatewayd boxmaker-owners -",
+        "d /var/lib/boxmaker/index 0750 boxmaker-memoryd boxmaker-owners -",
+        "d /var/lib/boxmaker/memory 0750 boxmaker-memoryd boxmaker-owners -",
+        "d /var/lib/boxmaker/sessions 0750 boxmaker-loopd boxmaker-owners -",
+    ]
+    assert MANIFEST.owners in nix_eval(f"{lib_expression()}.ownerGroups")
 
 
 def test_the_tool_runtime_runs_as_brokerds_user_before_brokerd_with_the_launchers_arguments():

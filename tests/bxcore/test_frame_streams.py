@@ -1,8 +1,9 @@
 """The I/O shells over real sockets: FrameStream (asyncio) and SyncFrameSocket (blocking).
 
-Stream endings are named precisely: a clean close between frames is StreamClosed, a close inside
-a frame is IncompleteFrame, a silent peer (or one that trickles a frame byte by byte past its
-deadline) is StreamTimeout, a missing server PeerUnavailable.
+Stream endings are named precisely (all of them StreamEnded): a clean close between frames is
+StreamClosed, a close inside a frame is IncompleteFrame, a connection that breaks is
+StreamBroken; a silent peer (or one that trickles a frame byte by byte past its deadline) is
+StreamTimeout, a missing server PeerUnavailable.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from bxcore.errors import FrameError, IncompleteFrame, StreamClosed, StreamTimeout
+from bxcore.errors import (
+    FrameError,
+    IncompleteFrame,
+    StreamBroken,
+    StreamClosed,
+    StreamEnded,
+    StreamTimeout,
+)
 from bxcore.frames import Frame, encode_frame
 from bxcore.framestream import FrameStream, PeerUnavailable, SyncFrameSocket
 from bxcore.protocol import loop
@@ -134,10 +142,10 @@ def test_sync_unknown_kind_is_refused(pair):
         SyncFrameSocket(right, kinds=loop.TO_LOOPD).read(timeout=5)
 
 
-def test_sync_write_to_a_closed_peer_is_stream_closed(pair):
+def test_sync_write_to_a_closed_peer_is_stream_broken_not_a_clean_close(pair):
     left, right = pair
     right.close()
-    with pytest.raises(StreamClosed, match="broken"):
+    with pytest.raises(StreamBroken, match="broken"):
         SyncFrameSocket(left).write(BIG, timeout=5)
 
 
@@ -317,3 +325,10 @@ def test_async_client_and_server_over_a_unix_socket(socket_dir):
         return answer
 
     assert asyncio.run(main()) == DONE
+
+
+@pytest.mark.parametrize("ending", [StreamClosed, IncompleteFrame, StreamBroken])
+def test_every_way_a_stream_ends_is_stream_ended_and_none_is_another(ending):
+    assert issubclass(ending, StreamEnded)
+    others = {StreamClosed, IncompleteFrame, StreamBroken} - {ending}
+    assert not any(issubclass(ending, other) for other in others)

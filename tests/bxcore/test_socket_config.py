@@ -64,3 +64,21 @@ def test_an_unknown_group_is_an_error_naming_the_file_and_key():
 def test_a_numeric_group_is_a_gid():
     config = parse_config('[gateway]\ngroup = "4242"\n', "config.toml")
     assert config.served("gateway").gid("config.toml") == 4242
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "instead"),
+    [
+        ('[inference]\nsocket = "/srv/i.sock"\n', "inference.socket", "inferproxy.socket"),
+        ('[broker]\ngateway_socket = "/srv/g.sock"\n', "broker.gateway_socket", "gateway.socket"),
+    ],
+)
+def test_a_socket_has_one_key_and_its_old_client_side_key_is_an_error(text, key, instead):
+    with pytest.raises(ConfigError, match=rf"^config\.toml: {key}: .* set by {instead} alone$"):
+        parse_config(text, "config.toml")
+
+
+@pytest.mark.parametrize(("section", "name"), [("inferproxy", "infer"), ("gateway", "gateway")])
+def test_the_servers_key_is_the_path_its_clients_connect_to(section, name):
+    config = parse_config(f'[{section}]\nsocket = "/srv/s.sock"\n', "config.toml")
+    assert str(config.served(name).path) == "/srv/s.sock"

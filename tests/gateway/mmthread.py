@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import copy
+import ssl
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from support.testca import LocalCA
 
 from .mmfake import FakeMattermost, serve
 from .scripted import ScriptedLoop
@@ -85,10 +87,12 @@ class BackgroundLoop:
 class ThreadedFake:
     """The handle ``running_fake`` yields. ``fake`` is only for ``call``; never touch it here."""
 
-    def __init__(self, fake: FakeMattermost, url: str, background: BackgroundLoop):
+    def __init__(self, fake: FakeMattermost, url: str, background: BackgroundLoop,
+                 verify: ssl.SSLContext | bool = True):
         self.fake = fake
         self.url = url
         self._background = background
+        self._verify = verify  # the CA file that signed an https fake's certificate
 
     def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``function(*args, **kwargs)`` on the fake's loop, e.g. ``call(fake.fail, ...)``."""
@@ -111,6 +115,7 @@ class ThreadedFake:
             json=body,
             headers={"Authorization": f"Bearer {token}"},
             timeout=START_LIMIT,
+            verify=self._verify,
         )
         reply.raise_for_status()
         post: dict[str, Any] = reply.json()
@@ -150,18 +155,21 @@ class ThreadedFake:
 
 @contextlib.contextmanager
 def running_fake(
-    fake: FakeMattermost | None = None, *, strict: bool = True
+    fake: FakeMattermost | None = None, *, strict: bool = True,
+    tls: LocalCA | None = None,
 ) -> Iterator[ThreadedFake]:
     """Serve ``fake`` (a new one by default) on 127.0.0.1 and an ephemeral port from a background
     thread; stop it, close its sockets and join the thread on exit. With ``strict``, a block that
-    exits normally fails if the fake recorded any violation of the Mattermost spec subset."""
+    exits normally fails if the fake recorded any violation of the Mattermost spec subset.
+    ``tls``: https and wss only, with the server certificate ``tls`` signed."""
     fake = fake or FakeMattermost()
     background = BackgroundLoop("mmfake")
-    server = serve(fake)
+    server = serve(fake, None if tls is None else (tls.certificate, tls.key))
     try:
         url = background.run(server.__aenter__())
         try:
-            handle = ThreadedFake(fake, url, background)
+            verify = True if tls is None else ssl.create_default_context(cafile=tls.ca)
+            handle = ThreadedFake(fake, url, background, verify)
             yield handle
             if strict:
                 assert handle.violations() == [], "the Mattermost spec subset was broken"

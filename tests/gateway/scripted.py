@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from bxcore.errors import ErrorCode, StreamClosed, WireError
+from bxcore.errors import ErrorCode, StreamEnded, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import approval, loop
@@ -67,7 +67,7 @@ class ScriptedLoop:
                      "thinking_capped": False}
             await stream.write(Frame.of(loop.TURN_DONE, TurnDone.model_validate(
                 {"content": answer, "usage": usage}), final=True))
-        except StreamClosed:
+        except StreamEnded:
             pass
         finally:
             await stream.close()

@@ -23,9 +23,9 @@ import pytest
 from bxcore.config import load_config
 from bxcore.records import Assistant
 from gatewayd.render import NO_ANSWER
-from loopd.baseline import messages
 from loopd.inference.api import ChatRequest
 from loopd.inference.request import request_body
+from loopd.replay import messages
 from loopd.store import SessionStore
 from support.llama import QWEN, proxied, start_single
 
@@ -47,7 +47,7 @@ class Loopd:
         self.config = directory / "loopd.toml"
         self.config.write_text(
             f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
-            f'[inference]\nsocket = "{infer_socket}"\nmax_tokens = 64\n'
+            f'[inferproxy]\nsocket = "{infer_socket}"\n[inference]\nmax_tokens = 64\n'
             f'liveness_timeout = 600.0\n[inference.sampling]\ntemperature = 0.0\n'
             f'[loop]\ntools = "fake"\n'  # no brokerd in this test: the in-process clock/echo
         )

@@ -9,10 +9,10 @@ import random
 import pytest
 from bxcore.config import InferenceSection
 from bxcore.protocol.loop import Content, Progress, Reasoning
+from bxcore.sse import END, NEED_DATA, Message, SSEParser
 from loopd.inference import InferenceClient, SessionFull, cache_outcome
 from loopd.inference.assembler import CompletionAssembler
 from loopd.inference.chunks import parse_chunk
-from loopd.inference.sse import END, NEED_DATA, Message, SSEParser
 
 from . import fake_server as fake
 from .replay import FIXTURES, fixture_names, read_fixture

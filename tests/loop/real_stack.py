@@ -1,7 +1,11 @@
-"""The real stack for loopd's end-to-end test: llama-server on an ephemeral loopback TCP port
+"""The real stack for loopd's end-to-end tests: llama-server on an ephemeral loopback TCP port
 (the tiny Qwen with the bare-JSON tool template), a real inferproxy in front of it, and
 ``loopd serve`` in its own network namespace (``unshare -n``: only a loopback of its own), so it
 can reach the model only through inferproxy's socket. Every process is stopped by the test.
+
+``real_stack()`` sets it all up in one temp directory and yields a ``RealStack``: start loopd
+with ``stack.loopd()`` (again, for a restart), take turns with ``stack.say(...)`` as the owner
+would (``bxctl chat --say``), read a session's records with ``stack.records(...)``.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from loopd.log import Record
+from loopd.store import SessionStore
 from support.llama import QWEN, READY_WAIT, STOP_WAIT, TEMPLATES, llama_paths, require_llama
 
 BIN = Path(sys.executable).parent  # the venv's console scripts: loopd, bxctl
@@ -102,7 +109,8 @@ def loopd_config(directory: Path, infer_sock: Path) -> Path:
     path = directory / "config.toml"
     path.write_text(
         f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
-        f'[inference]\nsocket = "{infer_sock}"\nmax_tokens = 64\nliveness_timeout = 600.0\n'
+        f'[inferproxy]\nsocket = "{infer_sock}"\n'
+        f'[inference]\nmax_tokens = 64\nliveness_timeout = 600.0\n'
         f'[inference.sampling]\ntemperature = 0.0\n'
         f'[loop]\ntools = "fake"\n'  # no brokerd in this stack: the in-process clock and echo
     )
@@ -158,3 +166,44 @@ def workdir() -> Path:
 
 def remove(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class RealStack:
+    directory: Path
+    port: int  # llama-server's TCP port, which loopd cannot reach
+    config: Path  # loopd's
+
+    @property
+    def loop_sock(self) -> Path:
+        return self.directory / "run" / "loop.sock"
+
+    def loopd(self) -> contextlib.AbstractContextManager[int]:
+        """``loopd serve``, isolated; yields its pid. Every start logs to one loopd.log."""
+        return isolated_loopd(self.config, self.loop_sock, self.directory / "loopd.log")
+
+    def say(self, session: str, text: str, *choices: str) -> str:
+        """One ``bxctl chat --say`` turn; ``choices`` are its ``--tool-choice`` values in
+        order. Returns the answer; a failed turn fails the test with bxctl's stderr."""
+        args = [str(BIN / "bxctl"), "chat", "--socket", str(self.loop_sock), "--session",
+                session]
+        for choice in choices:
+            args += ["--tool-choice", choice]
+        result = subprocess.run([*args, "--say", text], capture_output=True, text=True,
+                                timeout=1800, check=False)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def records(self, session: str) -> tuple[Record, ...]:
+        return SessionStore(self.directory / "home").open(session).records
+
+
+@contextlib.contextmanager
+def real_stack() -> Iterator[RealStack]:
+    """llama-server and inferproxy running, loopd's config written; all removed after."""
+    directory = workdir()
+    try:
+        with tcp_llama(directory) as port, inferproxy(directory, port) as infer_sock:
+            yield RealStack(directory, port, loopd_config(directory, infer_sock))
+    finally:
+        remove(directory)

@@ -24,8 +24,9 @@ from bxcore.records import (
 from bxcore.util import sha256
 from hypothesis import given
 from hypothesis import strategies as st
-from loopd.baseline import SUMMARY_HEADING, Baseline, messages, read_identity_files
+from loopd.baseline import SUMMARY_HEADING, Baseline, read_identity_files
 from loopd.errors import BaselineError
+from loopd.replay import messages
 
 from .support import FIXED_TIME, fake_registry
 

@@ -19,7 +19,8 @@ def config(directory: Path, infer: Path, extra: str = "") -> Path:
     """A config with the fake tool port (no brokerd here); ``extra`` goes on in [loop]."""
     path = directory / "config.toml"
     path.write_text(f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
-                    f'[inference]\nsocket = "{infer}"\nretries = 0\nliveness_timeout = 600.0\n'
+                    f'[inferproxy]\nsocket = "{infer}"\n'
+                    f'[inference]\nretries = 0\nliveness_timeout = 600.0\n'
                     f'[loop]\ntools = "fake"\n{extra}')
     return path
 

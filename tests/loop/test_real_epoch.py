@@ -18,11 +18,12 @@ from bxcore.chat import message_json
 from bxcore.config.inference import InferenceSection, SlotSection
 from bxcore.protocol.loop import Turn
 from bxcore.records import Assistant, Usage
-from loopd.baseline import Baseline, messages
+from loopd.baseline import Baseline
 from loopd.epochs import Baselines, EpochSettings
 from loopd.inference.client import InferenceClient
 from loopd.log import parse_log
 from loopd.memory import MemoryLink
+from loopd.replay import messages
 from loopd.server import LoopServer
 from loopd.store import SessionStore
 from loopd.tools import FakeTools, Registry, ToolRunner

@@ -8,30 +8,19 @@ the server's mechanism and the other cases).
 from __future__ import annotations
 
 import itertools
-import subprocess
 
 import httpx
 import pytest
 from bxcore.records import Usage
 from loopd.inference.slot_switch import SLACK
-from loopd.store import SessionStore
 from support.llama import nonce
 
-from .real_stack import BIN, inferproxy, isolated_loopd, loopd_config, remove, tcp_llama, workdir
+from .real_stack import real_stack
 
 pytestmark = pytest.mark.real_server
 
 A, B = "thread-a", "thread-b"
 LONG = " ".join(f"Line {n}: the boiler was serviced in week {n} and works." for n in range(50))
-
-
-def say(sock, session: str, text: str) -> None:
-    result = subprocess.run(
-        [str(BIN / "bxctl"), "chat", "--socket", str(sock), "--session", session,
-         "--tool-choice", "none", "--say", text],
-        capture_output=True, text=True, timeout=1800, check=False,
-    )
-    assert result.returncode == 0, result.stderr
 
 
 def foreign_request(port: int) -> None:
@@ -51,26 +40,18 @@ def rereads(usages: list[Usage]) -> list[int]:
 
 
 def test_threads_interleaved_with_a_foreign_request_and_a_restart_read_only_new_tokens():
-    directory = workdir()
-    try:
-        with tcp_llama(directory) as port, inferproxy(directory, port) as infer_sock:
-            config = loopd_config(directory, infer_sock)
-            loop_sock = directory / "run" / "loop.sock"
-            log = directory / "loopd.log"
-            with isolated_loopd(config, loop_sock, log):
-                say(loop_sock, A, f"Read this log and remember it. {LONG}")
-                say(loop_sock, B, "Name a colour.")
-                say(loop_sock, A, "Which week was line 7?")
-                foreign_request(port)
-                say(loop_sock, B, "Name another.")
-            with isolated_loopd(config, loop_sock, log):  # its self-test runs on slot 1
-                say(loop_sock, A, "And line 9?")
-                say(loop_sock, B, "One more colour.")
-            store = SessionStore(directory / "home")
-            usages = {s: [r for r in store.open(s).records if isinstance(r, Usage)] for s in (A, B)}
-            types = {s: [r.type for r in store.open(s).records] for s in (A, B)}
-    finally:
-        remove(directory)
+    with real_stack() as stack:
+        with stack.loopd():
+            stack.say(A, f"Read this log and remember it. {LONG}", "none")
+            stack.say(B, "Name a colour.", "none")
+            stack.say(A, "Which week was line 7?", "none")
+            foreign_request(stack.port)
+            stack.say(B, "Name another.", "none")
+        with stack.loopd():  # its self-test runs on slot 1
+            stack.say(A, "And line 9?", "none")
+            stack.say(B, "One more colour.", "none")
+        usages = {s: [r for r in stack.records(s) if isinstance(r, Usage)] for s in (A, B)}
+        types = {s: [r.type for r in stack.records(s)] for s in (A, B)}
 
     assert [len(usages[A]), len(usages[B])] == [3, 3], types
     assert "cache_loss" not in types[A] + types[B]

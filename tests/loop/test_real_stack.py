@@ -13,60 +13,30 @@ stay strict extensions.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 from bxcore.records import Assistant, ToolResult, Usage
-from loopd.store import SessionStore
 
-from .real_stack import (
-    BIN,
-    inferproxy,
-    isolated_loopd,
-    loopd_config,
-    remove,
-    tcp_llama,
-    tcp_reachable_from,
-    workdir,
-)
+from .real_stack import real_stack, tcp_reachable_from
 
 pytestmark = pytest.mark.real_server
 
 SESSION = "real-stack"
 
 
-def say(sock, text: str, *choices: str) -> str:
-    args = [str(BIN / "bxctl"), "chat", "--socket", str(sock), "--session", SESSION]
-    for choice in choices:
-        args += ["--tool-choice", choice]
-    result = subprocess.run([*args, "--say", text], capture_output=True, text=True,
-                            timeout=1800, check=False)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
 def test_three_turns_a_restart_and_a_cache_hit_through_inferproxy_only():
-    directory = workdir()
-    try:
-        with tcp_llama(directory) as port, inferproxy(directory, port) as infer_sock:
-            config = loopd_config(directory, infer_sock)
-            loop_sock = directory / "run" / "loop.sock"
-            log = directory / "loopd.log"
-            with isolated_loopd(config, loop_sock, log) as pid:
-                assert tcp_reachable_from(None, port) == "connected"  # the port is there...
-                assert tcp_reachable_from(pid, port) != "connected"  # ...but not for loopd
-                say(loop_sock, "Say hello in one short sentence.", "none")
-                say(loop_sock, "What time is it? Call the clock tool.", "required", "none")
-                say(loop_sock, "Use find_tool to look for a tool named echo, then call it with "
-                               "call_tool to echo the text ping.", "required", "required", "none")
-            session = SessionStore(directory / "home").open(SESSION)
-            records = session.records
-            before_restart = len(records)
-            with isolated_loopd(config, loop_sock, log):
-                say(loop_sock, "Thank you.", "none")
-            records = SessionStore(directory / "home").open(SESSION).records
-    finally:
-        remove(directory)
+    with real_stack() as stack:
+        with stack.loopd() as pid:
+            assert tcp_reachable_from(None, stack.port) == "connected"  # the port is there...
+            assert tcp_reachable_from(pid, stack.port) != "connected"  # ...but not for loopd
+            stack.say(SESSION, "Say hello in one short sentence.", "none")
+            stack.say(SESSION, "What time is it? Call the clock tool.", "required", "none")
+            stack.say(SESSION, "Use find_tool to look for a tool named echo, then call it with "
+                      "call_tool to echo the text ping.", "required", "required", "none")
+        before_restart = len(stack.records(SESSION))
+        with stack.loopd():
+            stack.say(SESSION, "Thank you.", "none")
+        records = stack.records(SESSION)
 
     types = [r.type for r in records]
     dump = "\n".join(r.model_dump_json()[:300] for r in records)

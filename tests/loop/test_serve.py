@@ -30,7 +30,7 @@ def config_file(tmp_path, extra: str = "", loop: str = 'tools = "fake"\n') -> tu
     """A config with the fake tool port (no brokerd here), unless ``loop`` says otherwise."""
     path = tmp_path / "config.toml"
     text = (f'[paths]\nhome = "{tmp_path}/home"\nrun = "{tmp_path}/run"\n'
-            f'[inference]\nretries = 0\nsocket = "{tmp_path}/run/infer.sock"\n'
+            f'[inference]\nretries = 0\n'
             f'[loop]\n{loop}{extra}')
     path.write_text(text)
     return path, parse_config(text, path, tmp_path)

@@ -1,5 +1,5 @@
 """Tools: the registry and find_tool, call_tool's lookup (an unknown tool never reaches the
-port), the result cap, FakeTools, and BrokerPort over a broker.sock speaking
+port), FakeTools, and BrokerPort over a broker.sock speaking
 bxcore.protocol.broker."""
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import broker
 from bxcore.tools import ToolRequest, ToolResponse
-from hypothesis import given
-from hypothesis import strategies as st
 from loopd.errors import RegistryError
-from loopd.tools import FakeTools, Registry, ToolRunner, cap_text, load_registry
+from loopd.tools import FakeTools, Registry, ToolRunner, load_registry
 from loopd.tools.broker import BrokerPort
 from loopd.tools.fake import ECHO
 
@@ -109,19 +107,6 @@ async def test_fake_echo_refuses_bad_arguments():
     request = ToolRequest(session="s1", call=1, tool="echo", arguments='{"txt": 1}')
     response = await tools.call(request, Events())
     assert response.status == "failed"
-
-
-@given(st.text(), st.integers(min_value=16, max_value=300))
-def test_the_cap_cuts_at_a_character_boundary_and_stays_within_it(text, cap):
-    capped, truncated = cap_text(text, cap)
-    size = len(text.encode())
-    assert truncated == (size > cap)
-    if truncated:
-        assert capped.endswith("\n[truncated]")
-        assert len(capped.encode()) <= cap
-        assert text.startswith(capped.removesuffix("\n[truncated]"))
-    else:
-        assert capped == text
 
 
 def test_registry_file_round_trip_and_errors(tmp_path):

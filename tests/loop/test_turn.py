@@ -3,17 +3,19 @@ row of the design's table, cache loss, and errors that leave no trace."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from bxcore.errors import ErrorCode
 from bxcore.protocol.loop import ThinkingCapped
-from bxcore.records import ToolResult
+from bxcore.records import ToolResult, User
 from loopd.errors import TurnEnded
+from loopd.inference.api import ChatRequest
 from loopd.inference.errors import ServerRejected, SessionFull, Unavailable
 from loopd.store import SessionStore
 from loopd.tools import FakeTools
-from loopd.turn import REPEATED, STOPPED, run_turn
+from loopd.turn import INTERRUPTED, REPEATED, STOPPED, record_completion, run_turn
 
 from .support import (
     FIXED_TIME,
@@ -260,3 +262,78 @@ async def test_tool_choice_applies_to_the_turns_completions_in_order(tmp_path):
     inference = ScriptedInference([call(("clock", "{}")), call(("clock", '{"a":1}')), say("x")])
     await run_turn(make_loop(inference), session, "go", Events(), ["required", "none"])
     assert [r.tool_choice for r in inference.requests] == ["required", "none", None]
+
+
+# --- cancellation, and the resume after a crash ---------------------------------------------
+
+class StallingTools(FakeTools):
+    """A port whose echo never answers: the turn is cancelled while it waits."""
+
+    def __init__(self) -> None:
+        super().__init__(now=lambda: FIXED_TIME)
+        self.waiting = asyncio.Event()
+
+    async def call(self, request, events):
+        if request.tool == "echo":
+            self.waiting.set()
+            await asyncio.Event().wait()  # stalls forever
+        return await super().call(request, events)
+
+
+def call_tool_echo(text: str) -> tuple[str, str]:
+    return ("call_tool", json.dumps({"name": "echo", "arguments": {"text": text}}))
+
+
+def assert_every_call_answered_in_order(messages) -> None:
+    """Each assistant message's tool calls are followed by exactly their tool messages."""
+    for index, message in enumerate(messages):
+        if message.role == "assistant" and message.tool_calls:
+            ids = [c.id for c in message.tool_calls]
+            following = messages[index + 1 : index + 1 + len(ids)]
+            assert [m.role for m in following] == ["tool"] * len(ids)
+            assert [m.tool_call_id for m in following] == ids
+
+
+async def test_a_cancelled_turn_writes_nothing_more_and_the_next_answers_its_open_call(tmp_path):
+    session = new_session(tmp_path)
+    tools = StallingTools()
+    inference = ScriptedInference([call(("clock", "{}"), call_tool_echo("slow"))])
+    loop = make_loop(inference, tools=tools)
+    turn = asyncio.create_task(run_turn(loop, session, "go", Events()))
+    await tools.waiting.wait()
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    assert record_types(session)[-3:] == ["assistant", "usage", "tool_result"]  # clock only
+    reopened = SessionStore(tmp_path).open("s1")
+    assert reopened.records == session.records  # the disk holds what the session mirrors
+    inference.script.append(say("Sorry, the echo was cut short."))
+    events = Events()
+    done = await run_turn(loop, reopened, "did it work?", events)
+    assert done.content == "Sorry, the echo was cut short."
+    interrupted = results(reopened)[-1]
+    assert (interrupted.tool_call_id, interrupted.content, interrupted.call) == (
+        "call-2", INTERRUPTED, 2)  # the counter, restored from the log, gives the number again
+    assert record_types(reopened)[-5:] == ["tool_result", "tool_result", "user", "assistant",
+                                           "usage"]
+    assert events.types() == ["tool_result"]  # the channel hears of the open call's result
+    assert_every_call_answered_in_order(inference.requests[-1].messages)
+
+
+async def test_resume_after_a_crash_mid_round_answers_the_calls_it_left_open(tmp_path):
+    """A crash after the completion was recorded, before its calls' results: the log ends
+    with the assistant's calls open. The next turn answers them before the user message."""
+    session = new_session(tmp_path)
+    inference = ScriptedInference([call(("clock", "{}"), ("clock", '{"tz":"UTC"}'))])
+    session.append(User(time=FIXED_TIME, content="time?"))
+    completion = await inference.chat(ChatRequest(messages=session.messages, tools=(), slot=0,
+                                                  session="s1"), Events())
+    await record_completion(make_loop(inference), session, completion, Events())
+    reopened = SessionStore(tmp_path).open("s1")  # loopd started again
+    inference.script.append(say("Noon."))
+    await run_turn(make_loop(inference), reopened, "time?", Events())
+    assert [r.content for r in results(reopened)] == [INTERRUPTED, INTERRUPTED]
+    assert [r.call for r in results(reopened)] == [1, 2]
+    assert record_types(reopened)[2:] == ["assistant", "usage", "tool_result", "tool_result",
+                                          "user", "assistant", "usage"]
+    assert_every_call_answered_in_order(inference.requests[-1].messages)

@@ -3,6 +3,7 @@ READY=1 to systemd once bound, a clean exit on SIGTERM."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -97,3 +98,63 @@ def test_sigterm_ends_the_daemon_and_removes_its_socket(daemon):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
     assert not path.exists()
+
+
+def memoryd(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    config = home.parent / "config.toml"
+    return subprocess.run([sys.executable, "-m", "memoryd", *argv, "--config", str(config)],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_owners_undo_and_reindex_are_done_by_the_serving_memoryd(daemon):
+    """On the appliance only memoryd's user may write its files: the owner's commands that
+    change them go to memory-owner.sock and the daemon does them (its log says so)."""
+    process, path, home, _ = daemon
+    owners = path.with_name("memory-owner.sock")
+    assert stat.S_IMODE(owners.stat().st_mode) == 0o600
+    added = ask(path, call_frame("memory", {"action": "add", "file": "memory.md",
+                                            "text": "herons stand still"}))
+    assert added.parse(ToolResponse).status == "ok"
+
+    undone = memoryd(home, "undo", "memory.md")
+    assert undone.returncode == 0, undone.stderr
+    assert "undo edit 1 (add)" in undone.stdout
+    assert (home / "memory" / "memory.md").read_text() == ""
+    refused = memoryd(home, "undo", "notes.md")
+    assert refused.returncode == 1 and "notes.md is append-only" in refused.stderr
+    reindexed = memoryd(home, "reindex")
+    assert reindexed.returncode == 0 and reindexed.stdout.startswith("reindexed: ")
+
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    log = process.stderr.read().decode()
+    assert "owner's command:" in log and "undo edit 1 (add)" in log, log
+    assert "owner's command: reindexed: " in log, log
+    assert not owners.exists()
+
+
+def test_reading_the_journal_takes_no_writer_lock(daemon):
+    """``memoryd log`` and ``staged`` read while a write holds the lock (the owner, who may not
+    write memory/edits/.lock on the appliance, reads it the same way)."""
+    _, path, home, _ = daemon
+    ask(path, call_frame("memory", {"action": "note", "text": "the cobalt kettle"}))
+    fd = os.open(home / "memory" / "edits" / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        listed = memoryd(home, "log")
+        staged = memoryd(home, "staged")
+    finally:
+        os.close(fd)
+    assert listed.returncode == 0, listed.stderr
+    assert "notes.md" in listed.stdout and "the cobalt kettle" in listed.stdout
+    assert staged.returncode == 0 and staged.stdout == ""
+
+
+def test_a_bad_owners_command_is_refused_naming_the_field(daemon):
+    _, path, _, _ = daemon
+    frame = Frame(kind=proto.MEMORY_COMMAND, final=True, body={"command": "accept"})
+    with SyncFrameSocket.connect(path.with_name("memory-owner.sock"),
+                                 kinds=proto.FROM_MEMORYD_OWNER) as sock:
+        sock.write(frame)
+        error = sock.read(timeout=30).parse(WireError)
+    assert error.code == ErrorCode.BAD_REQUEST and "seq" in error.message

@@ -114,8 +114,10 @@ def test_a_root_brokerds_bwrap_makes_no_user_namespace_and_changes_uid_before_th
     assert kept == ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
                     "--cap-add", "CAP_SETPCAP"]
     become = argv.index("-I") - 1
-    assert argv[become:become + 5] == ["/usr/bin/python3", "-I", "-c", BECOME, "1234"]
-    assert become < argv.index("/usr/bin/prlimit") < argv.index("-P")
+    # one interpreter: it drops to the uid, sets the limits prlimit would, then runs the toolkit
+    assert argv[become:] == ["/usr/bin/python3", "-I", "-S", "-B", "-c", BECOME, "1234",
+                             str(64 * 1024 * 1024), "10", "4", "256", *toolkit_args(SPEC)]
+    assert "/usr/bin/prlimit" not in argv
     # bwrap would make the parents of a bind target 0700, which the tool could not pass
     opt = argv.index("/opt")
     assert argv[opt - 3:opt + 1] == ["--perms", "0755", "--dir", "/opt"]

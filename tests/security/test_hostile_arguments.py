@@ -17,13 +17,12 @@ from bxcore.chat import ToolCall
 from bxcore.frames import Frame, encode_frame
 from bxcore.protocol import broker as broker_wire
 from bxcore.records import ToolResult
-from bxcore.tools import ToolRequest, ToolResponse
+from bxcore.tools import ToolRequest, ToolResponse, plain_response
 from hypothesis import given
 from hypothesis import strategies as st
 from loop.support import fake_registry
 from loopd.store import SessionStore
 from loopd.tools.dispatch import ToolRunner
-from loopd.tools.port import plain_answer
 
 from .laundering_support import directive, scripted_rig, tool_results, via_call_tool
 
@@ -44,7 +43,7 @@ class WirePort:
     async def call(self, request: ToolRequest, events: object) -> ToolResponse:
         encode_frame(Frame.of(broker_wire.TOOL_CALL, request, final=False))
         self.sent.append(request)
-        return plain_answer("ok", "done")
+        return plain_response("ok", "done")
 
 
 async def _no_events(_event: object) -> None:

@@ -126,12 +126,12 @@ def build(config: Config, backend: Sandbox) -> Broker:
                     "result and its taint file)", session)
     book = ApprovalBook(frozenset(section.approvers), timedelta(seconds=section.approval_timeout))
     desk = ApprovalDesk(book, clock=now,
-                        gateway_socket=section.gateway_socket or config.socket("gateway"),
+                        gateway_socket=config.served("gateway").path,
                         waiting_interval=section.waiting_interval)
     consult = None if config.consult is None else ConsultEgress(config.consult,
                                                                  egress_dir(config))
     runner = Runner(backend=backend,
-                    memory=MemoryClient(config.memory.socket or config.socket("memory")),
+                    memory=MemoryClient(config.served("memory").path),
                     audit=audit, taints=taints, result_cap=section.result_cap, consult=consult,
                     provenance=ProvenanceStore(provenance_file(config)), clock=now)
     grants = GrantStore(section.grants_dir(), harness_paths(config, os.environ))

@@ -24,7 +24,7 @@ from bxcore.protocol.delegate import (
     DelegateDone,
     DelegateRun,
 )
-from bxcore.tools import DataClass, ToolRequest, ToolResponse
+from bxcore.tools import DataClass, ToolRequest, ToolResponse, plain_response
 from bxcore.util import sha256
 from pydantic import ValidationError
 
@@ -40,12 +40,6 @@ class Children(Protocol):
     async def run(self, order: DelegateRun) -> DelegateDone:
         """The child's answer. Raises BoxmakerError when loopd cannot run it or went away."""
         ...
-
-
-def _failed(why: str) -> ToolResponse:
-    return ToolResponse.model_validate({"status": "failed", "content": why,
-                                        "class": DataClass.PUBLIC, "untrusted": False,
-                                        "truncated": False})
 
 
 def child_session() -> str:
@@ -79,9 +73,9 @@ async def run_delegate(request: ToolRequest, parent: Taint, *, children: Childre
     """Start the child with ``parent``'s taint, have loopd run it, label its answer."""
     order = order_for(request, child_session())
     if isinstance(order, str):
-        return _failed(order)
+        return plain_response("failed", order)
     if children is None:
-        return _failed("Not run: this caller cannot run a subagent.")
+        return plain_response("failed", "Not run: this caller cannot run a subagent.")
     digest = sha256(order.task.encode("utf-8"))
     for data_class in sorted(parent.classes):  # the child starts where the parent is
         audit.result(session=order.session, call=request.call, tool=DELEGATE, status="ok",

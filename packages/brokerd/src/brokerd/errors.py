@@ -16,13 +16,19 @@
         ├── ApprovalExpired     the approval ran out of time before it was answered
         └── NotAnApprover       whoever answered is not on the owner's allowlist
 
-Decision-related refusals (a forged, used or refusing Decision) raise
-``brokerd.policy.NotAuthorized``, which lives beside the Decision it guards.
+    NotAuthorized           a tool was about to run without a genuine, unused, allowing Decision
+                            (a forged, used or refusing one): a bug in brokerd (we did it wrong).
+                            Deliberately not a BoxmakerError, so that no handler of expected
+                            failures absorbs it; brokerd.policy re-exports it.
 """
 
 from __future__ import annotations
 
 from bxcore.errors import BoxmakerError, ErrorCode
+
+
+class NotAuthorized(Exception):
+    """A tool was about to run without a genuine, unused, allowing Decision."""
 
 
 class BrokerError(BoxmakerError):

@@ -8,17 +8,14 @@ from bxcore.errors import BoxmakerError, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import memory as wire
-from bxcore.tools import DataClass, ToolRequest, ToolResponse
+from bxcore.tools import DataClass, ToolRequest, ToolResponse, plain_response
 
 from .policy import Decision
 from .taint import Taint
 
 
 def unavailable(why: str) -> ToolResponse:
-    return ToolResponse.model_validate({
-        "status": "failed", "content": f"Memory is unavailable: {why}",
-        "class": DataClass.PUBLIC, "untrusted": False, "truncated": False,
-    })
+    return plain_response("failed", f"Memory is unavailable: {why}")
 
 
 class MemoryClient:

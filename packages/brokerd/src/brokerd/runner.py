@@ -28,7 +28,7 @@ from typing import Protocol
 from bxcore.errors import BoxmakerError
 from bxcore.protocol.delegate import DELEGATE
 from bxcore.protocol.memory import MEMORY_TOOLS
-from bxcore.tools import CLOCK, DataClass, ToolRequest, ToolResponse
+from bxcore.tools import CLOCK, DataClass, ToolRequest, ToolResponse, cap_text, plain_response
 from bxcore.util import format_rfc3339, sha256
 
 from .audit import AuditLog
@@ -43,7 +43,6 @@ from .taint import Taint, TaintStore
 
 log = logging.getLogger("brokerd.runner")
 
-TRUNCATED = "\n[truncated]"
 
 
 class MemoryPort(Protocol):
@@ -65,23 +64,8 @@ def _path_argument(arguments: str) -> str | None:
         return None
 
 
-def cap(content: str, limit: int) -> tuple[str, bool]:
-    """At most ``limit`` bytes of UTF-8, cut at a character boundary, marked when cut."""
-    data = content.encode("utf-8")
-    if len(data) <= limit:
-        return content, False
-    room = max(0, limit - len(TRUNCATED.encode("utf-8")))
-    return data[:room].decode("utf-8", errors="ignore") + TRUNCATED, True
-
-
 def not_run(why: str) -> ToolResponse:
-    return _public("failed", why)
-
-
-def _public(status: str, content: str) -> ToolResponse:
-    return ToolResponse.model_validate({"status": status, "content": content,
-                                        "class": DataClass.PUBLIC, "untrusted": False,
-                                        "truncated": False})
+    return plain_response("failed", why)
 
 
 def _utc_now() -> datetime:
@@ -113,7 +97,7 @@ class Runner:
             answer = await self._memory.call(decision, request, taint)
         elif request.tool == CLOCK.name:
             decision.authorize()
-            answer = _public("ok", format_rfc3339(self._clock()))
+            answer = plain_response("ok", format_rfc3339(self._clock()))
         elif request.tool == DELEGATE:
             answer = await run_delegate(request, taint, children=children, audit=self._audit,
                                         taints=self._taints)
@@ -174,7 +158,7 @@ class Runner:
         return answer
 
     def _finish(self, request: ToolRequest, answer: ToolResponse) -> ToolResponse:
-        content, cut = cap(answer.content, self._cap)
+        content, cut = cap_text(answer.content, self._cap)
         response = answer.model_copy(update={"content": content,
                                              "truncated": answer.truncated or cut})
         self._audit.result(

@@ -85,10 +85,10 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
         frame = await stream.read(REQUEST_TIMEOUT)
     except FrameError as exc:
         broker.refuse(f"the request frame could not be decoded: {exc}")
-        with contextlib.suppress(BoxmakerError, TimeoutError):
+        with contextlib.suppress(BoxmakerError):
             await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
         return
-    except (BoxmakerError, TimeoutError):
+    except BoxmakerError:
         return  # no request arrived: the peer closed or said nothing
     try:
         request = frame.parse(ToolRequest)

@@ -20,7 +20,7 @@ from bxcore.errors import BoxmakerError, SecretError
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol.broker import ToolWaiting
 from bxcore.secrets import Secret, SecretStore
-from bxcore.tools import DataClass, DecisionRecord, ToolRequest, ToolResponse
+from bxcore.tools import DataClass, DecisionRecord, ToolRequest, ToolResponse, plain_response
 from bxcore.util import sha256, text_sha256
 
 from .approvals import ApprovalDesk
@@ -68,10 +68,7 @@ async def while_running(work: Awaitable[T], interval: float, on_waiting: Notify)
 
 
 def denied(reason: str) -> ToolResponse:
-    return ToolResponse.model_validate({
-        "status": "denied", "content": f"Denied: {reason}", "class": DataClass.PUBLIC,
-        "untrusted": False, "truncated": False,
-    })
+    return plain_response("denied", f"Denied: {reason}")
 
 
 class Broker:

@@ -1,12 +1,20 @@
 """Errors of bxcore, and the error codes every socket speaks.
 
     BoxmakerError
-    ├── FrameError          a frame on a socket is malformed (the peer did it wrong)
-    │   └── FrameTooLarge   its length prefix passes the limit
-    ├── StreamClosed        the peer closed the stream cleanly between frames
-    ├── IncompleteFrame     the peer closed the stream in the middle of a frame
+    ├── RemoteProtocolError the peer did it wrong: what it sent is not the protocol
+    │   ├── FrameError      a frame on a socket is malformed
+    │   │   └── FrameTooLarge   its length prefix passes the limit
+    │   └── BadEventStream  a server-sent event stream is malformed (bxcore.sse)
+    ├── StreamEnded         no further frame will come on this stream:
+    │   ├── StreamClosed    the peer closed it cleanly between frames
+    │   ├── IncompleteFrame the peer closed it in the middle of a frame
+    │   └── StreamBroken    the connection broke (reset, broken pipe, any socket error)
     ├── StreamTimeout       a frame was not read or written whole within its deadline
+    ├── PeerUnavailable     a role's socket cannot be reached (missing, refused, timed out)
+    ├── TaintFileError      a session's taint file is unreadable or invalid; names the file
     ├── ConfigError         a config file is unreadable or invalid; names the file and key
+    ├── SchemaError         a database was made by a newer release, or a migration failed
+                            (bxcore.migrations); names the file
     ├── SecretError         a secret is missing or unsafe; never contains the secret's value
     └── DaemonError         a daemon cannot serve its socket (bxcore.daemon); names the path
 """
@@ -22,7 +30,11 @@ class BoxmakerError(Exception):
     """Base class of every error Boxmaker raises on purpose."""
 
 
-class FrameError(BoxmakerError):
+class RemoteProtocolError(BoxmakerError):
+    """The peer sent something the protocol does not allow (h11's RemoteProtocolError)."""
+
+
+class FrameError(RemoteProtocolError):
     """A byte stream that is not a valid sequence of frames. The message says what is wrong."""
 
 
@@ -30,12 +42,25 @@ class FrameTooLarge(FrameError):
     pass
 
 
-class StreamClosed(BoxmakerError):
+class StreamEnded(BoxmakerError):
+    """The stream will give no further frame: which way it ended is the subclass."""
+
+
+class StreamClosed(StreamEnded):
     """The peer closed the stream at a frame boundary."""
 
 
-class IncompleteFrame(BoxmakerError):
+class IncompleteFrame(StreamEnded):
     """The peer closed the stream part-way through a frame."""
+
+
+class StreamBroken(StreamEnded):
+    """The connection broke under a read or a write (reset, broken pipe, any socket error)."""
+
+
+class BadEventStream(RemoteProtocolError):
+    """Bytes that are not a text/event-stream: not UTF-8, a line over the cap, an event cut off
+    by the end of the stream. The SSE parser that raised it stays broken."""
 
 
 class StreamTimeout(BoxmakerError):
@@ -43,7 +68,19 @@ class StreamTimeout(BoxmakerError):
     deadline is per frame: a peer that trickles bytes does not extend it."""
 
 
+class PeerUnavailable(BoxmakerError):
+    """A role's socket could not be reached (missing, refused, or timed out)."""
+
+
+class TaintFileError(BoxmakerError):
+    """A session's taint file cannot be read or is not a taint; names the file."""
+
+
 class ConfigError(BoxmakerError):
+    pass
+
+
+class SchemaError(BoxmakerError):
     pass
 
 

@@ -5,7 +5,8 @@ Each read and write takes its own timeout, a deadline for the whole frame: a pee
 bounded (CHUNK bytes at a time) so a peer cannot make us buffer more than one frame's limit.
 
 This is the edge for socket errors: a missed deadline is ``StreamTimeout``, a broken connection
-``StreamClosed``; no ``TimeoutError`` or ``OSError`` reaches the caller from ``read`` or ``write``.
+``StreamBroken``, a socket that cannot be reached ``PeerUnavailable``; no ``TimeoutError`` or
+``OSError`` reaches the caller from ``connect``, ``read`` or ``write``.
 """
 
 from __future__ import annotations
@@ -17,14 +18,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import BoxmakerError, FrameError, StreamClosed, StreamTimeout
+from .errors import FrameError, PeerUnavailable, StreamBroken, StreamClosed, StreamTimeout
 from .frames import END, MAX_FRAME, NEED_DATA, Frame, FrameDecoder, encode_frame
 
 CHUNK = 64 * 1024
-
-
-class PeerUnavailable(BoxmakerError):
-    """A role's socket could not be reached (missing, refused, or timed out)."""
 
 
 @contextlib.contextmanager
@@ -47,7 +44,7 @@ def _stream_errors(what: str, timeout: float | None) -> Iterator[None]:
     except TimeoutError as exc:  # asyncio's, and socket.timeout (an alias since 3.10)
         raise StreamTimeout(f"{what}: no whole frame within {timeout:g} s") from exc
     except OSError as exc:  # ConnectionError (reset, broken pipe) and any other socket error
-        raise StreamClosed(f"connection broken: {exc.strerror or exc}") from exc
+        raise StreamBroken(f"connection broken: {exc.strerror or exc}") from exc
 
 
 def _next_frame(decoder: FrameDecoder) -> Frame | None:
@@ -126,9 +123,9 @@ class FrameStream:
         return cls(reader, writer, kinds)
 
     async def read(self, timeout: float | None = None) -> Frame:
-        """The next frame. Raises StreamClosed at a clean end or when the connection breaks,
-        IncompleteFrame mid-frame, FrameError on a malformed frame, StreamTimeout when no whole
-        frame arrived within ``timeout`` seconds of the call."""
+        """The next frame. Raises StreamClosed at a clean end, StreamBroken when the connection
+        breaks, IncompleteFrame mid-frame, FrameError on a malformed frame, StreamTimeout when
+        no whole frame arrived within ``timeout`` seconds of the call."""
         deadline = _Deadline(timeout)
         with _stream_errors("reading a frame", timeout):
             while (frame := _next_frame(self._decoder)) is None:

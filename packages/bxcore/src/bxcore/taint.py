@@ -15,13 +15,9 @@ from pydantic import ValidationError
 
 from ._base import Flag, Model
 from .canonical import canonical_json
-from .errors import BoxmakerError
+from .errors import TaintFileError
 from .ids import SessionId, check_session_id
 from .tools import DataClass
-
-
-class TaintFileError(BoxmakerError):
-    """A taint file that cannot be read or is not a taint file; names the file."""
 
 
 @dataclass(frozen=True)

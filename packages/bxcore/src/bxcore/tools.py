@@ -67,6 +67,9 @@ class ToolRequest(Model):
     arguments: Text
 
 
+Status = Literal["ok", "denied", "failed"]
+
+
 class ToolResponse(Model):
     """What came back for a ToolRequest.
 
@@ -75,11 +78,33 @@ class ToolResponse(Model):
     In every case ``content`` is the text the model sees.
     """
 
-    status: Literal["ok", "denied", "failed"]
+    status: Status
     content: Text
     data_class: DataClass = Field(alias="class")
     untrusted: Flag
     truncated: Flag
+
+
+TRUNCATED_MARK = "\n[truncated]"  # ends a result cut to its cap (loopd's and brokerd's caps)
+
+
+def plain_response(status: Status, content: str) -> ToolResponse:
+    """A public, trusted, uncut answer: what a role says itself (a refusal, a failure, the time),
+    as opposed to a tool's output, which carries its own class and taint."""
+    return ToolResponse(status=status, content=content, data_class=DataClass.PUBLIC,
+                        untrusted=False, truncated=False)
+
+
+def cap_text(text: str, cap: int) -> tuple[str, bool]:
+    """``text`` if its UTF-8 fits in ``cap`` bytes; otherwise as much as fits, cut at a
+    character boundary, with TRUNCATED_MARK appended (the whole stays within ``cap``), and
+    whether it was cut."""
+    data = text.encode("utf-8")
+    if len(data) <= cap:
+        return text, False
+    room = max(0, cap - len(TRUNCATED_MARK.encode("utf-8")))
+    # A cut inside a multi-byte character leaves an incomplete tail; "ignore" drops only it.
+    return data[:room].decode("utf-8", errors="ignore") + TRUNCATED_MARK, True
 
 
 Verdict = Literal["allow", "ask", "deny"]

@@ -23,7 +23,7 @@ from .roles import config_option, default_config
 
 def _approve_socket(config_path: Path | None) -> Path:
     config = load_config(config_path or default_config())
-    return config.broker.approve_socket or config.socket("approve")
+    return config.served("approve").path
 
 
 def _exchange(config_path: Path | None, frame: Frame) -> Frame:

@@ -3,6 +3,10 @@
 bxctl may not import another role (the brief), so ``bxctl audit verify`` runs
 ``brokerd audit verify``: the code that owns a file format is the only code that reads it. Role
 commands are found beside bxctl's own interpreter (the same environment), then on PATH.
+
+A pass-through command (``role_passthrough``) declares nothing of its own: every argument,
+``--help`` included, goes to the role's command, which parses it and answers; bxctl adds only
+``--config`` with its default when none is given, so the owner needs no flags.
 """
 
 from __future__ import annotations
@@ -59,6 +63,26 @@ def run_role(role: str, args: list[str], config_path: Path | None, *, capture: b
     return subprocess.run(argv, check=False, text=True, capture_output=capture)
 
 
-def passthrough(role: str, args: list[str], config_path: Path | None) -> None:
-    """Run a role command and exit with its status (its own output explains a failure)."""
-    raise SystemExit(run_role(role, args, config_path).returncode)
+def role_passthrough(name: str, role: str, words: tuple[str, ...]) -> click.Command:
+    """``bxctl ... NAME ARGS`` runs ``<role> <words> ARGS`` and exits with its status. ARGS,
+    ``--help`` too, are the role command's to parse; ``--config`` is bxctl's default unless
+    ARGS name one."""
+
+    def run(args: tuple[str, ...]) -> None:
+        config = [] if _names_config(args) else ["--config", str(default_config())]
+        argv = [role_command(role), *words, *config, *args]
+        raise SystemExit(subprocess.run(argv, check=False).returncode)
+
+    shown = " ".join((role, *words))
+    return click.Command(
+        name, callback=run, add_help_option=False,
+        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+        short_help=f"Runs `{shown}`; --help gives its options.",
+        help=f"Runs `{shown} ARGS`. Its --help gives its options.",
+        context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    )
+
+
+def _names_config(args: tuple[str, ...]) -> bool:
+    options = args[: args.index("--")] if "--" in args else args
+    return any(a == "--config" or a.startswith("--config=") for a in options)

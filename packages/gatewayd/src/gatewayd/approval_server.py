@@ -23,8 +23,7 @@ from bxcore.daemon import DEFAULT_MODE, listening
 from bxcore.errors import (
     ErrorCode,
     FrameError,
-    IncompleteFrame,
-    StreamClosed,
+    StreamEnded,
     StreamTimeout,
     WireError,
 )
@@ -82,7 +81,7 @@ class ApprovalServer:
         stream = FrameStream(reader, writer, kinds=TO_GATEWAYD)
         try:
             await self._serve(stream)
-        except (StreamClosed, IncompleteFrame, ConnectionError) as exc:
+        except StreamEnded as exc:
             log.info("gateway.sock: peer went away: %s", exc)
         finally:
             await stream.close()
@@ -157,5 +156,5 @@ class ApprovalServer:
 
 async def _error(stream: FrameStream, code: ErrorCode, message: str) -> None:
     log.warning("gateway.sock: %s: %s", code.value, message)
-    with contextlib.suppress(StreamClosed, ConnectionError):
+    with contextlib.suppress(StreamEnded):
         await stream.write(Frame.of(ERROR, WireError(code=code, message=message), final=True))

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from bxcore.errors import SchemaError
+from bxcore.migrations import Migration, migrate, transaction
 
 from .errors import QueueError
 
 
-def _m001_inbox(db: sqlite3.Connection) -> None:
+def m001_inbox(db: sqlite3.Connection) -> None:
     db.execute(
         "CREATE TABLE inbox ("
         " post_id TEXT PRIMARY KEY, session TEXT NOT NULL, resume INTEGER NOT NULL,"
@@ -33,7 +36,7 @@ def _m001_inbox(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m001_inbox]
+MIGRATIONS: list[Migration] = [m001_inbox]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,8 +61,8 @@ class Queue:
             self._db = sqlite3.connect(path, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._migrate()
-        except (OSError, sqlite3.Error) as exc:
+            migrate(self._db, MIGRATIONS, path)
+        except (OSError, sqlite3.Error, SchemaError) as exc:
             raise QueueError(f"{path}: cannot open the queue: {exc}") from None
 
     def close(self) -> None:
@@ -68,25 +71,10 @@ class Queue:
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(self._db):
                 yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise QueueError(f"{self.path}: {exc}") from None
-
-    def _migrate(self) -> None:
-        self._db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY)")
-        done = {row[0] for row in self._db.execute("SELECT name FROM migrations")}
-        for migration in MIGRATIONS:
-            name = migration.__name__.lstrip("_")
-            if name not in done:
-                with self._tx() as db:
-                    migration(db)
-                    db.execute("INSERT INTO migrations (name) VALUES (?)", (name,))
 
     def offer(self, item: Item, *, handled: bool = False) -> bool:
         """Add a post; False when this post id was offered before (a duplicate).

@@ -17,8 +17,7 @@ from pathlib import Path
 from bxcore.errors import (
     ErrorCode,
     FrameError,
-    IncompleteFrame,
-    StreamClosed,
+    StreamEnded,
     StreamTimeout,
     WireError,
 )
@@ -134,7 +133,7 @@ class TurnRunner:
                     return Outcome.DELIVERED
                 elif frame.kind == ERROR:
                     return await self._refused(item, placeholder, frame.parse(WireError), resume)
-        except (StreamClosed, IncompleteFrame, FrameError, StreamTimeout) as exc:
+        except (StreamEnded, FrameError, StreamTimeout) as exc:
             log.warning("post %s: loop.sock: %s", item.post_id, exc or type(exc).__name__)
             if not accepted:
                 return Outcome.DOWN

@@ -1,21 +1,113 @@
-"""The forwarder: asyncio streams, one task per direction, half-close and backpressure.
+"""The forwarder: splice(2) through a pipe, one pump per direction, half-close and backpressure.
 
-Each direction reads at most CHUNK bytes and waits for ``drain()`` before reading more, so a
-slow reader slows the writer instead of filling memory. EOF on one side is passed on as a
-half-close (``write_eof``), so a client may finish sending and still read the answer.
+Each direction moves bytes from one socket into a pipe and from the pipe into the other socket
+with ``os.splice``, so they never enter Python: no buffer is allocated, copied or sliced per
+chunk, and the event loop only runs a callback when a socket is ready. A pump reads again only
+once the pipe is empty; while the destination cannot take more it stops reading, so a slow
+reader slows the writer and the proxy holds at most one pipe per direction. EOF on one side is
+passed on as a half-close (``shutdown(SHUT_WR)``), so a client may finish sending and still read
+the answer.
+
+py-spy on a 256 MiB transfer through the earlier asyncio-streams version (``read(64 KiB)``,
+``write``, ``drain``): most of the time went to the stream reader's buffer (copied in, sliced out,
+its front deleted), a task wake-up per 64 KiB and ``drain``, with the reads' 256 KiB ``bytes``
+allocated and faulted in each time. docs/performance.md has the figures before and after.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger("inferproxy")
-CHUNK = 64 * 1024
+CHUNK = 64 * 1024  # the listener's stream limit (its reader is never used: see ``handle``)
+PIPE_SIZE = 1024 * 1024  # asked of each pipe; the kernel's default (64 KiB) if refused
 CONNECT_TIMEOUT = 10.0
+_SPLICE = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+
+
+class _Pump:
+    """One direction: ``source`` to ``sink`` through a pipe. ``finished`` gets None once EOF has
+    been passed on, or the error that ended it."""
+
+    def __init__(self, source: socket.socket, sink: socket.socket):
+        self._loop = asyncio.get_running_loop()
+        self._source = source.fileno()
+        self._sink = sink.fileno()
+        self._sink_socket = sink
+        self._pipe_out, self._pipe_in = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            self._size = fcntl.fcntl(self._pipe_in, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError:  # over the user's pipe quota: keep the default
+            self._size = fcntl.fcntl(self._pipe_in, fcntl.F_GETPIPE_SZ)
+        self._in_pipe = 0
+        self.finished: asyncio.Future[None] = self._loop.create_future()
+
+    def start(self) -> None:
+        self._loop.add_reader(self._source, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            moved = os.splice(self._source, self._pipe_in, self._size, flags=_SPLICE)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._finish(exc)
+            return
+        if moved == 0:
+            self._loop.remove_reader(self._source)
+            self._finish(self._half_close())
+            return
+        self._in_pipe = moved
+        self._flush()
+
+    def _flush(self) -> None:
+        """Move the pipe's bytes on; if the sink is full, wait for it instead of reading."""
+        while self._in_pipe:
+            try:
+                moved = os.splice(self._pipe_out, self._sink, self._in_pipe, flags=_SPLICE)
+            except BlockingIOError:
+                self._loop.remove_reader(self._source)
+                self._loop.add_writer(self._sink, self._writable)
+                return
+            except OSError as exc:
+                self._finish(exc)
+                return
+            self._in_pipe -= moved
+
+    def _writable(self) -> None:
+        self._loop.remove_writer(self._sink)
+        self._flush()
+        if not self._in_pipe and not self.finished.done():
+            self._loop.add_reader(self._source, self._readable)
+
+    def _half_close(self) -> OSError | None:
+        try:
+            self._sink_socket.shutdown(socket.SHUT_WR)
+        except OSError as exc:
+            return exc
+        return None
+
+    def _finish(self, error: OSError | None) -> None:
+        if self.finished.done():
+            return
+        if error is None:
+            self.finished.set_result(None)
+        else:
+            self.finished.set_exception(error)
+
+    def close(self) -> None:
+        self._loop.remove_reader(self._source)
+        self._loop.remove_writer(self._sink)
+        os.close(self._pipe_in)
+        os.close(self._pipe_out)
 
 
 @dataclass(frozen=True)
@@ -24,21 +116,39 @@ class Upstream:
 
     address: str
 
-    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def connect(self) -> socket.socket:
+        loop = asyncio.get_running_loop()
+        targets: list[tuple[int, Any]]
         if self.address.startswith("unix:"):
-            opening = asyncio.open_unix_connection(self.address[len("unix:") :], limit=CHUNK)
+            targets = [(socket.AF_UNIX, self.address[len("unix:") :])]
         else:
             host, _, port = self.address[len("tcp://") :].rpartition(":")
-            opening = asyncio.open_connection(host.strip("[]"), int(port), limit=CHUNK)
-        return await asyncio.wait_for(opening, CONNECT_TIMEOUT)
+            found = await loop.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+            targets = [(family, address) for family, _, _, _, address in found]
+        error: OSError = OSError(f"no address for {self.address}")
+        for family, address in targets:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, address), CONNECT_TIMEOUT)
+            except (OSError, TimeoutError) as exc:
+                sock.close()
+                error = exc if isinstance(exc, OSError) else OSError("timeout")
+                continue
+            return sock
+        raise error
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while data := await reader.read(CHUNK):
-        writer.write(data)
-        await writer.drain()
-    if writer.can_write_eof() and not writer.is_closing():
-        writer.write_eof()
+def _take_socket(writer: asyncio.StreamWriter) -> socket.socket:
+    """The accepted connection as a socket of its own (a duplicate of the transport's file
+    descriptor); the transport stops reading and lets go of its descriptor."""
+    transport = writer.transport
+    transport.pause_reading()  # type: ignore[attr-defined]
+    accepted = writer.get_extra_info("socket")
+    sock = socket.socket(fileno=os.dup(accepted.fileno()))
+    sock.setblocking(False)
+    transport.abort()  # closes only the transport's descriptor: ``sock`` keeps the connection
+    return sock
 
 
 class Proxy:
@@ -60,30 +170,43 @@ class Proxy:
             log.info("stopped after %d connections", self.total)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Forward one accepted connection (``listening``'s stream handler).
+
+        The connection is taken from its transport before this coroutine first awaits:
+        ``listening`` calls it without awaiting before, and a new connection's handler task runs
+        before the transport's first read, so ``reader`` has received nothing.
+        """
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
         self.active += 1
         self.total += 1
+        client = _take_socket(writer)
         try:
-            await self._forward(reader, writer)
+            await self._forward(client)
         finally:
-            writer.close()
+            client.close()
             self.active -= 1
             self._handlers.discard(task)
             log.info("connections: %d open, %d since start", self.active, self.total)
 
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _forward(self, client: socket.socket) -> None:
         try:
-            up_reader, up_writer = await self._upstream.connect()
-        except (OSError, TimeoutError) as exc:
-            log.error("upstream %s unreachable: %s", self._upstream.address, exc or "timeout")
+            upstream = await self._upstream.connect()
+        except OSError as exc:
+            log.error("upstream %s unreachable: %s", self._upstream.address, exc)
             return
+        pumps = [_Pump(client, upstream), _Pump(upstream, client)]
         try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(_pipe(reader, up_writer))
-                group.create_task(_pipe(up_reader, writer))
-        except* OSError as errors:
-            log.error("connection failed: %s", "; ".join(str(e) for e in errors.exceptions))
+            for pump in pumps:
+                pump.start()
+            ended, _ = await asyncio.wait(
+                [pump.finished for pump in pumps], return_when=asyncio.FIRST_EXCEPTION
+            )
+            errors = [str(error) for future in ended if (error := future.exception())]
+            if errors:
+                log.error("connection failed: %s", "; ".join(errors))
         finally:
-            up_writer.close()
+            for pump in pumps:
+                pump.close()
+            upstream.close()

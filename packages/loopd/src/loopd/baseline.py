@@ -1,4 +1,4 @@
-"""The baseline, the fixed prefix of every request in an epoch, and the replay of a log.
+"""The baseline, the fixed prefix of every request in an epoch.
 
 The baseline is the system text (system.md, then the identity text after a blank line: memoryd's
 snapshot of soul.md, memory.md and user.md, or plain files with ``[loop] memory = "off"``), the
@@ -8,26 +8,23 @@ to ``<epoch>.baseline.json`` and read back from there on resume, never from syst
 so nothing changes for a running epoch (inference contract 2: every request extends the one
 before, byte for byte).
 
-``messages(baseline, records)`` is pure: the system message, the summary (if any) as a user
-message, then the log replayed.
+``opening()`` is what every request of the epoch starts with: the system message, then the
+summary (if any) as a user message. The log replayed after it is ``replay.messages``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import assert_never
 
 from bxcore._base import Model, Text
 from bxcore.canonical import canonical_json
 from bxcore.chat import AssistantMessage, SystemMessage, ToolMessage, ToolSchema, UserMessage
 from bxcore.frames import describe_validation
-from bxcore.records import Assistant, CacheLoss, EpochEnd, SessionStart, ToolResult, Usage, User
 from bxcore.util import sha256
 from pydantic import ValidationError
 
 from .errors import BaselineError
-from .log import Record
 
 ChatMessage = SystemMessage | UserMessage | AssistantMessage | ToolMessage
 
@@ -106,37 +103,6 @@ def read_identity_files(paths: Iterable[Path]) -> str:
             if text:
                 parts.append(text)
     return "\n\n".join(parts)
-
-
-def replay(record: Record) -> ChatMessage | None:
-    """The message one log record contributes to a request, if any.
-
-    Every variant is named, so a new record type is a type error here, not a silent skip."""
-    match record:
-        case User():
-            return UserMessage(content=record.content)
-        case Assistant():
-            return AssistantMessage(
-                content=record.content,
-                reasoning_content=record.reasoning_content,
-                tool_calls=record.tool_calls,
-            )
-        case ToolResult():
-            return ToolMessage(tool_call_id=record.tool_call_id, content=record.content)
-        case SessionStart() | Usage() | CacheLoss() | EpochEnd():
-            return None
-        case _:
-            assert_never(record)
-
-
-def messages(baseline: Baseline, records: Iterable[Record]) -> list[ChatMessage]:
-    """The message array of a request: the baseline's opening, then the log replayed."""
-    result = baseline.opening()
-    for record in records:
-        message = replay(record)
-        if message is not None:
-            result.append(message)
-    return result
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -100,7 +100,7 @@ def build_role(config: Config, config_path: Path, tools: str | None = None) -> R
         if isinstance(memory, MemoryLink):  # the memory tools reach memoryd through brokerd
             registry = with_memory_tools(registry)
         registry = with_builtin(registry, [DELEGATE_SCHEMA])  # brokerd decides, loopd runs it
-        port = BrokerPort(config.broker.socket or config.socket("broker"))
+        port = BrokerPort(config.served("broker").path)
     return Role(
         config=config, source=config_path, system=system_path(config, config_path),
         registry=registry, port=port, memory=memory,
@@ -109,7 +109,7 @@ def build_role(config: Config, config_path: Path, tools: str | None = None) -> R
 
 def memory_for(config: Config) -> Memory:
     if config.loop.memory_source() == "memoryd":
-        return MemoryLink(config.memory.socket or config.socket("memory"))
+        return MemoryLink(config.served("memory").path)
     home = config.paths.home
     return IdentityFiles([home / name for name in config.baseline.identity])
 
@@ -125,8 +125,7 @@ def system_path(config: Config, config_path: Path) -> Path:
 async def serve(config: Config, config_path: Path, *, tools: str | None = None) -> int:
     """The real thing: the inference client over inferproxy's socket, then ``run``."""
     role = build_role(config, config_path, tools)
-    socket_path = config.inference.socket or config.socket("infer")
-    client = InferenceClient(config.inference, socket=socket_path)
+    client = InferenceClient(config.inference, socket=config.served("infer").path)
     notifier = Notifier()
     status = 0
 
@@ -147,8 +146,7 @@ async def check(config: Config, config_path: Path, which: str) -> int:
     """``loopd selftest`` / ``budget`` / ``serving``: one named report on stdout; 0 if it
     passed."""
     role = build_role(config, config_path)
-    client = InferenceClient(config.inference, socket=config.inference.socket or
-                             config.socket("infer"))
+    client = InferenceClient(config.inference, socket=config.served("infer").path)
     try:
         if which == "selftest":
             report = await selftest_report(client)

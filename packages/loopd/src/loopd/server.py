@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from bxcore.config.inference import SlotSection
-from bxcore.errors import ErrorCode, StreamClosed, StreamTimeout, WireError
+from bxcore.errors import ErrorCode, StreamEnded, StreamTimeout, WireError
 from bxcore.frames import Frame, FrameError
 from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
@@ -74,7 +74,7 @@ class LoopServer:
         try:
             final = await self._answer(stream)
             await stream.write(final)
-        except (StreamClosed, StreamTimeout) as exc:
+        except (StreamEnded, StreamTimeout) as exc:
             log.info("channel went away: %s", exc)
         finally:
             await stream.close()
@@ -210,7 +210,7 @@ class _Channel:
         frame = Frame.of(wire.TURN_EVENT, TurnEvent(event=event), final=False)
         try:
             await self._stream.write(frame, timeout=EVENT_WRITE_TIMEOUT)
-        except (StreamClosed, StreamTimeout) as exc:
+        except (StreamEnded, StreamTimeout) as exc:
             log.info("channel stopped taking events: %s", exc)
             self._gone = True
 

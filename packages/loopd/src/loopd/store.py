@@ -24,10 +24,11 @@ from bxcore.ids import check_session_id
 from bxcore.records import EpochEnd, SessionStart, ToolResult, Usage
 from bxcore.util import fsync_dir, sha256
 
-from .baseline import Baseline, ChatMessage, messages, replay
+from .baseline import Baseline, ChatMessage
 from .errors import CorruptSession, EpochClosed, NoSuchSession, SessionExists
 from .inference.serving import ServingSettings
 from .log import Record, encode_record, parse_log
+from .replay import messages, replay
 
 SERVING_RECORD = "serving.json"  # the serving settings the session's current epoch began under
 _LOG_NAME = re.compile(r"(0|[1-9][0-9]{0,8})\.jsonl")

@@ -1,5 +1,8 @@
 """``memoryd``: the daemon, and the owner's maintenance commands (bxctl wraps the latter as
-``bxctl memory log/undo`` and ``bxctl reindex`` by running them, never by importing memoryd)."""
+``bxctl memory log/undo`` and ``bxctl reindex`` by running them, never by importing memoryd).
+
+``log`` and ``staged`` only read the journal (no writer lock); ``undo``, ``accept``, ``reject``
+and ``reindex`` are done by the serving memoryd through memory-owner.sock (owner.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +14,11 @@ import os
 import click
 from bxcore.config import Config, load_config
 from bxcore.errors import BoxmakerError
+from bxcore.protocol import memory as proto
 
-from .journal import Edit
+from .journal import Journal
 from .layout import Layout
-from .rebuild import reindex
+from .owner import ask_memoryd, describe, perform
 from .server import serve as serve_forever
 from .writer import MemoryWriter
 
@@ -70,7 +74,7 @@ def log_command(config_path: str | None, file: str | None, as_json: bool) -> Non
     Example: memoryd log --file user.md
     """
     try:
-        edits = _writer(_config(config_path)).journal.entries()
+        edits = _journal(_config(config_path)).entries()
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
     for edit in edits:
@@ -78,25 +82,21 @@ def log_command(config_path: str | None, file: str | None, as_json: bool) -> Non
             click.echo(edit.canonical().decode() if as_json else describe(edit))
 
 
-def describe(edit: Edit) -> str:
-    flags = " [staged]" if edit.staged else ""
-    who = f"session {edit.session}" if edit.session else "owner"
-    return f"{edit.seq:>5} {edit.time} {edit.file:<10} {edit.action:<11} {who}{flags}: " \
-        f"{edit.summary}"
+def _journal(config: Config) -> Journal:
+    """The journal, to read: no writer lock and no recovery (those are the writer's)."""
+    return Journal(Layout(config.paths.home).edits)
 
 
-def _owner_command(config_path: str | None, action: str, argument: str | int) -> None:
+def _owner_command(config_path: str | None, command: proto.MemoryCommand) -> None:
+    """Done by the serving memoryd, as its own user; in-process when none serves."""
+    config = _config(config_path)
     try:
-        writer = _writer(_config(config_path))  # recovers what a crash left: may raise StoreError
-        if action == "undo":
-            edit = writer.undo(str(argument))
-        elif action == "accept":
-            edit = writer.accept(int(argument))
-        else:
-            edit = writer.reject(int(argument))
+        text = ask_memoryd(config.served("memory-owner").path, command)
+        if text is None:  # the writer recovers what a crash left: may raise StoreError
+            text = perform(command, config, lambda: _writer(config))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(describe(edit))
+    click.echo(text)
 
 
 @main.command()
@@ -107,7 +107,7 @@ def undo(config_path: str | None, file: str) -> None:
 
     Example: memoryd undo memory.md
     """
-    _owner_command(config_path, "undo", file)
+    _owner_command(config_path, proto.UndoCommand(command="undo", file=file))
 
 
 @main.command()
@@ -118,7 +118,7 @@ def staged(config_path: str | None, as_json: bool) -> None:
 
     Example: memoryd staged
     """
-    for edit in _writer(_config(config_path)).journal.staged():
+    for edit in _journal(_config(config_path)).staged():
         click.echo(json.dumps({"seq": edit.seq, "file": edit.file, "after": edit.after})
                    if as_json else f"{describe(edit)}\n{edit.after}")
 
@@ -128,7 +128,7 @@ def staged(config_path: str | None, as_json: bool) -> None:
 @click.argument("seq", type=int)
 def accept(config_path: str | None, seq: int) -> None:
     """Apply staged edit SEQ. Example: memoryd accept 12"""
-    _owner_command(config_path, "accept", seq)
+    _owner_command(config_path, proto.ResolveCommand(command="accept", seq=seq))
 
 
 @main.command()
@@ -136,7 +136,7 @@ def accept(config_path: str | None, seq: int) -> None:
 @click.argument("seq", type=int)
 def reject(config_path: str | None, seq: int) -> None:
     """Discard staged edit SEQ. Example: memoryd reject 12"""
-    _owner_command(config_path, "reject", seq)
+    _owner_command(config_path, proto.ResolveCommand(command="reject", seq=seq))
 
 
 @main.command("reindex")
@@ -146,8 +146,4 @@ def reindex_command(config_path: str | None) -> None:
 
     Example: memoryd reindex
     """
-    try:
-        counts = reindex(_config(config_path))
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"reindexed: {counts['documents']} documents from {counts['sessions']} sessions")
+    _owner_command(config_path, proto.ReindexCommand(command="reindex"))

@@ -1,5 +1,6 @@
-"""``memoryd serve``: memory.sock ([memory] mode and group, bxcore.daemon), READY=1 once bound,
-SIGTERM ends it.
+"""``memoryd serve``: memory.sock ([memory] mode and group, bxcore.daemon) and
+memory-owner.sock (``owner_mode``, ``owner_group``: the owner's undo, accept, reject, reindex),
+READY=1 once both are bound, SIGTERM ends it.
 
 One task group: the listener and the Honcho sync loop, cancelled by bxcore.daemon on SIGTERM or
 SIGINT. One connection per request; each read and write has its own timeout.
@@ -10,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bxcore.config import Config
 from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
 from bxcore.errors import BoxmakerError
+from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
-from bxcore.protocol.memory import TO_MEMORYD
+from bxcore.protocol.memory import TO_MEMORYD, TO_MEMORYD_OWNER
 
 from .service import MemoryService
 
@@ -31,22 +34,27 @@ def socket_path(config: Config) -> Path:
 async def serve(config: Config, source: str | Path = "config") -> None:
     """Until SIGTERM or SIGINT; ``source`` (the config file) names it in errors."""
     service = MemoryService(config)
-    served = config.served("memory")
-    group = served.gid(source)
+    served, owners = config.served("memory"), config.served("memory-owner")
+    group, owners_group = served.gid(source), owners.gid(source)
     notifier = Notifier()
 
     async def main() -> None:
         service.catch_up()
 
         async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await _connection(service, reader, writer)
+            await _connection(FrameStream(reader, writer, kinds=TO_MEMORYD), service.handle)
+
+        async def owner(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await _connection(FrameStream(reader, writer, kinds=TO_MEMORYD_OWNER),
+                              service.handle_owner)
 
         async with (
             listening(served.path, connection, mode=served.mode, group=group),
+            listening(owners.path, owner, mode=owners.mode, group=owners_group),
             asyncio.TaskGroup() as group_of_tasks,
         ):
             notifier.ready()
-            log.info("memoryd listening on %s", served.path)
+            log.info("memoryd listening on %s and %s", served.path, owners.path)
             group_of_tasks.create_task(_sync_loop(service))
             await wait_forever()
 
@@ -56,16 +64,13 @@ async def serve(config: Config, source: str | Path = "config") -> None:
         await service.aclose()
 
 
-async def _connection(
-    service: MemoryService, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    stream = FrameStream(reader, writer, kinds=TO_MEMORYD)
+async def _connection(stream: FrameStream, handle: Callable[[Frame], Awaitable[Frame]]) -> None:
     try:
         frame = await stream.read(timeout=READ_TIMEOUT)
-        answer = await service.handle(frame)
+        answer = await handle(frame)
         await stream.write(answer)
     except BoxmakerError as exc:
-        log.warning("memory.sock connection dropped: %s", exc)
+        log.warning("connection dropped: %s", exc)
     finally:
         await stream.close()
 

@@ -12,7 +12,7 @@ from bxcore.errors import ErrorCode, FrameError, WireError
 from bxcore.frames import Frame, describe_validation
 from bxcore.protocol import memory as proto
 from bxcore.secrets import SecretStore
-from bxcore.tools import DataClass, ToolResponse
+from bxcore.tools import ToolResponse, plain_response
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import HonchoError, MemorydError, TaintRefused, WriteRefused
@@ -21,6 +21,7 @@ from .identity import SnapshotCache
 from .index import RecallIndex, StateDb
 from .layout import Layout
 from .notes import read_notes
+from .owner import parse_command, perform
 from .recall import FtsRetriever, recall_response
 from .taint import SessionTaint, read_taint_file
 from .writer import Caller, MemoryWriter
@@ -84,6 +85,23 @@ class MemoryService:
             log.error("%s: %s", frame.kind, exc)
             return _error(ErrorCode.INTERNAL, str(exc))
 
+    async def handle_owner(self, frame: Frame) -> Frame:
+        """One command on memory-owner.sock: done as memoryd's user, answered with its line."""
+        try:
+            command = parse_command(frame)
+            if isinstance(command, proto.ReindexCommand):  # reads every log: off the loop
+                text = await asyncio.to_thread(perform, command, self.config, lambda: self.writer)
+                self.index.reopen_if_replaced()
+            else:
+                text = perform(command, self.config, lambda: self.writer)
+                self.index.add_notes(read_notes(self.layout.notes))  # an accept may add notes
+                self.sync_wanted.set()
+        except MemorydError as exc:
+            log.warning("owner's %s refused: %s", frame.body.get("command"), exc)
+            return _error(ErrorCode.BAD_REQUEST, str(exc))
+        log.info("owner's command: %s", text)
+        return Frame.of(proto.COMMAND_DONE, proto.CommandDone(text=text), final=True)
+
     def _turn_finished(self, turn: proto.TurnFinished) -> Frame:
         self.index.reopen_if_replaced()
         source = f"{turn.session}/{turn.epoch}.jsonl"
@@ -125,12 +143,12 @@ class MemoryService:
         try:
             text = self.writer.write(args, caller)
         except TaintRefused as exc:
-            return failed(str(exc), status="denied")
+            return plain_response("denied", str(exc))
         except WriteRefused as exc:
             return failed(str(exc))
         self.index.add_notes(read_notes(self.layout.notes))
         self.sync_wanted.set()
-        return ok(text)
+        return plain_response("ok", text)
 
     async def _ask(self, args: proto.AskMemoryArgs) -> ToolResponse:
         honcho = self.settings.honcho
@@ -161,16 +179,8 @@ def make_honcho_client(config: Config) -> HonchoClient:
                         chat_liveness=honcho.chat_liveness)
 
 
-def ok(text: str) -> ToolResponse:
-    return ToolResponse.model_validate({"status": "ok", "content": text,
-                                        "class": DataClass.PUBLIC, "untrusted": False,
-                                        "truncated": False})
-
-
-def failed(text: str, status: str = "failed") -> ToolResponse:
-    return ToolResponse.model_validate({"status": status, "content": text,
-                                        "class": DataClass.PUBLIC, "untrusted": False,
-                                        "truncated": False})
+def failed(text: str) -> ToolResponse:
+    return plain_response("failed", text)
 
 
 def _error(code: ErrorCode, message: str) -> Frame:

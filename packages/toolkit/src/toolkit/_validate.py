@@ -7,9 +7,11 @@ items. A keyword outside this set in the table is a bug, caught by the table's o
 
 from __future__ import annotations
 
-from typing import Any
-
 from .result import UsageError
+
+TYPE_CHECKING = False  # typing is not imported at run time (the call's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 SUPPORTED = frozenset(
     {

@@ -22,11 +22,14 @@ import json
 import os
 import ssl
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import urlsplit
 
 from .net import read_secret
 from .result import Context, Result, ToolError, make_result
+
+TYPE_CHECKING = False  # typing is not imported at run time (the call's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 READ_SIZE = 64 * 1024
 MAX_LINE = 1024 * 1024  # one SSE line; a longer one is a broken stream, not an answer

@@ -12,9 +12,12 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from typing import Any
 
 from .result import Context, Result, ToolError, make_result
+
+TYPE_CHECKING = False  # typing is not imported at run time (the call's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 _WRITE_FLAGS = {
     "create": os.O_CREAT | os.O_EXCL,

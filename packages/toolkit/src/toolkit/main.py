@@ -7,39 +7,84 @@ when it is absent, on stdin.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-from typing import Any, NoReturn
 
 from ._validate import validate
-from .bridge import start_bridge
 from .result import DATA_CLASSES, Context, ToolError, UsageError
 from .table import BY_NAME, schemas
+
+TYPE_CHECKING = False  # typing is not imported at run time (the call's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_CAP = 16 * 1024
 MAX_ARGUMENTS = 1024 * 1024
 EXIT_OUT_OF_MEMORY = 3
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"bx-tool: {message}")
+# The options brokerd passes (``_call.toolkit_args``): each takes one value, ``--root`` may
+# repeat. Parsed by hand, not with argparse: argparse, with the gettext, shutil and locale it
+# loads, was a third of the program's start (``python -X importtime``).
+_OPTIONS = {"--class": "data_class", "--root": "root", "--cap": "cap",
+            "--proxy-socket": "proxy_socket", "--settings": "settings", "--workdir": "workdir",
+            "--out": "out"}  # fmt: skip
 
 
-def _parser() -> _Parser:
-    parser = _Parser(prog="bx-tool", add_help=False)
-    parser.add_argument("name")
-    parser.add_argument("--class", dest="data_class", choices=DATA_CLASSES, default="secret")
-    parser.add_argument("--root", action="append", default=[])
-    parser.add_argument("--cap", type=int, default=DEFAULT_CAP)
-    parser.add_argument("--proxy-socket")
-    parser.add_argument("--settings")
-    parser.add_argument("--workdir")
-    parser.add_argument("--out")
-    parser.add_argument("arguments", nargs="?")
-    return parser
+class _Options:
+    def __init__(self) -> None:
+        self.name = ""
+        self.arguments: str | None = None
+        self.data_class = "secret"
+        self.root: list[str] = []
+        self.cap = DEFAULT_CAP
+        self.proxy_socket: str | None = None
+        self.settings: str | None = None
+        self.workdir: str | None = None
+        self.out: str | None = None
+
+
+def _parse(argv: list[str]) -> _Options:
+    """``NAME [ARGUMENTS]`` with the options anywhere among them; ``--opt value`` or
+    ``--opt=value``; everything after ``--`` is positional."""
+    options = _Options()
+    positional: list[str] = []
+    items = iter(argv)
+    for item in items:
+        if item == "--":
+            positional.extend(items)
+            break
+        if not item.startswith("-") or item == "-":
+            positional.append(item)
+            continue
+        flag, equals, value = item.partition("=")
+        field = _OPTIONS.get(flag)
+        if field is None:
+            raise UsageError(f"bx-tool: unrecognized option {flag!r}")
+        if not equals:
+            value = next(items, None)  # type: ignore[assignment]
+            if value is None:
+                raise UsageError(f"bx-tool: option {flag}: expected one argument")
+        if field == "root":
+            options.root.append(value)
+        elif field == "cap":
+            try:
+                options.cap = int(value)
+            except ValueError:
+                raise UsageError(f"bx-tool: option --cap: not an integer: {value!r}") from None
+        elif field == "data_class" and value not in DATA_CLASSES:
+            raise UsageError(f"bx-tool: option --class: {value!r} is not one of "
+                             f"{', '.join(DATA_CLASSES)}")
+        else:
+            setattr(options, field, value)
+    if not positional:
+        raise UsageError("bx-tool: a tool name is required")
+    if len(positional) > 2:
+        raise UsageError(f"bx-tool: unexpected arguments: {' '.join(positional[2:])}")
+    options.name = positional[0]
+    options.arguments = positional[1] if len(positional) == 2 else None
+    return options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    options = _parser().parse_intermixed_args(argv)
+    options = _parse(argv)
     if options.name == "schemas":
         return _export_schemas(options.out)
     tool = BY_NAME.get(options.name)
@@ -60,13 +105,16 @@ def _run(argv: list[str]) -> int:
         raise UsageError(f"no tool named {options.name!r}; known: {', '.join(sorted(BY_NAME))}")
     if options.cap < 1:
         raise UsageError("--cap must be positive")
+    run = tool.load()  # this tool's module only: a call loads what it uses
+    if options.proxy_socket:
+        from .bridge import start_bridge  # socket and threading only for calls with egress
+
+        start_bridge(options.proxy_socket)
     if options.workdir:
         # Only now: the interpreter started in / with -P, and every module is loaded.
         os.chdir(options.workdir)
     arguments = _arguments(options.arguments)
     validate(arguments, tool.parameters)
-    if options.proxy_socket:
-        start_bridge(options.proxy_socket)
     context = Context(
         data_class=options.data_class,
         roots=tuple(options.root),
@@ -74,7 +122,7 @@ def _run(argv: list[str]) -> int:
         egress=bool(options.proxy_socket),
         settings=_settings(options.settings),
     )
-    return _emit(tool.run(context, arguments).as_json(), 0)
+    return _emit(run(context, arguments).as_json(), 0)
 
 
 def _arguments(text: str | None) -> Any:

@@ -8,10 +8,13 @@ content is always untrusted: it is text from outside the owner's control.
 from __future__ import annotations
 
 import os
-from typing import Any
 from urllib.parse import urlsplit
 
 from .result import Context, Result, ToolError, make_result
+
+TYPE_CHECKING = False  # typing is not imported at run time (the call's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 SECRETS_DIR = "/run/secrets"
 

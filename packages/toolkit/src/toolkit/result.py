@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+TYPE_CHECKING = False  # neither typing nor dataclasses is imported at run time (start cost)
+if TYPE_CHECKING:
+    from typing import Any
 
 DATA_CLASSES = ("public", "private", "secret")
 
@@ -22,25 +23,36 @@ class UsageError(ToolError):
     exit_status = 2
 
 
-@dataclass(frozen=True)
 class Context:
     """What brokerd tells the program about its call, on the command line, never in env."""
 
-    data_class: str  # the label the grant gives this call's results
-    roots: tuple[str, ...]  # the granted paths as they appear inside the sandbox
-    cap: int  # content is cut to this many UTF-8 bytes
-    egress: bool  # an egress proxy is bridged in (the grant named hosts)
-    # Tool settings from brokerd's config (``--settings``, a JSON object), e.g. consult's
-    # endpoint. Configuration only: secrets come as files, never here.
-    settings: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("cap", "data_class", "egress", "roots", "settings")
+
+    def __init__(
+        self,
+        data_class: str,  # the label the grant gives this call's results
+        roots: tuple[str, ...],  # the granted paths as they appear inside the sandbox
+        cap: int,  # content is cut to this many UTF-8 bytes
+        egress: bool,  # an egress proxy is bridged in (the grant named hosts)
+        # Tool settings from brokerd's config (``--settings``, a JSON object), e.g. consult's
+        # endpoint. Configuration only: secrets come as files, never here.
+        settings: dict[str, Any] | None = None,
+    ):
+        self.data_class = data_class
+        self.roots = roots
+        self.cap = cap
+        self.egress = egress
+        self.settings: dict[str, Any] = {} if settings is None else settings
 
 
-@dataclass(frozen=True)
 class Result:
-    content: str
-    data_class: str
-    untrusted: bool
-    truncated: bool
+    __slots__ = ("content", "data_class", "truncated", "untrusted")
+
+    def __init__(self, content: str, data_class: str, untrusted: bool, truncated: bool):
+        self.content = content
+        self.data_class = data_class
+        self.untrusted = untrusted
+        self.truncated = truncated
 
     def as_json(self) -> dict[str, object]:
         return {

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from typing import Any
 
 from .fs import resolve_inside
 from .result import Context, Result, ToolError, make_result
+
+TYPE_CHECKING = False  # typing is not imported at run time (the call's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 _CHUNK = 64 * 1024
 

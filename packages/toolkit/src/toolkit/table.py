@@ -7,22 +7,44 @@ call_tool, so adding one here never changes the epoch's fixed tools array.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import importlib
 
-from . import consult, fs, net, shell
 from .result import Context, Result, make_result
+
+TYPE_CHECKING = False  # typing is not imported at run time: a call's start is what it costs
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 _PATH = {"type": "string", "minLength": 1, "description": "An absolute path inside a grant."}
 
 
-@dataclass(frozen=True)
 class Tool:
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    run: Callable[[Context, dict[str, Any]], Result]
+    """A tool of the table. ``function`` is ``"module:name"`` in this package, or a function;
+    a module is imported only when its tool runs, so a call loads only its own tool's imports
+    (``http.client`` and ``ssl`` for consult, ``subprocess`` for shell.run)."""
+
+    __slots__ = ("_function", "description", "name", "parameters")
+
+    def __init__(self, name: str, description: str, parameters: dict[str, Any], function: Any):
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+        self._function = function
+
+    def load(self) -> Callable[[Context, dict[str, Any]], Result]:
+        """The tool's function, its module imported now."""
+        function = self._function
+        if isinstance(function, str):
+            module, _, attribute = function.partition(":")
+            function = getattr(importlib.import_module(f"toolkit.{module}"), attribute)
+        return function  # type: ignore[no-any-return]
+
+    def run(self, context: Context, arguments: dict[str, Any]) -> Result:
+        return self.load()(context, arguments)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
 
     def schema(self) -> dict[str, Any]:
         """The ToolSchema shape (bxcore.chat.ToolSchema) as JSON."""
@@ -58,14 +80,14 @@ TOOLS: tuple[Tool, ...] = (
         "fs.read",
         "Read a text file the owner granted, from an optional byte offset.",
         _object(["path"], path=_PATH, offset={"type": "integer", "minimum": 0}),
-        fs.read,
+        "fs:read",
     ),
     Tool(
         "fs.list",
         "List a granted directory: one entry a line, directories end in '/', symlinks in '@', "
         "files show their size.",
         _object(["path"], path=_PATH),
-        fs.list_dir,
+        "fs:list_dir",
     ),
     Tool(
         "fs.search",
@@ -76,7 +98,7 @@ TOOLS: tuple[Tool, ...] = (
             pattern={"type": "string", "minLength": 1, "description": "A Python regex."},
             max_matches={"type": "integer", "minimum": 1, "maximum": 1000},
         ),
-        fs.search,
+        "fs:search",
     ),
     Tool(
         "fs.write",
@@ -88,7 +110,7 @@ TOOLS: tuple[Tool, ...] = (
             content={"type": "string"},
             mode={"type": "string", "enum": ["create", "overwrite", "append"]},
         ),
-        fs.write,
+        "fs:write",
     ),
     Tool(
         "http.fetch",
@@ -100,7 +122,7 @@ TOOLS: tuple[Tool, ...] = (
                            "bearer token."},
             timeout_s={"type": "integer", "minimum": 1, "maximum": 300},
         ),
-        net.fetch,
+        "net:fetch",
     ),
     Tool(
         "shell.run",
@@ -111,7 +133,7 @@ TOOLS: tuple[Tool, ...] = (
             argv={"type": "array", "items": {"type": "string"}, "minItems": 1},
             cwd=_PATH,
         ),
-        shell.run,
+        "shell:run",
     ),
     Tool(
         "consult",
@@ -124,7 +146,7 @@ TOOLS: tuple[Tool, ...] = (
             attachments={"type": "array", "items": {"type": "string"}, "description": "Text "
                          "snippets to send with the question; nothing else is sent."},
         ),
-        consult.ask,
+        "consult:ask",
     ),
 )
 

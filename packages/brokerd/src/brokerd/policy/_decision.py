@@ -15,14 +15,11 @@ import weakref
 
 from bxcore.tools import DecisionRecord
 
+from ..errors import NotAuthorized
 from ..sandbox.spec import Mount, SandboxSpec
 
 _MINT = object()
 _ISSUED: weakref.WeakSet[Decision] = weakref.WeakSet()
-
-
-class NotAuthorized(Exception):
-    """A tool was about to run without a genuine, unused, allowing Decision."""
 
 
 class Decision:

@@ -15,13 +15,15 @@ Who the tool is on the host (never a privileged uid):
 - brokerd root (``run_as``): bwrap stays root for its set-up, so it can reach every source, but
   makes no user namespace (one made by root would map the sandbox to host root). It keeps only
   CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and ``BECOME`` (a few lines of the sandbox's own
-  Python, ``-I``) empties the bounding set, drops every group and changes to ``run_as``, which
-  clears those three too, then execs prlimit and the toolkit. Not ``setpriv``: it looks the uid
+  Python, ``-I -S -B``) empties the bounding set, drops every group and changes to ``run_as``,
+  which clears those three too, sets the same limits as prlimit and runs the toolkit in the same
+  interpreter (one Python start per call, not two). Not ``setpriv``: it looks the uid
   up by name first (getpwnam), and glibc then connects to nscd's socket. bwrap refuses
   ``--disable-userns`` without a user namespace of its own; there the seccomp filter alone
   refuses new user namespaces.
 
-Limits that the kernel applies per process are set with prlimit inside, after the uid is final:
+Limits that the kernel applies per process are set inside, after the uid is final (by prlimit,
+or by ``BECOME`` as root):
 RLIMIT_NPROC counts the sandbox's processes only in its user namespace (brokerd not root); as
 ``run_as`` it counts that uid's processes on the host (see ``_cgroup`` for root's pids limit).
 """
@@ -72,9 +74,12 @@ class BwrapLayout:
 KEPT_FOR_SETPRIV = ("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add",
                     "CAP_SETPCAP")
 # Run as root inside a root brokerd's sandbox: no bounding set, no groups, uid and gid run_as
-# (which clears the permitted and effective capabilities), then exec the rest of argv.
-BECOME = """\
-import ctypes, os, sys
+# (which clears the permitted and effective capabilities), then the limits prlimit sets for a
+# non-root brokerd (argv 2-5, after the uid is final), then the toolkit in this same interpreter:
+# a second interpreter start would be most of the sandbox's cost per call. ``-I`` ignores
+# PYTHONPATH, so the toolkit's directory is put on sys.path only once the uid is final.
+BECOME = f"""\
+import ctypes, os, resource, sys
 uid = int(sys.argv[1])
 prctl = ctypes.CDLL(None, use_errno=True).prctl
 cap = 0
@@ -85,7 +90,13 @@ if ctypes.get_errno() != 22:
 os.setgroups([])
 os.setresgid(uid, uid, uid)
 os.setresuid(uid, uid, uid)
-os.execv(sys.argv[2], sys.argv[2:])
+limits = (resource.RLIMIT_DATA, resource.RLIMIT_NPROC, resource.RLIMIT_CPU, resource.RLIMIT_NOFILE)
+for limit, value in zip(limits, sys.argv[2:6], strict=True):
+    resource.setrlimit(limit, (int(value), int(value)))
+del sys.argv[1:6]
+sys.path.insert(0, {TOOLKIT_DIR!r})
+from toolkit.main import main
+sys.exit(main())
 """
 NAMESPACES_BUT_USER = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                       "--unshare-cgroup")
@@ -130,12 +141,14 @@ def bwrap_argv(
     argv += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "PYTHONPATH",
              TOOLKIT_DIR, "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp"]
     argv += [*capabilities, "--"]
+    limits = (data_bytes(spec), spec.limits.pids, cpu_seconds(spec), OPEN_FILES)
     if run_as is not None:
-        argv += [layout.python, "-I", "-c", BECOME, str(run_as)]
-    argv += [layout.prlimit, f"--data={data_bytes(spec)}", f"--nproc={spec.limits.pids}",
-             f"--cpu={cpu_seconds(spec)}", f"--nofile={OPEN_FILES}", "--"]
-    argv += [layout.python, *TOOLKIT_INTERPRETER, *toolkit_args(spec)]
-    return argv
+        argv += [layout.python, "-I", "-S", "-B", "-c", BECOME, str(run_as), *map(str, limits)]
+    else:
+        argv += [layout.prlimit, *(f"--{name}={value}" for name, value in
+                                   zip(("data", "nproc", "cpu", "nofile"), limits, strict=True)),
+                 "--", layout.python, *TOOLKIT_INTERPRETER]
+    return [*argv, *toolkit_args(spec)]
 
 
 def _parents(targets: list[str]) -> list[str]:

@@ -16,9 +16,10 @@ EGRESS_DIR = "/run/egress"
 PROXY_SOCKET = f"{EGRESS_DIR}/proxy.sock"
 # The toolkit's interpreter options in both backends (the image's entrypoint says the same):
 # -P keeps the working directory off sys.path, so a json.py in a granted directory is never
-# imported; -s no user site; -B no .pyc written. The process starts in / in both backends and
+# imported; -S no site module (no site-packages, no .pth file runs, and a fifth of a bare start);
+# -B no .pyc written. The process starts in / in both backends and
 # the toolkit moves to the grant's workdir (``--workdir``) only once it is loaded.
-TOOLKIT_INTERPRETER = ("-P", "-s", "-B", "-m", "toolkit")
+TOOLKIT_INTERPRETER = ("-P", "-S", "-B", "-m", "toolkit")
 OPEN_FILES = 256
 # Targets a granted mount may not cover, sit under, or sit above.
 RESERVED = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/proc", "/dev", "/etc", "/sys",

@@ -11,12 +11,14 @@ sandbox's user namespace.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-import time
 from pathlib import Path
 
 PIDS_V1 = Path("/sys/fs/cgroup/pids")
+REMOVE_POLL_S = 0.001
+REMOVE_TRIES = 500
 
 
 def pids_cgroup_available(base: Path = PIDS_V1) -> bool:
@@ -34,13 +36,15 @@ class PidsCgroup:
         join = 'echo $$ > "$0" && exec "$@"'
         return ["/bin/sh", "-c", join, str(self.path / "cgroup.procs"), *argv]
 
-    def remove(self) -> None:
-        # The group empties a moment after its last process is reaped.
-        for _ in range(50):
+    async def remove(self) -> None:
+        """Remove the group once it is empty: a moment after its last process is reaped. Polled
+        every millisecond, not slept on in 10 ms steps: the call's answer waits for it (at most
+        half a second, as before), and brokerd's other calls keep running meanwhile."""
+        for _ in range(REMOVE_TRIES):
             with contextlib.suppress(FileNotFoundError):
                 try:
                     self.path.rmdir()
                 except OSError:
-                    time.sleep(0.01)
+                    await asyncio.sleep(REMOVE_POLL_S)
                     continue
             return

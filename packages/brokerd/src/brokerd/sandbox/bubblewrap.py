@@ -111,7 +111,7 @@ class BubblewrapSandbox(Backend):
             )
         finally:
             if cgroup is not None:
-                cgroup.remove()
+                await cgroup.remove()
         return interpret(finished, data_class=spec.data_class, egress=bool(spec.hosts),
                          timeout_s=spec.limits.timeout_s, stdout_cap=stdout_cap(spec))
 

@@ -48,11 +48,11 @@ class Config(Section):
 
     @property
     def loop_socket(self) -> Path:
-        return self.channel.socket or self.socket("loop")
+        return self.served("loop").path
 
     def served(self, name: str) -> ServedSocket:
-        """A served socket ("loop", "infer", "broker", "approve", "memory", "gateway"): its
-        path, mode and group as configured."""
+        """A served socket ("loop", "infer", "broker", "approve", "memory", "memory-owner",
+        "gateway"): its path, mode and group as configured."""
         return served_sockets(self)[name]
 
 
@@ -65,10 +65,24 @@ def parse_config(text: str, source: str | Path, base_dir: Path | None = None) ->
     return config_from_dict(data, source, base_dir)
 
 
+# Keys that once named a socket a second time, from the client's side. Each socket has one key,
+# in its server's section; setting the old one would have silently split the link.
+MOVED_KEYS = {
+    ("inference", "socket"): "inferproxy.socket",
+    ("broker", "gateway_socket"): "gateway.socket",
+}
+
+
 def config_from_dict(data: dict[str, Any], source: str | Path, base_dir: Path | None) -> Config:
     """Validate parsed config data strictly: TOML has types, so ``"8"`` is not a number and
     ``"yes"`` is not a flag. Validation goes through JSON mode, where strict still takes a string
     for a path, an enum or a timestamp, and a list for a tuple."""
+    for (section, key), instead in MOVED_KEYS.items():
+        table = data.get(section)
+        if isinstance(table, dict) and key in table:
+            raise ConfigError(
+                f"{source}: {section}.{key}: not a key: the socket is set by {instead} alone"
+            )
     try:
         as_json = json.dumps(data, default=_toml_value_as_json)
     except (TypeError, ValueError) as exc:

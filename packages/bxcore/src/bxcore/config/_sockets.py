@@ -3,12 +3,12 @@ config keys that set them, so a shell, ``bxctl doctor`` and an error message agr
 
 from __future__ import annotations
 
-import grp
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
+from ..daemon import resolve_group
+from ..errors import ConfigError, DaemonError
 
 if TYPE_CHECKING:
     from . import Config
@@ -27,12 +27,10 @@ class ServedSocket:
         """The group as a gid; ConfigError naming ``source`` and the key if there is none."""
         if self.group is None:
             return None
-        if self.group.isdigit():
-            return int(self.group)
         try:
-            return grp.getgrnam(self.group).gr_gid
-        except KeyError:
-            raise ConfigError(f"{source}: {self.group_key}: no such group {self.group!r}") from None
+            return resolve_group(self.group)
+        except DaemonError as exc:
+            raise ConfigError(f"{source}: {self.group_key}: {exc}") from None
 
 
 def served_sockets(config: Config) -> dict[str, ServedSocket]:
@@ -66,5 +64,13 @@ def served_sockets(config: Config) -> dict[str, ServedSocket]:
             prefix="approve_",
         ),
         "memory": served("memory", "memory", memory.socket, memory.mode, memory.group),
+        "memory-owner": served(
+            "memory-owner",
+            "memory",
+            memory.owner_socket,
+            memory.owner_mode,
+            memory.owner_group,
+            prefix="owner_",
+        ),
         "gateway": served("gateway", "gateway", gateway.socket, gateway.mode, gateway.group),
     }

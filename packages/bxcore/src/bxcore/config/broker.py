@@ -60,7 +60,6 @@ class BrokerSection(Section):
     approve_socket: ConfigPath | None = None  # bxctl approve; default: <paths.run>/approve.sock
     approve_mode: SocketMode = 0o600  # approve.sock: the owner's bxctl connects
     approve_group: str | None = None
-    gateway_socket: ConfigPath | None = None  # gatewayd's; default: <paths.run>/gateway.sock
     jobs: ConfigPath | None = None  # scheduled jobs; default: /etc/boxmaker/jobs
     # Who may answer an approval: Mattermost user ids (as gatewayd reports them), "local:<uid>"
     # for bxctl on approve.sock (the socket peer's uid) and "local:socket" (see above).

@@ -12,7 +12,7 @@ from ._common import ConfigPath, Seconds, Section, SocketMode
 class InferproxySection(Section):
     """inferproxy: one Unix socket in, one fixed upstream out."""
 
-    socket: ConfigPath | None = None  # default: <paths.run>/infer.sock
+    socket: ConfigPath | None = None  # infer.sock, for loopd too; default: <paths.run>/infer.sock
     mode: SocketMode = 0o660
     group: str | None = None  # the group allowed to connect (loopd's)
     # tcp://host:port or unix:/path/to/llama.sock
@@ -61,7 +61,6 @@ class SamplingSection(Section):
 class InferenceSection(Section):
     """loopd's inference client."""
 
-    socket: ConfigPath | None = None  # inferproxy's socket; default: <paths.run>/infer.sock
     model: str = "default"  # the router's model id (preset section name)
     slots: SlotSection = Field(default_factory=SlotSection)
     sampling: SamplingSection = Field(default_factory=SamplingSection)

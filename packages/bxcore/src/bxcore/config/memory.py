@@ -84,6 +84,10 @@ class MemorySection(Section):
     socket: ConfigPath | None = None  # default: <paths.run>/memory.sock
     mode: SocketMode = 0o600  # loopd and brokerd connect
     group: str | None = None  # the group allowed to connect; default: the process's own
+    # memory-owner.sock: the owner's undo, accept, reject and reindex, done by memoryd's user
+    owner_socket: ConfigPath | None = None  # default: <paths.run>/memory-owner.sock
+    owner_mode: SocketMode = 0o600
+    owner_group: str | None = None
     ceiling: DataClass = DataClass.PRIVATE
     # The highest class identity (memory.md, user.md) may hold. Identity is in every session's
     # prompt, so brokerd starts every session at this class; public keeps public-only grants

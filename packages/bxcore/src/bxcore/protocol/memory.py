@@ -8,6 +8,12 @@ for brokerd. One connection per request; every answer is final.
 - ``memory_call`` (brokerd, MemoryCall: a decided ``recall``, ``ask_memory`` or ``memory``
   call), answered by ``tool_response`` (a ToolResponse).
 
+``memory-owner.sock`` (also memoryd's; its directory admits only the owner's users) carries the
+owner's maintenance commands that change memoryd's files, so they are done by memoryd's own
+user: ``memory_command`` (MemoryCommand: undo, accept, reject, reindex), answered by
+``command_done`` (CommandDone: the line ``memoryd`` prints). No role can reach it, so the agent
+cannot accept its own staged identity edits.
+
 Any request may instead be answered by ``error`` (a WireError). The identity snapshot is the one
 memoryd froze for that session's epoch: a write made during the epoch shows up in the next one.
 """
@@ -30,10 +36,14 @@ IDENTITY_REQUEST = "identity_request"
 IDENTITY_SNAPSHOT = "identity_snapshot"
 MEMORY_CALL = "memory_call"
 TOOL_RESPONSE = "tool_response"
+MEMORY_COMMAND = "memory_command"
+COMMAND_DONE = "command_done"
 ERROR = "error"
 
 TO_MEMORYD = frozenset({TURN_FINISHED, IDENTITY_REQUEST, MEMORY_CALL})
 FROM_MEMORYD = frozenset({TURN_RECORDED, IDENTITY_SNAPSHOT, TOOL_RESPONSE, ERROR})
+TO_MEMORYD_OWNER = frozenset({MEMORY_COMMAND})
+FROM_MEMORYD_OWNER = frozenset({COMMAND_DONE, ERROR})
 
 IdentityName = Literal["soul.md", "memory.md", "user.md"]
 IDENTITY_ORDER: tuple[IdentityName, ...] = ("soul.md", "memory.md", "user.md")
@@ -170,6 +180,31 @@ MemoryArgs = Annotated[
     Field(discriminator="action"),
 ]
 
+
+# The owner's commands on memory-owner.sock.
+
+class UndoCommand(Model):
+    command: Literal["undo"]
+    file: Text  # memory.md or user.md; memoryd names any other file in its refusal
+
+
+class ResolveCommand(Model):
+    command: Literal["accept", "reject"]
+    seq: Count  # the staged edit
+
+
+class ReindexCommand(Model):
+    command: Literal["reindex"]
+
+
+MemoryCommand = Annotated[
+    UndoCommand | ResolveCommand | ReindexCommand, Field(discriminator="command")
+]
+
+
+class CommandDone(Model):
+    text: Text  # what was done, one line, as ``memoryd`` prints it
+
 _CONSOLIDATE_PLAN = {
     "type": "array",
     "items": {
@@ -230,10 +265,12 @@ MEMORY_TOOL_SCHEMAS: tuple[ToolSchema, ...] = (
 )
 
 __all__ = [
-    "ERROR", "FROM_MEMORYD", "IDENTITY_LIMITS", "IDENTITY_ORDER", "IDENTITY_REQUEST",
-    "IDENTITY_SNAPSHOT", "MEMORY_CALL", "MEMORY_TOOLS", "MEMORY_TOOL_SCHEMAS", "TOOL_RESPONSE",
-    "TO_MEMORYD", "TURN_FINISHED", "TURN_RECORDED", "AddArgs", "AskMemoryArgs", "ConsolidateArgs",
+    "COMMAND_DONE", "ERROR", "FROM_MEMORYD", "FROM_MEMORYD_OWNER", "IDENTITY_LIMITS",
+    "IDENTITY_ORDER", "IDENTITY_REQUEST", "IDENTITY_SNAPSHOT", "MEMORY_CALL", "MEMORY_COMMAND",
+    "MEMORY_TOOLS", "MEMORY_TOOL_SCHEMAS", "TOOL_RESPONSE", "TO_MEMORYD", "TO_MEMORYD_OWNER",
+    "TURN_FINISHED", "TURN_RECORDED", "AddArgs", "AskMemoryArgs", "CommandDone", "ConsolidateArgs",
     "EntryPlan", "IdentityFile", "IdentityName", "IdentityRequest", "IdentitySnapshot",
-    "MemoryArgs", "MemoryCall", "NoteArgs", "RecallArgs", "RemoveArgs", "ReplaceArgs",
-    "TurnFinished", "TurnRecorded", "render_identity",
+    "MemoryArgs", "MemoryCall", "MemoryCommand", "NoteArgs", "RecallArgs", "ReindexCommand",
+    "RemoveArgs", "ReplaceArgs", "ResolveCommand", "TurnFinished", "TurnRecorded", "UndoCommand",
+    "render_identity",
 ]

@@ -65,6 +65,11 @@ class Paths(Model):
     grants: AbsolutePath  # the owner's grants, read-only, for roles with "grants": true
     jobs: AbsolutePath  # the owner's scheduled jobs, read-only, beside the grants
     credentials: AbsolutePath  # where $CREDENTIALS_DIRECTORY appears inside a container
+    # The host's trust store (a PEM bundle), mounted read-only at its own path into every role
+    # with the host's network and named by SSL_CERT_FILE: TLS to the owner's Mattermost, Honcho
+    # or router trusts what the host trusts (a private CA in security.pki included), not only
+    # the bundle the image was built with.
+    ca_bundle: AbsolutePath
 
 
 ConfigKey = Annotated[Text, Field(pattern=r"^[a-z_]+\.[a-z_]+$")]
@@ -74,7 +79,7 @@ class Socket(Model):
     server: Name
     mode: Annotated[Text, Field(pattern=r"^0[0-7]{3}$")]
     clients: list[Name]  # roles that connect; the owner's bxctl on the host needs none
-    config_keys: list[ConfigKey]
+    config_key: ConfigKey  # the one key that sets its path; the server's section owns it
     mode_key: ConfigKey  # the server's setting for the socket's mode, e.g. "channel.mode"
     # The group the socket's directory admits, when not the units' group: approve.sock's
     # directory admits only the owner's users, whatever uid brokerd's user namespace shows.
@@ -131,6 +136,10 @@ class Manifest(Model):
     # the owner's users join it. A role's container root maps to the unit's user and group, so a
     # socket it creates already has this group: the config needs no group setting.
     group: Name
+    # The owner's users' group. It alone reads the role state directories with the one role
+    # that needs each (a read-only state entry; an ACL naming that role's user): brokerd's
+    # audit and consult egress log are not readable by the other roles' users.
+    owners: Name
     paths: Paths
     sockets: dict[Name, Socket]
     roles: dict[Name, Role]
@@ -193,9 +202,8 @@ class Manifest(Model):
             },
         }  # fmt: skip
         for name, socket in sorted(self.sockets.items()):
-            for key in socket.config_keys:
-                section, field = key.split(".")
-                sections.setdefault(section, {})[field] = self.socket_path(name)
+            section, field = socket.config_key.split(".")
+            sections.setdefault(section, {})[field] = self.socket_path(name)
             section, field = socket.mode_key.split(".")
             sections.setdefault(section, {})[field] = socket.mode
         return sections

@@ -55,13 +55,17 @@ def volumes(manifest: Manifest, role_name: str, credentials: str | None) -> list
         mounts += [_bind(manifest.paths.grants, "ro"), _bind(manifest.paths.jobs, "ro")]
     if credentials is not None:
         mounts.append(f"{credentials}:{manifest.paths.credentials}:ro")
+    if role.network == "host":
+        mounts.append(_bind(manifest.paths.ca_bundle, "ro"))
     return mounts
 
 
-def environment(manifest: Manifest, credentials: str | None) -> list[str]:
-    if credentials is None:
-        return []
-    return [f"CREDENTIALS_DIRECTORY={manifest.paths.credentials}"]
+def environment(manifest: Manifest, role_name: str, credentials: str | None) -> list[str]:
+    found = [] if credentials is None else [f"CREDENTIALS_DIRECTORY={manifest.paths.credentials}"]
+    if manifest.role(role_name).network == "host":  # Python's ssl and nixpkgs' certifi
+        bundle = manifest.paths.ca_bundle
+        found += [f"SSL_CERT_FILE={bundle}", f"NIX_SSL_CERT_FILE={bundle}"]
+    return found
 
 
 def podman_args(
@@ -82,7 +86,7 @@ def podman_args(
         "--sdnotify=container", f"--network={role.network}", "--read-only", "--cap-drop=ALL",
         "--security-opt=no-new-privileges", "--user=0:0", "--uts=host",
         *(f"--volume={volume}" for volume in volumes(manifest, role_name, credentials)),
-        *(f"--env={variable}" for variable in environment(manifest, credentials)),
+        *(f"--env={variable}" for variable in environment(manifest, role_name, credentials)),
         image, *role.command, "--config", manifest.config_path(),
     ]  # fmt: skip
 

@@ -1,6 +1,6 @@
 """loopd's inference client: streaming chat completions through inferproxy.
 
-Pure parts: ``sse`` (bytes to events), ``chunks`` (the server's chunk shapes), ``assembler``
+Pure parts: ``bxcore.sse`` (bytes to events), ``chunks`` (the server's chunk shapes), ``assembler``
 (deltas to a Completion), ``request`` (the request body), ``retry`` (the backoff policy),
 ``gate`` (one request per slot). The I/O shell is ``client``; ``selftest`` and ``budget`` use it.
 """

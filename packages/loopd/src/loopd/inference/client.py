@@ -19,18 +19,28 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpcore
 import httpx
 from bxcore.config import InferenceSection
+from bxcore.errors import BadEventStream
 from bxcore.protocol.loop import ThinkingCapped, Waiting
+from bxcore.sse import END, NEED_DATA, Message, SSEParser
 
 from .api import ChatRequest, Completion, EventSink
 from .assembler import CompletionAssembler
 from .chunks import parse_chunk, parse_error_body
-from .errors import InferenceError, ServerRejected, SessionFull, Stalled, StreamCut, Unavailable
+from .errors import (
+    BadStream,
+    InferenceError,
+    ServerRejected,
+    SessionFull,
+    Stalled,
+    StreamCut,
+    Unavailable,
+)
 from .gate import SlotGate
 from .request import CHAT_PATH, CONTROL_PATH, reasoning_end_body, request_body
 from .retry import chat_with_retry
-from .sse import END, NEED_DATA, Message, SSEParser
 
 T = TypeVar("T")
 BASE_URL = "http://inferproxy"  # the host is never resolved: every byte goes to the socket
@@ -50,10 +60,15 @@ IDEMPOTENT_POSTS = frozenset({"/tokenize", "/detokenize", "/apply-template"})
 
 def _closed_before_answering(exc: Exception) -> bool:
     """The connection was closed or reset before a single byte of answer: what a pooled
-    connection the server had already closed gives (httpcore's own words for the EOF), as
-    opposed to an answer that came and was not HTTP."""
+    connection the server had already closed gives, as opposed to an answer that came and was
+    not HTTP. httpx's error is caused by httpcore's. httpcore raises a RemoteProtocolError of
+    its own, while handling nothing, in one case: the stream ended while the server had not
+    begun its response (h11's SEND_RESPONSE state). Every other one is h11's parser error
+    translated, raised while handling it (its ``__context__``; the pool drops the ``__cause__``
+    when it re-raises)."""
     if isinstance(exc, httpx.RemoteProtocolError):
-        return "without sending a response" in str(exc)
+        origin = exc.__cause__
+        return isinstance(origin, httpcore.RemoteProtocolError) and origin.__context__ is None
     return isinstance(exc, (httpx.ReadError, httpx.WriteError))
 
 
@@ -72,6 +87,15 @@ def _map_http_errors(what: str, error: type[InferenceError]) -> Iterator[None]:
         raise Unavailable(f"{what}: timed out ({type(exc).__name__})") from exc
     except httpx.TransportError as exc:
         raise error(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _bad_stream() -> Iterator[None]:
+    """The SSE parser's error is the server's doing: BadStream, not retried."""
+    try:
+        yield
+    except BadEventStream as exc:
+        raise BadStream(str(exc)) from exc
 
 
 class InferenceClient:
@@ -219,18 +243,19 @@ class InferenceClient:
                     data = b""
                 except TimeoutError:
                     raise Stalled(f"no bytes for {liveness:g} s (liveness_timeout)") from None
-            parser.feed(data)
-            while (event := parser.next_event()) is not NEED_DATA and event is not END:
-                if not isinstance(event, Message):
-                    continue  # a keep-alive comment: its bytes already counted for liveness
-                for channel_event in assembler.add(parse_chunk(event.data)):
-                    await events(channel_event)
-                spent = spent_before + assembler.reasoning_tokens
-                if not cap_sent and assembler.reasoning_tokens and spent >= cap:
-                    cap_sent = True
-                    capped = await self._end_reasoning(assembler.completion_id)
-                    if capped:
-                        await events(ThinkingCapped(tokens=spent))
+            with _bad_stream():  # only the parser raises BadEventStream here
+                parser.feed(data)
+                while (event := parser.next_event()) is not NEED_DATA and event is not END:
+                    if not isinstance(event, Message):
+                        continue  # a keep-alive comment: its bytes already counted for liveness
+                    for channel_event in assembler.add(parse_chunk(event.data)):
+                        await events(channel_event)
+                    spent = spent_before + assembler.reasoning_tokens
+                    if not cap_sent and assembler.reasoning_tokens and spent >= cap:
+                        cap_sent = True
+                        capped = await self._end_reasoning(assembler.completion_id)
+                        if capped:
+                            await events(ThinkingCapped(tokens=spent))
             if event is END or not data:
                 return assembler.finish(thinking_capped=capped)
 

@@ -1,7 +1,7 @@
 """Tools as loopd sees them: the port every call goes through, the registry, and the dispatcher
 that answers ``find_tool`` and ``call_tool`` itself (M2b design, sections 4 and 5)."""
 
-from .dispatch import ToolRunner, cap_text
+from .dispatch import ToolRunner
 from .fake import FakeTools
 from .port import ToolPort
 from .registry import (
@@ -14,6 +14,6 @@ from .registry import (
 )
 
 __all__ = [
-    "CALL_TOOL", "FIND_TOOL", "FakeTools", "Registry", "ToolPort", "ToolRunner", "cap_text",
+    "CALL_TOOL", "FIND_TOOL", "FakeTools", "Registry", "ToolPort", "ToolRunner",
     "load_registry", "with_clock", "with_memory_tools",
 ]

@@ -26,10 +26,9 @@ from bxcore.framestream import FrameStream
 from bxcore.protocol import broker
 from bxcore.protocol.delegate import DELEGATE_DONE, DELEGATE_RUN, DelegateDone, DelegateRun
 from bxcore.protocol.loop import ToolWaitingEvent
-from bxcore.tools import ToolRequest, ToolResponse
+from bxcore.tools import ToolRequest, ToolResponse, plain_response
 
 from ..inference.api import EventSink
-from .port import plain_answer
 
 CONNECT_TIMEOUT = 10.0  # seconds; brokerd is local
 # No read timeout: a call may wait for the owner's approval, which brokerd expires itself, or run
@@ -53,7 +52,7 @@ class BrokerPort:
         try:
             return await self._call(request, events)
         except BoxmakerError as exc:
-            return plain_answer("failed", f"The tool did not run: brokerd failed: {exc}")
+            return plain_response("failed", f"The tool did not run: brokerd failed: {exc}")
 
     async def _call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
         stream = await FrameStream.connect(
@@ -97,5 +96,5 @@ async def _handle(frame: Frame, events: EventSink) -> ToolResponse | None:
     if frame.kind == broker.ERROR and frame.final:
         error = frame.parse(WireError)
         reason = f"{error.code}: {error.message}"
-        return plain_answer("failed", f"The tool did not run: brokerd: {reason}")
+        return plain_response("failed", f"The tool did not run: brokerd: {reason}")
     raise FrameError(f"frame {frame.kind!r} with final={frame.final} is out of place")

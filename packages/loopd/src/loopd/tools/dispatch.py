@@ -14,15 +14,15 @@ from typing import Any, Literal
 
 from bxcore.canonical import canonical_text
 from bxcore.chat import ToolCall
-from bxcore.tools import ToolRequest, ToolResponse
+from bxcore.tools import ToolRequest, ToolResponse, plain_response
+from bxcore.tools import cap_text as cap_text  # the turn caps results with it
 
 from ..inference.api import EventSink
-from .port import ToolPort, plain_answer
+from .port import ToolPort
 from .registry import CALL_TOOL, FIND_TOOL, Registry
 
 log = logging.getLogger("loopd.tools")
 
-TRUNCATED_MARK = "\n[truncated]"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,21 +106,9 @@ def not_run(name: str, reason: str) -> ToolOutcome:
     return _ours(name, reason)
 
 
-def cap_text(text: str, cap: int) -> tuple[str, bool]:
-    """``text`` if its UTF-8 fits in ``cap`` bytes; otherwise as much as fits, cut at a
-    character boundary, with the truncation mark appended (the whole stays within ``cap``)."""
-    data = text.encode("utf-8")
-    if len(data) <= cap:
-        return text, False
-    room = cap - len(TRUNCATED_MARK.encode("utf-8"))
-    # A cut inside a multi-byte character leaves an incomplete tail; "ignore" drops only it.
-    kept = data[: max(room, 0)].decode("utf-8", errors="ignore")
-    return kept + TRUNCATED_MARK, True
-
-
 def _ours(name: str, content: str, status: Literal["ok", "failed"] = "failed") -> ToolOutcome:
     # A name the model made up may hold what no channel can carry (a lone surrogate): escaped.
-    return ToolOutcome(name=_carried(name), response=plain_answer(status, _carried(content)))
+    return ToolOutcome(name=_carried(name), response=plain_response(status, _carried(content)))
 
 
 def _carried(text: str) -> str:

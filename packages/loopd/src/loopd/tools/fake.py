@@ -10,11 +10,10 @@ import json
 from collections.abc import Callable
 
 from bxcore.chat import ToolSchema
-from bxcore.tools import CLOCK, ToolRequest, ToolResponse
+from bxcore.tools import CLOCK, ToolRequest, ToolResponse, plain_response
 from bxcore.util import now_rfc3339
 
 from ..inference.api import EventSink
-from .port import plain_answer
 
 ECHO = ToolSchema(
     name="echo",
@@ -37,14 +36,14 @@ class FakeTools:
     async def call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
         self.requests.append(request)
         if request.tool == CLOCK.name:
-            return plain_answer("ok", self._now())
+            return plain_response("ok", self._now())
         if request.tool == ECHO.name:
             try:
                 arguments = json.loads(request.arguments)
             except ValueError:
                 arguments = None
             if isinstance(arguments, dict) and isinstance(arguments.get("text"), str):
-                return plain_answer("ok", arguments["text"])
-            return plain_answer("failed", 'echo needs {"text": "<string>"}')
-        return plain_answer("failed", f"no tool {request.tool!r} here")
+                return plain_response("ok", arguments["text"])
+            return plain_response("failed", 'echo needs {"text": "<string>"}')
+        return plain_response("failed", f"no tool {request.tool!r} here")
 

@@ -7,9 +7,9 @@ broker.sock after, chosen by config. The loop knows only this protocol.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Protocol
 
-from bxcore.tools import DataClass, ToolRequest, ToolResponse
+from bxcore.tools import ToolRequest, ToolResponse
 
 from ..inference.api import EventSink
 
@@ -21,10 +21,3 @@ class ToolPort(Protocol):
         reads. ``events`` carries channel statuses (e.g. an approval being waited for)."""
         ...
 
-
-def plain_answer(status: Literal["ok", "denied", "failed"], content: str) -> ToolResponse:
-    """A public, trusted, uncut answer: what loopd and FakeTools say themselves."""
-    return ToolResponse.model_validate(
-        {"status": status, "content": content, "class": DataClass.PUBLIC, "untrusted": False,
-         "truncated": False}
-    )

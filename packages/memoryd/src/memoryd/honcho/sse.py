@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import json
 
+from bxcore.errors import BadEventStream
+from bxcore.sse import NEED_DATA, Message, SSEParser
+
 from ..errors import HonchoBadResponse
 
-MAX_BUFFER = 1024 * 1024
+MAX_LINE = 1024 * 1024
 
 
 class ChatStreamDecoder:
+    """Honcho's events, read by bxcore's SSE parser, to the dialectic's text."""
+
     def __init__(self) -> None:
-        self._buffer = b""
+        self._parser = SSEParser(max_line=MAX_LINE)
         self._parts: list[str] = []
         self._done = False
         self._seen_bytes = False
@@ -34,12 +39,7 @@ class ChatStreamDecoder:
             self._finish()
             return
         self._seen_bytes = True
-        self._buffer += data
-        if len(self._buffer) > MAX_BUFFER:
-            raise HonchoBadResponse("Honcho chat stream: an event is over 1 MiB")
-        while b"\n\n" in self._buffer and not self._done:
-            event, self._buffer = self._buffer.split(b"\n\n", 1)
-            self._event(event)
+        self._parse(data)
 
     @property
     def done(self) -> bool:
@@ -49,15 +49,18 @@ class ChatStreamDecoder:
     def text(self) -> str:
         return "".join(self._parts)
 
-    def _event(self, raw: bytes) -> None:
-        data_lines = [
-            line[5:].lstrip() for line in raw.replace(b"\r\n", b"\n").split(b"\n")
-            if line.startswith(b"data:")
-        ]
-        if not data_lines:
-            return  # a comment or an event without data
+    def _parse(self, data: bytes) -> None:
         try:
-            value = json.loads(b"\n".join(data_lines))
+            self._parser.feed(data)
+            while not self._done and (event := self._parser.next_event()) is not NEED_DATA:
+                if isinstance(event, Message):
+                    self._event(event.data)
+        except BadEventStream as exc:
+            raise HonchoBadResponse(f"Honcho chat stream: {exc}") from None
+
+    def _event(self, data: str) -> None:
+        try:
+            value = json.loads(data)
         except ValueError:
             raise HonchoBadResponse("Honcho chat stream: an event's data is not JSON") from None
         if not isinstance(value, dict) or not isinstance(value.get("done"), bool):
@@ -72,7 +75,6 @@ class ChatStreamDecoder:
     def _finish(self) -> None:
         if not self._seen_bytes:
             raise HonchoBadResponse("Honcho answered the chat with an empty stream")
-        if self._buffer.strip():
-            self._event(self._buffer)
+        self._parse(b"\n\n")  # a last event the server did not end with a blank line
         if not self._done:
             raise HonchoBadResponse("Honcho's chat stream ended before 'done'")

@@ -1,58 +1,15 @@
-"""Schema migrations: plain ordered functions named ``m001_...``, each applied once, in one
-transaction, and recorded in the ``migrations`` table (the llm pattern)."""
+"""Opening memoryd's databases: owner-only files, migrated by bxcore.migrations."""
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from bxcore.util import now_rfc3339
+from bxcore.errors import SchemaError
+from bxcore.migrations import Migration, migrate, transaction
 
 from ..errors import IndexCorrupt
-
-Migration = Callable[[sqlite3.Connection], None]
-
-
-@contextlib.contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction: committed when the block ends, rolled back if it raises."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], where: Path | str) -> None:
-    """Apply every migration not yet recorded. A database with a migration we do not know (a
-    newer memoryd made it) is refused rather than guessed at."""
-    known = [m.__name__ for m in migrations]
-    if known != sorted(known) or len(set(known)) != len(known):
-        raise ValueError(f"migrations must be uniquely named and in order: {known}")
-    with transaction(conn):
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied TEXT NOT NULL)"
-        )
-    done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
-    unknown = sorted(done - set(known))
-    if unknown:
-        raise IndexCorrupt(f"{where}: made by a newer memoryd (migrations {', '.join(unknown)})")
-    for migration in migrations:
-        if migration.__name__ in done:
-            continue
-        try:
-            with transaction(conn):
-                migration(conn)
-                conn.execute(
-                    "INSERT INTO migrations (name, applied) VALUES (?, ?)",
-                    (migration.__name__, now_rfc3339()),
-                )
-        except sqlite3.Error as exc:
-            raise IndexCorrupt(f"{where}: migration {migration.__name__} failed: {exc}") from exc
 
 
 def connect(path: Path, migrations: Sequence[Migration], *, wal: bool) -> sqlite3.Connection:
@@ -72,5 +29,15 @@ def connect(path: Path, migrations: Sequence[Migration], *, wal: bool) -> sqlite
         conn.execute("PRAGMA synchronous=NORMAL")
     except (sqlite3.Error, OSError) as exc:
         raise IndexCorrupt(f"{path}: cannot open: {exc}") from exc
-    migrate(conn, migrations, path)
+    try:
+        migrate(conn, migrations, path)
+    except SchemaError as exc:
+        conn.close()
+        raise IndexCorrupt(str(exc)) from exc
+    except sqlite3.Error as exc:
+        conn.close()
+        raise IndexCorrupt(f"{path}: cannot migrate: {exc}") from exc
     return conn
+
+
+__all__ = ["Migration", "connect", "transaction"]

@@ -1,15 +1,16 @@
-"""The SSE parser: bytes in, events out, however the bytes are split."""
+"""The SSE parser (bxcore.sse): bytes in, events out, however the bytes are split; anything that
+is not a text/event-stream is BadEventStream, and the parser stays broken after it. loopd reads
+llama-server's completions with it, memoryd Honcho's dialectic chat."""
 
 from __future__ import annotations
 
 import pytest
+from bxcore.errors import BadEventStream
+from bxcore.sse import END, NEED_DATA, Comment, Message, SSEParser
 from faults.profile import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
-from loopd.inference.errors import BadStream
-from loopd.inference.sse import END, NEED_DATA, Comment, Message, SSEParser
-
-from .replay import fixture_names, read_fixture
+from inference.replay import fixture_names, read_fixture
 
 SAMPLE = (
     b'data: {"a":1}\n\n'
@@ -83,39 +84,39 @@ def test_the_stream_ending_inside_an_event_is_refused():
     parser = SSEParser()
     parser.feed(b'data: {"cut":')
     parser.feed(b"")
-    with pytest.raises(BadStream, match="middle of an event"):
+    with pytest.raises(BadEventStream, match="middle of an event"):
         parser.next_event()
 
 
 def test_a_line_over_the_cap_is_refused_and_the_parser_stays_broken():
     parser = SSEParser(max_line=16)
-    with pytest.raises(BadStream, match="longer than 16"):
+    with pytest.raises(BadEventStream, match="longer than 16"):
         parser.feed(b"data: " + b"x" * 32)
-    with pytest.raises(BadStream, match="broken"):
+    with pytest.raises(BadEventStream, match="broken"):
         parser.feed(b"\n\n")
 
 
 def test_bytes_that_are_not_utf8_are_refused():
     parser = SSEParser()
-    with pytest.raises(BadStream, match="not UTF-8"):
+    with pytest.raises(BadEventStream, match="not UTF-8"):
         parser.feed(b"data: \xff\xfe\n\n")
 
 
 def test_feeding_after_the_end_is_refused():
     parser = SSEParser()
     parser.feed(b"")
-    with pytest.raises(BadStream, match="after the end"):
+    with pytest.raises(BadEventStream, match="after the end"):
         parser.feed(b"data: x\n\n")
 
 
 @fuzz
 @given(st.binary(max_size=300))
-def test_any_bytes_give_events_or_bad_stream_and_nothing_else(data):
+def test_any_bytes_give_events_or_bad_event_stream_and_nothing_else(data):
     parser = SSEParser(max_line=128)
     try:
         parser.feed(data)
         drain(parser)
         parser.feed(b"")
         drain(parser)
-    except BadStream:
+    except BadEventStream:
         pass

@@ -6,9 +6,10 @@ Bytes in, events out; it never touches a socket::
     parser.feed(chunk)            # bytes as they arrive; feed(b"") means the stream ended
     event = parser.next_event()   # Message, Comment, NEED_DATA or END
 
-llama-server sends ``data: <json>\\n\\n`` per event and ``:\\n\\n`` as a keep-alive while silent.
+llama-server (loopd's inference client) sends ``data: <json>\\n\\n`` per event and ``:\\n\\n`` as a
+keep-alive while silent; Honcho's dialectic chat (memoryd) sends ``data: <json>`` events too.
 Feeding the same bytes whole, byte by byte or split anywhere gives the same events. A line
-longer than ``max_line`` raises BadStream; after any error the parser stays broken.
+longer than ``max_line`` raises BadEventStream; after any error the parser stays broken.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
-from .errors import BadStream
+from .errors import BadEventStream
 
 MAX_LINE = 4 * 1024 * 1024
 
@@ -62,9 +63,9 @@ class SSEParser:
 
     def feed(self, data: bytes) -> None:
         if self._broken:
-            raise BadStream("the SSE parser is broken by an earlier error")
+            raise BadEventStream("the SSE parser is broken by an earlier error")
         if self._ended:
-            raise BadStream("data fed after the end of the stream")
+            raise BadEventStream("data fed after the end of the stream")
         if not data:
             self._ended = True
             return
@@ -78,7 +79,7 @@ class SSEParser:
             return NEED_DATA
         if self._buffer or self._data or self._event_type:
             self._broken = True
-            raise BadStream("the stream ended in the middle of an event")
+            raise BadEventStream("the stream ended in the middle of an event")
         return END
 
     def _split_lines(self) -> None:
@@ -106,14 +107,14 @@ class SSEParser:
         del buffer[:start]
         if len(buffer) > self._max_line:
             self._broken = True
-            raise BadStream(f"an SSE line is longer than {self._max_line} bytes")
+            raise BadEventStream(f"an SSE line is longer than {self._max_line} bytes")
 
     def _line(self, raw: bytes) -> None:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             self._broken = True
-            raise BadStream(f"an SSE line is not UTF-8: {exc}") from None
+            raise BadEventStream(f"an SSE line is not UTF-8: {exc}") from None
         if not line:
             self._dispatch()
             return

@@ -1,0 +1,264 @@
+"""The peers benchmark's section of docs/performance.md, from one run's recorded requests.
+
+Every sentence is computed from the run: the verdicts on the two goals (Boxmaker processes at
+least ``GOAL_RATIO`` times fewer prompt tokens than each peer over the conversation; it re-reads
+none of its earlier prompt in any turn) say "met" or "NOT met" from the figures, and a harness
+that could not be installed or driven says so with its error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from report import load_note, machine_line, today
+from request_diff import Request, Verdict, host_seconds, verdicts
+
+GOAL_RATIO = 10.0
+CHAT = "/chat/completions"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    harnesses: list[Any]  # peers_bench.Harness
+    exchanges: list[Any]  # recording_proxy.Exchange
+    steps: list[Any]  # peers_bench.Step
+    model: str
+    slots: int
+    slot_context: int
+    max_tokens: int
+    seconds: float
+    notes: str  # the notes' directory, shown as "notes" (a temp path of the run)
+    cache_ram: str  # the preset's --cache-ram, as served
+    minutes: float  # the run's time limit: no turn started after it
+
+
+@dataclass(frozen=True)
+class Row:
+    harness: str
+    session: int
+    turn: int
+    request: Request
+    verdict: Verdict
+
+
+def rows(exchanges: list[Any]) -> list[Row]:
+    """The completions with timings, each compared with its session's previous one."""
+    kept = []
+    for exchange in exchanges:
+        if exchange.method != "POST" or not exchange.path.endswith(CHAT) or not exchange.timings \
+                or not isinstance(exchange.body, dict):
+            continue
+        harness, session, turn = exchange.label.split("|")
+        kept.append((harness, int(session), int(turn), Request(
+            session=f"{harness}|{session}", body=exchange.body,
+            cache_n=int(exchange.timings.get("cache_n", 0)),
+            prompt_n=int(exchange.timings.get("prompt_n", 0)))))
+    judged = verdicts([request for *_, request in kept])
+    return [Row(h, s, t, r, v) for (h, s, t, r), v in zip(kept, judged, strict=True)]
+
+
+def _extends(verdict: Verdict) -> str:
+    if verdict.extends is None:
+        return "first of its session"
+    return "yes" if verdict.extends else "no"
+
+
+def _cell(text: str) -> str:
+    return _private(text).replace("|", "\\|").replace("\n", "\\n")
+
+
+def _private(text: str) -> str:
+    """Without this machine's home directory (an error names paths under it)."""
+    return text.replace(str(Path.home()), "~")
+
+
+@dataclass(frozen=True)
+class Totals:
+    processed: int
+    first: int  # processed tokens of the conversation's first request
+    first_per_session: list[int]
+    reread: int
+    max_turn_reread: int
+    host: float
+    host_first: float
+    requests: int
+    extending: int  # requests that strictly extend the previous one of their session
+    later: int  # requests that have a previous one in their session
+    tool_results: int  # tool results the harness sent back, over its sessions
+
+
+def totals(mine: list[Row]) -> Totals:
+    firsts = [r for r in mine if r.verdict.extends is None]
+    per_turn: dict[int, int] = {}
+    for row in mine:
+        per_turn[row.turn] = per_turn.get(row.turn, 0) + row.verdict.reread
+    return Totals(
+        processed=sum(r.request.prompt_n for r in mine),
+        first=firsts[0].request.prompt_n if firsts else 0,
+        first_per_session=[r.request.prompt_n for r in firsts],
+        reread=sum(r.verdict.reread for r in mine),
+        max_turn_reread=max(per_turn.values(), default=0),
+        host=sum(host_seconds(r.request.cache_n, r.request.prompt_n) for r in mine),
+        host_first=host_seconds(firsts[0].request.cache_n, firsts[0].request.prompt_n)
+        if firsts else 0.0,
+        requests=len(mine),
+        extending=sum(1 for r in mine if r.verdict.extends),
+        later=sum(1 for r in mine if r.verdict.extends is not None),
+        tool_results=sum(max(_tool_messages(r.request.body) for r in mine if r.session == s)
+                         for s in {r.session for r in mine}),
+    )
+
+
+def _tool_messages(body: dict[str, Any]) -> int:
+    messages = body.get("messages")
+    return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool") \
+        if isinstance(messages, list) else 0
+
+
+def _request_table(all_rows: list[Row], names: dict[str, str], notes: str) -> str:
+    lines = ["| harness | session | turn | processed | cached | total | extends previous | "
+             "what changed |", "|---|---|---|---|---|---|---|---|"]
+    for row in all_rows:
+        r = row.request
+        lines.append(
+            f"| {names.get(row.harness, row.harness)} | {row.session} | {row.turn} | "
+            f"{r.prompt_n:,} | {r.cache_n:,} | {r.prompt_n + r.cache_n:,} | "
+            f"{_extends(row.verdict)} | "
+            f"{_cell('; '.join(row.verdict.changes).replace(notes, 'notes'))} |")
+    return "\n".join(lines)
+
+
+def _summary_table(outcome: Outcome, by: dict[str, Totals]) -> str:
+    lines = ["| harness | run as | requests | tool results | extend their previous | "
+             "tokens processed | "
+             "first request | first request per session | re-read | wall time per turn (s) | "
+             "owner's host: prompt processing | its first request |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for harness in outcome.harnesses:
+        if harness.failure:
+            lines.append(f"| {harness.name} | not run: {_cell(harness.failure)} |"
+                         + " |" * 10)
+            continue
+        t = by[harness.key]
+        seconds = ", ".join(f"{turn.seconds:.0f}" + ("" if turn.ok else " (failed)")
+                            for turn in harness.turns)
+        lines.append(
+            f"| {harness.name} | {_cell(harness.setup)} | {t.requests} | {t.tool_results} | "
+            f"{t.extending} of {t.later} | {t.processed:,} | {t.first:,} | "
+            f"{', '.join(f'{n:,}' for n in t.first_per_session)} | {t.reread:,} | {seconds} | "
+            f"{t.host:.1f} s | {t.host_first:.1f} s |")
+    return "\n".join(lines)
+
+
+def verdict_sentences(outcome: Outcome, by: dict[str, Totals], all_rows: list[Row]
+                      ) -> list[str]:
+    """The goals' verdicts, each from the figures, and where each harness's tokens went."""
+    said = []
+    box = by.get("boxmaker")
+    ran = [h for h in outcome.harnesses
+           if not h.failure and h.key != "boxmaker" and by[h.key].requests]
+    for harness in outcome.harnesses:
+        if not harness.failure and harness.key != "boxmaker" and not by[harness.key].requests:
+            said.append(f"No request of {harness.name} was answered in this run.")
+    for harness in outcome.harnesses:
+        if harness.failure:
+            said.append(f"{harness.name} could not be run here: {_cell(harness.failure)}.")
+        failed = [n for n, turn in enumerate(harness.turns, 1) if not turn.ok]
+        if failed:
+            details = "; ".join(f"turn {n}: {harness.turns[n - 1].detail}" for n in failed)
+            said.append(f"{harness.name} failed {len(failed)} of {len(harness.turns)} turns "
+                        f"({_cell(details)}).")
+    if box is None or not ran:
+        said.append("The ≥10x goal was not measured in this run: it needs answered requests "
+                    "of Boxmaker and of at least one peer.")
+    for harness in ran if box is not None else []:
+        peer = by[harness.key]
+        ratio = peer.processed / box.processed if box.processed else float("inf")
+        met = "met" if ratio >= GOAL_RATIO else "NOT met"
+        said.append(
+            f"{harness.name} processed {peer.processed:,} prompt tokens over the turns run, "
+            f"Boxmaker {box.processed:,}: {ratio:.1f}x as many, so the ≥{GOAL_RATIO:.0f}x goal "
+            f"is {met} against it.")
+    for harness in [h for h in outcome.harnesses if not h.failure and by[h.key].requests]:
+        t = by[harness.key]
+        firsts = sum(t.first_per_session)
+        share = 100 * firsts / t.processed if t.processed else 0.0
+        said.append(
+            f"{harness.name}: {firsts:,} of its {t.processed:,} processed tokens ({share:.0f}%) "
+            f"were the first requests of its sessions, {t.reread:,} re-read earlier prompts; "
+            f"{t.extending} of its {t.later} later requests strictly extended the previous one.")
+    if box is None:
+        return said
+    done = max(len(h.turns) for h in outcome.harnesses)
+    restart = next((n for n, s in enumerate(outcome.steps, 1) if s.restart_before), None)
+    sessions = len({s.session for s in outcome.steps[:done]})
+    across = (f"across the restart before turn {restart}" if restart and restart <= done
+              else "with no restart reached")
+    zero = box.max_turn_reread == 0
+    for row in [r for r in all_rows if r.harness == "boxmaker" and r.verdict.reread]:
+        said.append(f"Boxmaker re-read {row.verdict.reread:,} tokens in turn {row.turn}: "
+                    f"{_cell('; '.join(row.verdict.changes).replace(outcome.notes, 'notes'))}.")
+    said.append(
+        f"Boxmaker re-read {box.reread} tokens of its earlier prompts in all "
+        f"(at most {box.max_turn_reread} in one turn) in {done} turns, {across} and in "
+        f"{sessions} session{'s' if sessions > 1 else ''}: the \"0 re-read tokens in "
+        f"every turn\" goal is {'met' if zero else 'NOT met'}.")
+    return said
+
+
+def _restart_sentence(box: Totals | None, restarts: int) -> str:
+    if box is None or not restarts:
+        return ""
+    return (f"Boxmaker's restart ran loopd's start-up self-test: {restarts} requests on its "
+            "background slot, not counted above.")
+
+
+def render(outcome: Outcome) -> str:
+    all_rows = rows(outcome.exchanges)
+    names = {h.key: h.name for h in outcome.harnesses}
+    by = {h.key: totals([r for r in all_rows if r.harness == h.key])
+          for h in outcome.harnesses if not h.failure}
+    run = max((len(h.turns) for h in outcome.harnesses), default=0)
+    limit = ("" if run == len(outcome.steps) else
+             f"\n\nThe run stopped at its time limit of {outcome.minutes:g} min after turn {run} "
+             f"of {len(outcome.steps)}: turns {run + 1} to {len(outcome.steps)} were not run.")
+    steps = "\n".join(
+        f"{n}. session {s.session}{' (after a restart)' if s.restart_before else ''}: "
+        f"\"{s.text.replace(outcome.notes, 'notes')}\"" for n, s in enumerate(outcome.steps, 1))
+    restarts = sum(1 for r in all_rows if r.harness == "boxmaker-restart")
+    box = by.get("boxmaker")
+    projections = "; ".join(
+        f"{names[k]} {t.host:.1f} s in all, {t.host_first:.1f} s for its first request"
+        for k, t in by.items() if t.requests)
+    return f"""## Boxmaker beside the harnesses people run (`bench/peers_bench.py`)
+
+Measured {today()} on {machine_line()}; {load_note()} at the end; the whole run took
+{outcome.seconds / 60:.1f} min. One llama-server router (`{outcome.model}` preset, {outcome.slots}
+slots of {outcome.slot_context:,} tokens, {outcome.max_tokens} tokens per answer for every
+harness, host-RAM prompt cache `--cache-ram {outcome.cache_ram}`: loopd's self-test refuses 0, so
+*cached* may include it) served the conversation turn by turn, each turn through every harness
+in the order of the table below, every request through one recording proxy. The
+conversation, the same for each (`notes/` holds notes of about 900 bytes):
+
+{steps}{limit}
+
+Each peer turn is one run of the peer's command line, so every peer turn starts it afresh;
+Boxmaker's loopd was restarted before the turn marked. Boxmaker's file-read turns ask its
+first completion for a tool call (`tool_choice` `required`, then `none`); the peers decide
+alone. *processed*: prompt tokens the server evaluated; *cached*: tokens its slot cache
+served; *re-read*: tokens of the session's previous request the cache did not cover. The
+owner's host projection takes each request's processed tokens at the seeds' rates, 1,170
+tokens/s at depth 0 falling linearly to 669 at 32k.
+
+{_summary_table(outcome, by)}
+
+{chr(10).join(verdict_sentences(outcome, by, all_rows))}
+{_restart_sentence(box, restarts)}
+On the owner's host: {projections}.
+
+Every request, in order:
+
+{_request_table([r for r in all_rows if r.harness != "boxmaker-restart"], names, outcome.notes)}
+"""

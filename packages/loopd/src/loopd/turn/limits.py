@@ -1,0 +1,70 @@
+"""The limits of one turn (M2b design, section 3, "Limits"): rounds of tool calls and repeated
+identical calls. Pure: the core asks, per call, whether to run it, and at the end of each round
+whether the turn goes on. A stopped turn keeps what it appended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bxcore.chat import ToolCall
+from bxcore.config import Config
+
+from .events import RecordNotRun, RunTool
+
+REPEATED = (
+    "Not run: this call repeats an earlier call of this turn with the same arguments. "
+    "Use the earlier result."
+)
+STOPPED = "Not run: the turn was stopped by a limit."
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnSettings:
+    tool_iterations: int = 8
+    repeat_detection: bool = True
+    tool_result_cap: int = 16 * 1024
+    cache_loss_ratio: float = 0.5
+
+    @classmethod
+    def from_config(cls, config: Config) -> TurnSettings:
+        return cls(
+            tool_iterations=config.loop.tool_iterations,
+            repeat_detection=config.loop.repeat_detection,
+            tool_result_cap=config.loop.tool_result_cap,
+            cache_loss_ratio=config.inference.cache_loss_ratio,
+        )
+
+
+class Limits:
+    """The per-turn limits: rounds of tool calls, and repeated identical calls."""
+
+    def __init__(self, settings: TurnSettings):
+        self._settings = settings
+        self.rounds = 0
+        self._repeats = 0
+        self._seen: set[tuple[str, str]] = set()
+        self._stopped: str | None = None
+
+    def answer(self, call: ToolCall) -> RunTool | RecordNotRun:
+        """Run the call, or record why not: a repeat, or a turn a limit has stopped."""
+        if self._stopped is not None:
+            return RecordNotRun(call=call, text=STOPPED)
+        if not self._settings.repeat_detection:
+            return RunTool(call=call)
+        key = (call.function.name, call.function.arguments)
+        if key not in self._seen:
+            self._seen.add(key)
+            return RunTool(call=call)
+        self._repeats += 1
+        if self._repeats >= 2:
+            self._stopped = f"the model repeated an identical {call.function.name} call a " \
+                            "second time"
+        return RecordNotRun(call=call, text=REPEATED)
+
+    def end_of_round(self) -> str | None:
+        """Why the turn stops after this round, or None to ask for another completion."""
+        self.rounds += 1
+        if self._stopped is None and self.rounds >= self._settings.tool_iterations:
+            self._stopped = f"{self.rounds} rounds of tool calls, the limit of one turn"
+        return self._stopped

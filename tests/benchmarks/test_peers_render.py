@@ -1,0 +1,73 @@
+"""The peers benchmark's section says what the recorded figures say: the ≥10x goal met or NOT
+met per peer, the re-read goal from Boxmaker's own requests, and a peer that could not run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from peer_harnesses import PeerTurn
+from peers_bench import Harness, steps
+from peers_render import Outcome, render
+from recording_proxy import Exchange
+
+STEPS = steps([Path(f"/notes/note-{n}.md") for n in range(4)])
+SYSTEM = {"role": "system", "content": "rules"}
+
+
+def exchanges(harness, first, later, *, reread_at=None):
+    """One completion per turn, each extending the previous one of its session (unless the
+    turn is ``reread_at``, whose request starts the conversation again)."""
+    made, count = [], {}
+    for number, step in enumerate(STEPS, 1):
+        count[step.session] = count.get(step.session, 0) + 1
+        n = count[step.session]
+        messages = [SYSTEM] + [{"role": "user", "content": str(i)} for i in range(n)]
+        cached = 0 if n == 1 else first + later * (n - 2)
+        if number == reread_at:
+            messages, cached = [SYSTEM, {"role": "user", "content": "again"}], 0
+        made.append(Exchange(f"{harness}|{step.session}|{number}", "POST",
+                             "/v1/chat/completions", {"messages": messages}, 200,
+                             {"cache_n": cached, "prompt_n": first if n == 1 else later}, 1.0))
+    return made
+
+
+def outcome(*recorded, failed=None):
+    turns = [PeerTurn(1.0, True, "")] * len(STEPS)
+    harnesses = [Harness("boxmaker", "Boxmaker", "stack", turns=list(turns)),
+                 Harness("hermes", "Hermes", "cmd", turns=list(turns))]
+    if failed:
+        harnesses.append(Harness("openclaw", "OpenClaw", failure=failed))
+    return Outcome(harnesses, [e for r in recorded for e in r], STEPS, "qwen-tools", 4, 24576, 72,
+                   60.0, "/notes", "8192", 60.0)
+
+
+def test_a_peer_processing_ten_times_the_tokens_meets_the_goal_and_the_figures_are_said():
+    text = render(outcome(exchanges("boxmaker", 500, 40), exchanges("hermes", 5000, 400)))
+    # Boxmaker: 2 sessions x 500 + 6 x 40 = 1,240; Hermes ten times that.
+    assert ("Hermes processed 12,400 prompt tokens over the turns run, Boxmaker 1,240: 10.0x "
+            "as many, so the ≥10x goal is met against it.") in text
+    assert "the \"0 re-read tokens in every turn\" goal is met" in text
+    assert "across the restart before turn 2 and in 2 sessions" in text
+
+
+def test_a_peer_below_ten_times_does_not_meet_the_goal():
+    # Hermes: 2 x 4,000 + 6 x 400 = 10,400
+    text = render(outcome(exchanges("boxmaker", 500, 40), exchanges("hermes", 4000, 400)))
+    assert "8.4x as many, so the ≥10x goal is NOT met against it" in text
+
+
+def test_a_boxmaker_request_that_starts_again_misses_the_reread_goal_and_says_what_changed():
+    # turn 5 is session 2's third: its previous request had 500 cached + 40 processed
+    text = render(outcome(exchanges("boxmaker", 500, 40, reread_at=5),
+                          exchanges("hermes", 5000, 400)))
+    assert "the \"0 re-read tokens in every turn\" goal is NOT met" in text
+    assert "Boxmaker re-read 540 tokens in turn 5: message 1 (user) changed at char 0" in text
+
+
+def test_a_peer_that_could_not_be_installed_is_reported_with_its_error():
+    text = render(outcome(exchanges("boxmaker", 500, 40), exchanges("hermes", 5000, 400),
+                          failed=f"npm install failed in {Path.home()}/x"))
+    assert "OpenClaw could not be run here: npm install failed in ~/x." in text

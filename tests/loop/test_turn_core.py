@@ -1,0 +1,322 @@
+"""The turn's sans-I/O core, driven by events alone: no disk, no model server, no tools.
+
+First the table, with event types alone (h11's state tests); then the M2b design's turn
+(section 3) and its limits table, row by row, as the actions the core asks for: the order of a
+plain, a tool and a stopped turn, the repeat and round limits, tool choice, the per-turn
+thinking budget, a failed completion, cancellation, and the resume after a crash.
+"""
+
+from __future__ import annotations
+
+import pytest
+from bxcore.chat import FunctionCall, ToolCall
+from bxcore.errors import ErrorCode
+from bxcore.records import Assistant, CacheLoss, SessionStart, ToolResult, Usage, User
+from loopd.errors import IllegalTransition
+from loopd.turn.core import INTERRUPTED, TurnCore, TurnMachine, TurnState, open_calls
+from loopd.turn.events import (
+    Abandon,
+    Answered,
+    CalledTools,
+    Cancelled,
+    CompletionFailed,
+    Finish,
+    LimitHit,
+    RecordNotRun,
+    RecordUser,
+    RequestCompletion,
+    RoundDone,
+    RunTool,
+    Stop,
+    ToolRecorded,
+    TurnStarted,
+    UserRecorded,
+    completed,
+)
+from loopd.turn.limits import REPEATED, STOPPED, TurnSettings
+
+S = TurnState
+ALL_MOVES = [TurnStarted, UserRecorded, Answered, CalledTools, CompletionFailed, ToolRecorded,
+             RoundDone, LimitHit, Cancelled]
+
+LEGAL = {
+    (S.IDLE, TurnStarted): S.OPENING,
+    (S.OPENING, ToolRecorded): S.OPENING,
+    (S.OPENING, UserRecorded): S.AWAITING_COMPLETION,
+    (S.OPENING, Cancelled): S.CANCELLED,
+    (S.AWAITING_COMPLETION, Answered): S.DONE,
+    (S.AWAITING_COMPLETION, CalledTools): S.RUNNING_TOOLS,
+    (S.AWAITING_COMPLETION, CompletionFailed): S.STOPPED,
+    (S.AWAITING_COMPLETION, Cancelled): S.CANCELLED,
+    (S.RUNNING_TOOLS, ToolRecorded): S.RUNNING_TOOLS,
+    (S.RUNNING_TOOLS, RoundDone): S.AWAITING_COMPLETION,
+    (S.RUNNING_TOOLS, LimitHit): S.STOPPED,
+    (S.RUNNING_TOOLS, Cancelled): S.CANCELLED,
+}
+
+# A shortest path of moves from IDLE to each state.
+PATHS = {
+    S.IDLE: [],
+    S.OPENING: [TurnStarted],
+    S.AWAITING_COMPLETION: [TurnStarted, UserRecorded],
+    S.RUNNING_TOOLS: [TurnStarted, UserRecorded, CalledTools],
+    S.DONE: [TurnStarted, UserRecorded, Answered],
+    S.STOPPED: [TurnStarted, UserRecorded, CompletionFailed],
+    S.CANCELLED: [TurnStarted, Cancelled],
+}
+
+
+def machine_in(state: TurnState) -> TurnMachine:
+    machine = TurnMachine()
+    for move in PATHS[state]:
+        machine.process(move)
+    assert machine.state is state
+    return machine
+
+
+# --- the table, by event types alone -----------------------------------------------------
+
+@pytest.mark.parametrize("state", list(PATHS))
+@pytest.mark.parametrize("move", ALL_MOVES)
+def test_every_state_and_move(state, move):
+    machine = machine_in(state)
+    expected = LEGAL.get((state, move))
+    if expected is None:
+        with pytest.raises(IllegalTransition, match=f"{move.__name__} is not allowed"):
+            machine.process(move)
+        assert machine.state is S.ERROR
+        assert repr(machine) == "<TurnMachine ERROR>"
+    else:
+        assert machine.process(move) is expected
+        assert repr(machine) == f"<TurnMachine {expected.value}>"
+
+
+def test_error_is_for_good():
+    machine = TurnMachine()
+    with pytest.raises(IllegalTransition):
+        machine.process(Answered)
+    for move in ALL_MOVES:
+        with pytest.raises(IllegalTransition):
+            machine.process(move)
+
+
+# --- the turn, as events and actions -------------------------------------------------------
+
+def tool_call(name: str = "clock", arguments: str = "{}", id: str = "c1") -> ToolCall:
+    return ToolCall(id=id, function=FunctionCall(name=name, arguments=arguments))
+
+
+def calls(*pairs: tuple[str, str], first: int = 1) -> CalledTools:
+    return CalledTools(calls=tuple(tool_call(n, a, f"c{i}") for i, (n, a) in
+                                   enumerate(pairs, first)))
+
+
+def start(core: TurnCore, content: str = "hi", **kw) -> RequestCompletion:
+    """TurnStarted and UserRecorded: the first completion is asked for."""
+    assert core.send(TurnStarted(content=content, **kw)) == RecordUser(content=content)
+    action = core.send(UserRecorded())
+    assert isinstance(action, RequestCompletion)
+    return action
+
+
+def run_round(core: TurnCore, event: CalledTools) -> tuple[list, object]:
+    """Answer every call action of a round with its ToolRecorded: (the call actions, then what
+    the core asks after the round)."""
+    seen = []
+    action = core.send(event)
+    while isinstance(action, RunTool | RecordNotRun):
+        seen.append(action)
+        action = core.send(ToolRecorded(call_id=action.call.id))
+    return seen, action
+
+
+def test_a_plain_turn_records_the_user_asks_once_and_finishes():
+    core = TurnCore(TurnSettings())
+    assert core.is_idle() and repr(core) == "<TurnCore IDLE rounds=0>"
+    first = start(core)
+    assert first == RequestCompletion(tool_choice=None, thinking=True, reasoning_spent=0)
+    assert core.send(Answered()) == Finish()
+    assert core.state is S.DONE and core.is_finished()
+
+
+def test_a_tool_turn_runs_each_call_in_order_then_asks_again():
+    core = TurnCore(TurnSettings())
+    start(core)
+    ran, after = run_round(core, calls(("clock", "{}"), ("find_tool", '{"query":"x"}')))
+    assert [(type(a), a.call.id) for a in ran] == [(RunTool, "c1"), (RunTool, "c2")]
+    assert isinstance(after, RequestCompletion)
+    assert repr(core) == "<TurnCore AWAITING_COMPLETION rounds=1>"
+    assert core.send(Answered()) == Finish()
+
+
+def test_a_completion_without_calls_is_answered_with_calls_called_tools():
+    assert completed(None) == Answered() and completed([]) == Answered()
+    assert completed([tool_call()], 7) == CalledTools(calls=(tool_call(),), reasoning_tokens=7)
+
+
+def test_limit_tool_iterations_ends_the_turn_after_the_last_round_is_recorded():
+    core = TurnCore(TurnSettings(tool_iterations=3))
+    start(core)
+    for n in range(2):
+        _, after = run_round(core, calls(("clock", f'{{"n":{n}}}')))
+        assert isinstance(after, RequestCompletion)
+    ran, after = run_round(core, calls(("clock", '{"n":2}')))
+    assert [type(a) for a in ran] == [RunTool]  # the round's calls get results first
+    assert after == Stop(code=ErrorCode.TURN_LIMIT,
+                         reason="3 rounds of tool calls, the limit of one turn")
+    assert core.state is S.STOPPED
+
+
+def test_limit_a_repeated_call_is_not_run_and_the_model_gets_one_more_completion():
+    core = TurnCore(TurnSettings())
+    start(core)
+    run_round(core, calls(("echo", '{"text":"x"}')))
+    ran, after = run_round(core, calls(("echo", '{"text":"x"}'), first=2))
+    assert ran == [RecordNotRun(call=tool_call("echo", '{"text":"x"}', "c2"), text=REPEATED)]
+    assert isinstance(after, RequestCompletion)
+
+
+def test_limit_the_same_name_with_other_arguments_is_no_repeat():
+    core = TurnCore(TurnSettings())
+    start(core)
+    ran, _ = run_round(core, calls(("clock", "{}"), ("clock", '{"x":1}')))
+    assert [type(a) for a in ran] == [RunTool, RunTool]
+
+
+def test_limit_a_second_repeat_stops_the_rest_of_the_round_and_ends_the_turn():
+    core = TurnCore(TurnSettings())
+    start(core)
+    run_round(core, calls(("clock", "{}")))
+    run_round(core, calls(("clock", "{}"), first=2))
+    ran, after = run_round(core, calls(("clock", "{}"), ("clock", '{"x":1}'), first=3))
+    assert [a.text for a in ran] == [REPEATED, STOPPED]
+    assert after == Stop(code=ErrorCode.TURN_LIMIT,
+                         reason="the model repeated an identical clock call a second time")
+
+
+def test_limit_repeat_detection_off_runs_every_call():
+    core = TurnCore(TurnSettings(repeat_detection=False))
+    start(core)
+    ran, _ = run_round(core, calls(("clock", "{}"), ("clock", "{}"), ("clock", "{}")))
+    assert [type(a) for a in ran] == [RunTool] * 3
+
+
+def test_tool_choice_applies_to_the_completions_in_order_then_the_servers_default():
+    core = TurnCore(TurnSettings(), tool_choice=["required", "none"], thinking=False)
+    first = start(core)
+    _, second = run_round(core, calls(("clock", "{}")))
+    _, third = run_round(core, calls(("clock", '{"a":1}'), first=2))
+    assert [a.tool_choice for a in (first, second, third)] == ["required", "none", None]
+    assert not any(a.thinking for a in (first, second, third))
+
+
+def test_the_thinking_budget_is_spent_across_the_rounds_of_one_turn():
+    core = TurnCore(TurnSettings())
+    first = start(core)
+    _, second = run_round(core, CalledTools(calls=(tool_call(),), reasoning_tokens=3))
+    _, third = run_round(core, CalledTools(calls=(tool_call(id="c2", arguments='{"a":1}'),),
+                                           reasoning_tokens=2))
+    assert [a.reasoning_spent for a in (first, second, third)] == [0, 3, 5]
+    assert start(TurnCore(TurnSettings())).reasoning_spent == 0  # a new turn has the whole cap
+
+
+@pytest.mark.parametrize("code", [ErrorCode.SESSION_FULL, ErrorCode.INFERENCE,
+                                  ErrorCode.UNAVAILABLE])
+def test_a_failed_completion_stops_the_turn_with_its_code(code):
+    core = TurnCore(TurnSettings())
+    start(core)
+    run_round(core, calls(("clock", "{}")))
+    assert core.send(CompletionFailed(code=code, message="why")) == Stop(code=code, reason="why")
+    assert core.is_finished()
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3])
+def test_cancellation_abandons_the_turn_wherever_it_stands(steps):
+    """Cancelled while recording the user, awaiting a completion, or running a tool: the
+    turn writes nothing more, and takes no event after."""
+    core = TurnCore(TurnSettings())
+    events = [UserRecorded(), calls(("clock", "{}"), ("echo", "{}")), ToolRecorded(call_id="c1")]
+    core.send(TurnStarted(content="hi"))
+    for event in events[:steps]:
+        core.send(event)
+    assert core.send(Cancelled()) == Abandon()
+    assert core.state is S.CANCELLED and core.is_finished()
+    with pytest.raises(IllegalTransition):
+        core.send(ToolRecorded(call_id="c2"))
+
+
+def test_resume_after_a_crash_answers_the_open_calls_before_the_user_message():
+    core = TurnCore(TurnSettings())
+    left = (tool_call(id="a"), tool_call("echo", id="b"))
+    assert core.send(TurnStarted(content="next", open_calls=left)) == RecordNotRun(
+        call=left[0], text=INTERRUPTED)
+    assert core.send(ToolRecorded(call_id="a")) == RecordNotRun(call=left[1], text=INTERRUPTED)
+    assert core.send(ToolRecorded(call_id="b")) == RecordUser(content="next")
+    assert isinstance(core.send(UserRecorded()), RequestCompletion)
+
+
+T = "2026-09-18T12:00:00.000000Z"
+
+
+def assistant(*ids: str) -> Assistant:
+    return Assistant(time=T, content=None, reasoning_content=None,
+                     tool_calls=[tool_call(id=i) for i in ids] or None)
+
+
+def result(call_id: str, call: int = 1) -> ToolResult:
+    return ToolResult.model_validate({"time": T, "call": call, "tool_call_id": call_id,
+                                      "content": "x", "class": "public", "untrusted": False,
+                                      "truncated": False})
+
+
+USAGE = Usage(time=T, cache_n=0, prompt_n=1, predicted_n=1, reasoning_tokens=0,
+              thinking_capped=False)
+START = SessionStart(time=T, session="s1", epoch=0, slot=0, baseline="sha256:" + "0" * 64)
+
+
+@pytest.mark.parametrize(("tail", "left"), [
+    ([], []),
+    ([User(time=T, content="hi")], []),  # killed before the completion: nothing open
+    ([User(time=T, content="hi"), assistant("a", "b"), USAGE], ["a", "b"]),
+    ([User(time=T, content="hi"), assistant("a", "b"), USAGE,
+      CacheLoss(time=T, expected=9, got=0), result("a")], ["b"]),
+    ([User(time=T, content="hi"), assistant("a"), USAGE, result("a")], []),
+    ([User(time=T, content="hi"), assistant(), USAGE], []),  # an answer, no calls
+    # Calls left open long ago, with a user message after: the log is replayed as it is.
+    ([User(time=T, content="hi"), assistant("a"), USAGE, User(time=T, content="again")], []),
+])
+def test_open_calls_are_those_the_last_completion_left_without_results(tail, left):
+    assert [c.id for c in open_calls([START, *tail])] == left
+
+
+def test_an_event_that_answers_no_action_under_way_is_refused_for_good():
+    core = TurnCore(TurnSettings())
+    core.send(TurnStarted(content="hi"))  # the core asked for RecordUser
+    with pytest.raises(IllegalTransition, match="ToolRecorded does not answer"):
+        core.send(ToolRecorded(call_id="c1"))
+    assert core.state is S.ERROR
+    with pytest.raises(IllegalTransition):
+        core.send(UserRecorded())
+
+
+def test_a_result_for_another_call_than_the_one_under_way_is_refused():
+    core = TurnCore(TurnSettings())
+    start(core)
+    core.send(calls(("clock", "{}"), ("echo", "{}")))
+    with pytest.raises(IllegalTransition, match="call under way is 'c1'"):
+        core.send(ToolRecorded(call_id="c2"))
+
+
+def test_the_cores_own_moves_cannot_be_sent():
+    core = TurnCore(TurnSettings())
+    start(core)
+    core.send(calls(("clock", "{}")))
+    with pytest.raises(IllegalTransition, match="the core's own move"):
+        core.send(RoundDone())
+
+
+def test_a_bad_event_cannot_exist():
+    with pytest.raises(ValueError, match="at least one call"):
+        CalledTools(calls=())
+    with pytest.raises(ValueError, match="below 0"):
+        CalledTools(calls=(tool_call(),), reasoning_tokens=-1)
