@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -156,26 +157,107 @@ def test_loopds_container_has_only_loopback_and_inferproxys_reaches_the_model(ma
     assert len(interfaces("inferproxy")) > 1  # the host's network, where the model server is
 
 
-@pytest.mark.xfail(strict=True, reason="not yet: the tool runtime's runc fails to start the tool "
-                   "container (\"runc create failed: unable to start container process: can't "
-                   "get final child's PID from pipe: EOF\"), so fs.read returns that error")
-def test_a_tool_call_reads_the_owners_granted_file_in_a_fresh_tool_container(machine):
-    booted, _ = machine
-    session = "boot-tool-call"
-    done = owner(
-        booted, "bxctl", "chat", "--session", session, "--json", "--tool-choice", "required",
-        "--tool-choice", "none", "--say",
-        f'Use call_tool to run fs.read with the argument "path": "{NOTE}", then tell '
-        "me in one sentence what the note is about.",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+def use_runtime(booted: boot.Machine, appliance: Appliance, runtime: str) -> None:
+    """The containers.conf the module writes for ``runtime``, and the tool runtime restarted
+    on it (its unit's hardening unchanged); podman's service says which runtime it uses."""
+    boot.Install(booted.root, runtime=runtime).containers_conf()
+    assert booted.systemctl("restart", "boxmaker-tools").returncode == 0
+    assert wait_active(booted, "boxmaker-tools") == "active", booted.journal("boxmaker-tools")
+    named = booted.run("podman", "--remote", f"--url={appliance.manifest.tool_runtime_url()}",
+                       "info", "--format", "{{.Host.OCIRuntime.Name}}")  # fmt: skip
+    assert named.stdout.strip() == runtime, named.stderr
+
+
+def tool_results(done: subprocess.CompletedProcess[str]) -> list[dict]:
     events = [json.loads(line).get("event", {}) for line in done.stdout.splitlines()]
-    results = [e for e in events if e.get("type") == "tool_result"]
+    return [e for e in events if e.get("type") == "tool_result"]
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])  # Debian's podman: runc; NixOS's: crun
+def test_a_tool_call_reads_the_owners_granted_file_in_a_fresh_tool_container(machine, runtime):
+    booted, appliance = machine
+    use_runtime(booted, appliance, runtime)
+    session = f"boot-tool-call-{runtime}"
+    try:
+        done = owner(
+            booted, "bxctl", "chat", "--session", session, "--json", "--tool-choice", "required",
+            "--tool-choice", "none", "--say",
+            f'Use call_tool to run fs.read with the argument "path": "{NOTE}", then tell '
+            "me in one sentence what the note is about.",
+        )  # fmt: skip
+    finally:  # the tests after this one run on the runtime the machine booted with
+        use_runtime(booted, appliance, os.environ.get("BOXMAKER_BOOT_RUNTIME", "runc"))
+    assert done.returncode == 0, done.stderr
+    results = tool_results(done)
     assert [(e["name"], e["class"]) for e in results] == [("fs.read", "private")], (
-        events, booted.journal("boxmaker-brokerd"), booted.journal("boxmaker-tools"))
+        results, booted.journal("boxmaker-brokerd"), booted.journal("boxmaker-tools"))
     logs = owner(booted, "sh", "-c", f"cat /var/lib/boxmaker/sessions/{session}/*.jsonl")
     results = [line for line in logs.stdout.splitlines() if '"tool_result"' in line]
     assert NOTE_MARKER in logs.stdout, results  # and the owner (units' group) can read the log
+
+
+INBOX = Path(f"/home/{boot.OWNER}/inbox")
+INBOX_GRANT = f"""tools = ["fs.write"]
+mode = "ask"
+classes = ["public", "private"]
+result_class = "private"
+[arguments.path]
+paths = ["{INBOX}/*.md"]
+[sandbox]
+mounts = [{{ path = "{INBOX}", write = true }}]
+"""
+
+
+def waiting_approval(booted: boot.Machine, chat: Future) -> tuple[str, str]:
+    """(id, listing) of the one call waiting for the owner, as ``bxctl approvals`` shows it."""
+    deadline = time.monotonic() + TURN_WAIT
+    while time.monotonic() < deadline and not chat.done():
+        listed = owner(booted, "bxctl", "approvals")
+        assert listed.returncode == 0, listed.stderr
+        ids = [line.split()[0] for line in listed.stdout.splitlines()
+               if line.split()[1:2] == ["session"]]  # fmt: skip
+        if ids:
+            assert len(ids) == 1, listed.stdout
+            return ids[0], listed.stdout
+        time.sleep(2)
+    done = chat.result() if chat.done() else None
+    log = booted.journal("boxmaker-brokerd")
+    raise AssertionError(f"no approval was asked for:\n{done}\n{log}")
+
+
+def test_an_ask_write_into_the_owners_inbox_lands_after_bxctl_approve(machine):
+    """The owner opens ~/inbox to the units' group and grants writes there on approval
+    (grants-examples/inbox-write.toml, with the owner's absolute path: ``~`` in a grant is
+    brokerd's home); brokerd re-reads the grants directory for every call."""
+    booted, appliance = machine
+    assert owner(booted, "mkdir", "-m", "0770", str(INBOX)).returncode == 0
+    assert owner(booted, "chgrp", appliance.manifest.group, str(INBOX)).returncode == 0
+    grant = booted.root / "etc/boxmaker/grants/inbox.toml"
+    grant.write_text(INBOX_GRANT)
+    grant.chmod(0o644)
+    landed = booted.root / str(INBOX).lstrip("/")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        chat = pool.submit(
+            owner, booted, "bxctl", "chat", "--session", "boot-inbox", "--json",
+            "--tool-choice", "required", "--tool-choice", "none", "--say",
+            f'Use call_tool to run fs.write with the arguments "path": "{INBOX}/herons.md" and '
+            '"content": "Forty-one herons this spring.", then say in one sentence what you did.',
+        )  # fmt: skip
+        approval, listing = waiting_approval(booted, chat)
+        assert sorted(landed.iterdir()) == [], "written before the owner approved"
+        approved = owner(booted, "bxctl", "approve", approval)
+        assert approved.returncode == 0, approved.stderr
+        done = chat.result(timeout=TURN_WAIT)
+    assert done.returncode == 0, done.stderr
+    results = tool_results(done)
+    assert [(e["name"], e["class"]) for e in results] == [("fs.write", "private")], (
+        results, booted.journal("boxmaker-brokerd"), booted.journal("boxmaker-tools"))
+    written = sorted(landed.iterdir())
+    assert [path.suffix for path in written] == [".md"], written
+    text = owner(booted, "cat", str(INBOX / written[0].name))
+    assert text.returncode == 0, text.stderr  # the owner reads what the tool wrote
+    lines = [line.strip() for line in text.stdout.splitlines() if line.strip()]
+    assert lines and all(line in listing for line in lines), (text.stdout, listing)  # as approved
 
 
 def test_memoryd_indexes_loopds_sessions_across_uids(machine):
@@ -185,7 +267,7 @@ def test_memoryd_indexes_loopds_sessions_across_uids(machine):
     query = (
         "import sqlite3\n"
         "db = sqlite3.connect('file:/var/lib/boxmaker/index/recall.sqlite?mode=ro', uri=True)\n"
-        "print(db.execute(\"SELECT count(*) FROM documents WHERE session = 'boot-tool-call'\""
+        "print(db.execute(\"SELECT count(*) FROM documents WHERE session LIKE 'boot-tool-call-%'\""
         ").fetchone()[0])\n"
     )
     done = owner(booted, "python3", "-c", query)
