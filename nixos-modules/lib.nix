@@ -154,8 +154,17 @@ let
   # IPAddressDeny= apply to it; no session keyring (a unit's seccomp filter may refuse keyctl,
   # and KeyringMode=private already gives the unit its own). `runtime`: crun on NixOS.
   containersSettings = { runtime ? "crun" }: {
-    # runc refuses cgroups = "disabled"; rootless, it leaves the container in the unit's cgroup.
-    containers = { cgroups = if runtime == "crun" then "disabled" else "enabled"; keyring = false; };
+    containers = {
+      # runc refuses cgroups = "disabled"; rootless, it leaves the container in the unit's cgroup.
+      cgroups = if runtime == "crun" then "disabled" else "enabled";
+      keyring = false;
+      # No sysctls of podman's own (its default sets net.ipv4.ping_group_range in every
+      # container with a network namespace of its own): under ProtectKernelTunables=yes crun
+      # writes it to a read-only /proc/sys and fails ("open /proc/sys/net/ipv4/
+      # ping_group_range: Read-only file system"); a container with no network has no use for
+      # ICMP sockets, and one on the host's network gets no net sysctls anyway.
+      default_sysctls = [ ];
+    };
     engine = { inherit runtime; cgroup_manager = "cgroupfs"; events_logger = "file"; };
   };
 

@@ -18,6 +18,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -25,16 +26,24 @@ import pytest
 from bxctl.stack import load_manifest
 from consult.support import fake_cloud, grant_text
 from gateway.mmthread import running_fake
+from support import llama
 from support.testca import make_test_ca
 
 from . import boot, bootroot
+from .host import (
+    CONFIG,
+    NOTE,
+    TURN_WAIT,
+    UNITS,
+    install,
+    owner,
+    send_frame,
+    set_config,
+    wait_active,
+)
 from .nix import REPO, nix_eval, nix_string
 from .relay import TcpToUnix
-from .stack import NOTE_MARKER, ROLES, Appliance, answered_dm, write_config
-
-images = pytest.importorskip("roles", reason="images/ must be on sys.path")  # see conftest
-toolkit_image = pytest.importorskip("bximage.toolkit", reason="images/ must be on sys.path")
-llama = pytest.importorskip("support.llama")
+from .stack import NOTE_MARKER, ROLES, Appliance, answered_dm
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -43,47 +52,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("systemd-nspawn") is None, reason="systemd-container missing"),
     pytest.mark.skipif(shutil.which("debootstrap") is None, reason="debootstrap is missing"),
 ]
-
-UNITS = [f"boxmaker-{role}" for role in ROLES] + ["boxmaker-tools"]
-NOTE = Path("/home/owner/notes/herons.md")
-TURN_WAIT = 900.0  # a tiny model on a shared 2-core machine: a bound on hanging, not a measure
-EGRESS = {"router": ["127.0.0.1"], "mattermost": ["127.0.0.1"], "grants": [], "honcho": []}
-
-
-def install(root: Path, appliance: Appliance, runtime: str) -> None:
-    """Everything the module puts on the host, into the root before it boots."""
-    manifest = appliance.manifest
-    setup = boot.Install(root, runtime=runtime)
-    setup.users()
-    setup.commands(["bxctl", *ROLES])
-    setup.tmpfiles()
-    setup.containers_conf()
-    for role in ROLES:
-        built = images.build(role)
-        setup.image(role, built.layout, built.digest)
-    toolkit = toolkit_image.build(toolkit_image.default_cache())
-    setup.image("toolkit", toolkit.layout, toolkit.digest)
-    token = setup.credential("mattermost_token", appliance.bot[1].encode() + b"\n")
-    for role in ROLES:
-        given = {"mattermost_token": token} if "mattermost_token" in (
-            manifest.roles[role].credentials) else {}  # fmt: skip
-        setup.unit(role, EGRESS.get(manifest.roles[role].egress, []), given)
-    setup.tool_runtime()
-    for directory in (manifest.paths.config_dir, manifest.paths.grants, manifest.paths.jobs):
-        setup.path(directory).mkdir(parents=True, exist_ok=True)
-    write_config(appliance, f"localhost/{manifest.tools.image}@{toolkit.digest}", into=root)
-    for path in setup.path("/etc/boxmaker").rglob("*"):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    # The owner's note, in a directory the owner opened to the units' group (docs/deploy.md).
-    notes = setup.path(str(NOTE.parent))
-    notes.mkdir(parents=True)
-    setup.path(str(NOTE)).write_text(f"# Herons\n\n{NOTE_MARKER}\n")
-    setup.chroot("chown", "-R", f"{boot.OWNER}:{boot.OWNER}", str(NOTE.parent))
-    setup.chroot("chgrp", manifest.group, str(NOTE.parent), str(NOTE))
-    setup.chroot("chmod", "0711", f"/home/{boot.OWNER}")
-    setup.chroot("chmod", "0750", str(NOTE.parent))
-    setup.chroot("chmod", "0640", str(NOTE))
-
 
 @pytest.fixture(scope="module")
 def machine() -> Iterator[tuple[boot.Machine, Appliance]]:
@@ -108,26 +76,6 @@ def machine() -> Iterator[tuple[boot.Machine, Appliance]]:
             yield booted, appliance
     finally:
         boot.remove(work)
-
-
-def wait_active(machine: boot.Machine, unit: str) -> str:
-    deadline = time.monotonic() + boot.BOOT_WAIT
-    while time.monotonic() < deadline:
-        state = machine.systemctl("is-active", unit).stdout.strip()
-        if state not in ("activating", "deactivating", "reloading"):
-            return state
-        time.sleep(1)
-    return "activating"
-
-
-def owner(machine: boot.Machine, *argv: str, timeout: float = TURN_WAIT
-          ) -> subprocess.CompletedProcess[str]:
-    """``argv`` as the owner; when it fails, the machine's last log lines follow its stderr."""
-    done = machine.run(*argv, user=boot.OWNER, timeout=timeout)
-    if done.returncode != 0:
-        log = machine.run("journalctl", "-n", "25", "--no-pager", "-o", "cat").stdout
-        done.stderr += f"\n-- the machine's journal:\n{log}"
-    return done
 
 
 def test_every_unit_reaches_active_through_ready_from_its_container(machine):
@@ -163,26 +111,107 @@ def test_loopds_container_has_only_loopback_and_inferproxys_reaches_the_model(ma
     assert len(interfaces("inferproxy")) > 1  # the host's network, where the model server is
 
 
-@pytest.mark.xfail(strict=True, reason="not yet: the tool runtime's runc fails to start the tool "
-                   "container (\"runc create failed: unable to start container process: can't "
-                   "get final child's PID from pipe: EOF\"), so fs.read returns that error")
-def test_a_tool_call_reads_the_owners_granted_file_in_a_fresh_tool_container(machine):
-    booted, _ = machine
-    session = "boot-tool-call"
-    done = owner(
-        booted, "bxctl", "chat", "--session", session, "--json", "--tool-choice", "required",
-        "--tool-choice", "none", "--say",
-        f'Use call_tool to run fs.read with the argument "path": "{NOTE}", then tell '
-        "me in one sentence what the note is about.",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+def use_runtime(booted: boot.Machine, appliance: Appliance, runtime: str) -> None:
+    """The containers.conf the module writes for ``runtime``, and the tool runtime restarted
+    on it (its unit's hardening unchanged); podman's service says which runtime it uses."""
+    boot.Install(booted.root, runtime=runtime).containers_conf()
+    assert booted.systemctl("restart", "boxmaker-tools").returncode == 0
+    assert wait_active(booted, "boxmaker-tools") == "active", booted.journal("boxmaker-tools")
+    named = booted.run("podman", "--remote", f"--url={appliance.manifest.tool_runtime_url()}",
+                       "info", "--format", "{{.Host.OCIRuntime.Name}}")  # fmt: skip
+    assert named.stdout.strip() == runtime, named.stderr
+
+
+def tool_results(done: subprocess.CompletedProcess[str]) -> list[dict]:
     events = [json.loads(line).get("event", {}) for line in done.stdout.splitlines()]
-    results = [e for e in events if e.get("type") == "tool_result"]
+    return [e for e in events if e.get("type") == "tool_result"]
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])  # Debian's podman: runc; NixOS's: crun
+def test_a_tool_call_reads_the_owners_granted_file_in_a_fresh_tool_container(machine, runtime):
+    booted, appliance = machine
+    use_runtime(booted, appliance, runtime)
+    session = f"boot-tool-call-{runtime}"
+    try:
+        done = owner(
+            booted, "bxctl", "chat", "--session", session, "--json", "--tool-choice", "required",
+            "--tool-choice", "none", "--say",
+            f'Use call_tool to run fs.read with the argument "path": "{NOTE}", then tell '
+            "me in one sentence what the note is about.",
+        )  # fmt: skip
+    finally:  # the tests after this one run on the runtime the machine booted with
+        use_runtime(booted, appliance, os.environ.get("BOXMAKER_BOOT_RUNTIME", "runc"))
+    assert done.returncode == 0, done.stderr
+    results = tool_results(done)
     assert [(e["name"], e["class"]) for e in results] == [("fs.read", "private")], (
-        events, booted.journal("boxmaker-brokerd"), booted.journal("boxmaker-tools"))
+        results, booted.journal("boxmaker-brokerd"), booted.journal("boxmaker-tools"))
     logs = owner(booted, "sh", "-c", f"cat /var/lib/boxmaker/sessions/{session}/*.jsonl")
     results = [line for line in logs.stdout.splitlines() if '"tool_result"' in line]
     assert NOTE_MARKER in logs.stdout, results  # and the owner (units' group) can read the log
+
+
+INBOX = Path(f"/home/{boot.OWNER}/inbox")
+INBOX_GRANT = f"""tools = ["fs.write"]
+mode = "ask"
+classes = ["public", "private"]
+result_class = "private"
+[arguments.path]
+paths = ["{INBOX}/*.md"]
+[sandbox]
+mounts = [{{ path = "{INBOX}", write = true }}]
+"""
+
+
+def waiting_approval(booted: boot.Machine, chat: Future) -> tuple[str, str]:
+    """(id, listing) of the one call waiting for the owner, as ``bxctl approvals`` shows it."""
+    deadline = time.monotonic() + TURN_WAIT
+    while time.monotonic() < deadline and not chat.done():
+        listed = owner(booted, "bxctl", "approvals")
+        assert listed.returncode == 0, listed.stderr
+        ids = [line.split()[0] for line in listed.stdout.splitlines()
+               if line.split()[1:2] == ["session"]]  # fmt: skip
+        if ids:
+            assert len(ids) == 1, listed.stdout
+            return ids[0], listed.stdout
+        time.sleep(2)
+    done = chat.result() if chat.done() else None
+    log = booted.journal("boxmaker-brokerd")
+    raise AssertionError(f"no approval was asked for:\n{done}\n{log}")
+
+
+def test_an_ask_write_into_the_owners_inbox_lands_after_bxctl_approve(machine):
+    """The owner opens ~/inbox to the units' group and grants writes there on approval
+    (grants-examples/inbox-write.toml, with the owner's absolute path: ``~`` in a grant is
+    brokerd's home); brokerd re-reads the grants directory for every call."""
+    booted, appliance = machine
+    assert owner(booted, "mkdir", "-m", "0770", str(INBOX)).returncode == 0
+    assert owner(booted, "chgrp", appliance.manifest.group, str(INBOX)).returncode == 0
+    grant = booted.root / "etc/boxmaker/grants/inbox.toml"
+    grant.write_text(INBOX_GRANT)
+    grant.chmod(0o644)
+    landed = booted.root / str(INBOX).lstrip("/")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        chat = pool.submit(
+            owner, booted, "bxctl", "chat", "--session", "boot-inbox", "--json",
+            "--tool-choice", "required", "--tool-choice", "none", "--say",
+            f'Use call_tool to run fs.write with the arguments "path": "{INBOX}/herons.md" and '
+            '"content": "Forty-one herons this spring.", then say in one sentence what you did.',
+        )  # fmt: skip
+        approval, listing = waiting_approval(booted, chat)
+        assert sorted(landed.iterdir()) == [], "written before the owner approved"
+        approved = owner(booted, "bxctl", "approve", approval)
+        assert approved.returncode == 0, approved.stderr
+        done = chat.result(timeout=TURN_WAIT)
+    assert done.returncode == 0, done.stderr
+    results = tool_results(done)
+    assert [(e["name"], e["class"]) for e in results] == [("fs.write", "private")], (
+        results, booted.journal("boxmaker-brokerd"), booted.journal("boxmaker-tools"))
+    written = sorted(landed.iterdir())
+    assert [path.suffix for path in written] == [".md"], written
+    text = owner(booted, "cat", str(INBOX / written[0].name))
+    assert text.returncode == 0, text.stderr  # the owner reads what the tool wrote
+    lines = [line.strip() for line in text.stdout.splitlines() if line.strip()]
+    assert lines and all(line in listing for line in lines), (text.stdout, listing)  # as approved
 
 
 def test_memoryd_indexes_loopds_sessions_across_uids(machine):
@@ -192,7 +221,7 @@ def test_memoryd_indexes_loopds_sessions_across_uids(machine):
     query = (
         "import sqlite3\n"
         "db = sqlite3.connect('file:/var/lib/boxmaker/index/recall.sqlite?mode=ro', uri=True)\n"
-        "print(db.execute(\"SELECT count(*) FROM documents WHERE session = 'boot-tool-call'\""
+        "print(db.execute(\"SELECT count(*) FROM documents WHERE session LIKE 'boot-tool-call-%'\""
         ").fetchone()[0])\n"
     )
     done = owner(booted, "python3", "-c", query)
@@ -236,43 +265,7 @@ def test_systemd_252_knows_every_key_of_the_units_but_those_listed(machine):
 
 MEMORY_SOCKET = "/run/boxmaker/memory/memory.sock"
 OWNERS_MEMORY_SOCKET = "/run/boxmaker/memory-owner/memory-owner.sock"
-CONFIG = Path("/etc/boxmaker/config/boxmaker.toml")
 JOBS_UNITS = REPO / "nixos-modules" / "jobs-units.nix"
-SEND_FRAME = """
-import json, site, sys
-site.addsitedir({site!r})
-from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
-path, kind, body = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-try:
-    with SyncFrameSocket.connect(path) as sock:
-        sock.write(Frame(kind=kind, final=False, body=body))
-        while not (frame := sock.read(timeout=900)).final:
-            pass
-        print(json.dumps(frame.body))
-except Exception as exc:
-    print(f"refused: {{exc}}")
-"""
-
-
-def send_frame(booted: boot.Machine, user: str, path: str, kind: str, body: dict) -> str:
-    """One request frame on ``path`` as ``user`` (a role's user), with bxcore's own client;
-    the body of the final answer, or ``refused: <why>``."""
-    site = str(next((REPO / ".venv" / "lib").glob("python3.*/site-packages")))
-    done = booted.run("python3", "-sB", "-c", SEND_FRAME.format(site=site), path, kind,
-                      json.dumps(body), user=user)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
-def set_config(booted: boot.Machine, section: str, line: str) -> None:
-    """A key the owner adds in services.boxmaker.settings: the config file gets it."""
-    config = booted.root / CONFIG.relative_to("/")
-    text = config.read_text()
-    assert f"[{section}]\n" in text, text
-    config.write_text(text.replace(f"[{section}]\n", f"[{section}]\n{line}\n", 1))
-
-
 def test_the_owners_memory_commands_change_memoryds_state_as_memoryds_user(machine):
     """An identity edit staged by the agent (brokerd's memory call on memory.sock) is listed,
     accepted, undone and reindexed by the owner with no flags; the writes are memoryd's own
@@ -348,11 +341,6 @@ def test_gatewayd_answers_a_dm_over_tls_signed_by_a_ca_the_hosts_trust_store_hol
     assert appliance.mattermost.violations() == []
 
 
-@pytest.mark.xfail(strict=True, reason="not yet: brokerd loads the credential and decides the "
-                   "call, but the tool runtime's runc fails to start the consult tool container "
-                   "(\"runc create failed: unable to start container process: can't get final "
-                   "child's PID from pipe: EOF: OCI runtime error\", exit status 126), as for "
-                   "fs.read above, so the fake endpoint receives nothing")
 def test_consult_reaches_a_fake_endpoint_through_the_egress_proxy_with_its_credential(machine):
     """The owner configures consult as the module would: the API key as a credential encrypted
     with systemd-creds (LoadCredentialEncrypted= on brokerd's unit), the endpoint in [consult],

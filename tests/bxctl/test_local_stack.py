@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from bxctl.stack.notify import NotifyListener
 from bxctl.stack.processes import Started, alive, stop
 from support.llama import llama_paths, require_llama
@@ -28,16 +29,22 @@ def bxctl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.real_server
-def test_up_chat_doctor_down_leaves_nothing_behind(tmp_path):
+def test_up_chat_doctor_down_leaves_nothing_behind(tmp_path, monkeypatch):
     require_llama()
     binary, models = llama_paths()
     state = tmp_path / "stack"
+    home = tmp_path / "home"  # the stack's ~ (brokerd's home), where the example grants point
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
     up = bxctl("up", "--no-chat", "--state", str(state), "--llama-server", str(binary),
                "--models", str(models), "--model", "qwen-tools")
     try:
         assert up.returncode == 0, up.stderr
         for role in ("llama-server", "inferproxy", "memoryd", "brokerd", "loopd", "scheduler"):
             assert f"up: {role}" in up.stderr
+        # the example inbox grant's directory, ready for the uid the tools run as
+        tool = f"sandbox_uid {DEFAULT_SANDBOX_UID}" if os.geteuid() == 0 else "you"
+        assert f"up: grants: made {home / 'inbox'} for writes by {tool}" in up.stderr
 
         status = bxctl("status", "--state", str(state))
         assert status.returncode == 0, status.stdout + status.stderr

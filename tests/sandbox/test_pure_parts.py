@@ -138,6 +138,7 @@ def test_podman_runs_the_image_by_digest_with_no_network_and_every_limit():
                  f"--shm-size={32 * 1024 * 1024}", "--name=bx-call-1"):
         assert flag in argv
     assert any(arg.startswith("--tmpfs=/tmp:") for arg in argv)
+    assert not any(arg.startswith("--uts") for arg in argv)  # a UTS namespace of its own
     assert "--volume=/home/o/notes:/home/o/notes:ro" in argv
     assert "--volume=/home/o/inbox:/home/o/inbox:rw" in argv
     assert "--volume=/s:/run/secrets:ro" in argv
@@ -154,6 +155,8 @@ def test_through_a_podman_service_every_command_names_the_service_and_no_local_s
     argv = podman_run_argv(SPEC, setup, name="bx-call-1", secrets_dir=None, egress_dir=None,
                            seccomp_profile=Path("/p.json"))
     assert argv[:4] == [*remote, "run"]
+    # the service's unit has a UTS namespace of its own and may not make another
+    assert "--uts=host" in argv
     assert podman_remove_argv(setup, "bx-call-1")[:4] == [*remote, "rm"]
 
 

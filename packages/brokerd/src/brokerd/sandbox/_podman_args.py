@@ -6,7 +6,16 @@ podman's own default allows them), /proc/sys read-only (podman's default), and
 every tmpfs sized: podman's own tmpfs mounts for a read-only container (/run, /var/tmp, each
 without a size) are turned off and /tmp and /dev/shm get the call's ``tmpfs_bytes``. ``user``
 is who the tool is in the container: 0:0 under a rootless podman, where that maps to the
-podman user, and an unprivileged uid under a rootful one (``PodmanSandbox`` decides)."""
+podman user, and an unprivileged uid under a rootful one (``PodmanSandbox`` decides).
+
+Through a podman service (``remote``) the container shares the service's UTS namespace
+(``--uts=host``), as the roles' containers share their units': the module's tool runtime unit
+has one of its own (``ProtectHostname=yes``, which also refuses ``sethostname``) and may not
+make another (``RestrictNamespaces=`` leaves out ``uts``), so a UTS namespace of the
+container's own cannot be made there (runc: "can't get final child's PID from pipe: EOF") nor
+named (``sethostname``: EPERM). The tool can read that hostname and not change it (no
+capabilities; the seccomp profile refuses ``sethostname``). A local podman gives each call a
+UTS namespace of its own."""
 
 from __future__ import annotations
 
@@ -46,6 +55,9 @@ class PodmanSetup:
         if self.remote is None and self.containers_conf is None:
             raise SandboxUnavailable("podman backend: a local podman needs containers_conf")
 
+    def namespaces(self) -> list[str]:
+        return [] if self.remote is None else ["--uts=host"]
+
     def base(self) -> list[str]:
         remote = [] if self.remote is None else ["--remote", f"--url={self.remote}"]
         return [self.podman, *remote, *self.storage]
@@ -81,6 +93,7 @@ def podman_run_argv(
         # conmon's own kill, should brokerd be gone; brokerd's deadline comes first.
         f"--timeout={math.ceil(limits.timeout_s) + 5}",
         "--log-driver=none",
+        *setup.namespaces(),
     ]
     for mount in spec.mounts:
         mode = "rw" if mount.writable else "ro"

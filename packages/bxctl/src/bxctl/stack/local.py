@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bxcore.canonical import canonical_text
+from bxcore.config import load_config
+from bxcore.errors import ConfigError
 
+from .grantdirs import prepare_writable_mounts
 from .notify import NotifyListener
 from .processes import Started, alive, load, save, spawn, stop
 
@@ -226,6 +229,12 @@ def up(
         backend=backend,
         bin_dir=bin_dir,
     )
+    try:
+        broker = load_config(layout.config).broker
+    except ConfigError as exc:
+        raise StackError(str(exc)) from None
+    for line in prepare_writable_mounts(broker.grants_dir(), broker.sandbox_uid):
+        say(f"up: {line}")
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS")}
     started: list[Started] = []
     listener = NotifyListener(layout.run / "notify.sock")

@@ -125,6 +125,7 @@ class Tools(Model):
 
 
 class Hardening(Model):
+    comment: Text = ""
     common: dict[Text, Text | list[Text]]
     network: dict[Network, dict[Text, Text | list[Text]]]
 
