@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from bxcore.taint import CLEAN, Taint, TaintFileError, encode_taint, read_taint, taint_path
+from bxcore.errors import TaintFileError
+from bxcore.taint import CLEAN, Taint, encode_taint, read_taint, taint_path
 from bxcore.tools import DataClass
 from bxcore.util import write_durably
 

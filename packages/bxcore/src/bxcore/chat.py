@@ -71,6 +71,8 @@ class ToolSchema(Model):
         }
 
 
-def message_json(message: SystemMessage | UserMessage | AssistantMessage | ToolMessage) -> dict:
+def message_json(
+    message: SystemMessage | UserMessage | AssistantMessage | ToolMessage,
+) -> dict[str, object]:
     """A message as it goes into a request body: fields that are None are left out."""
     return message.model_dump(mode="json", exclude_none=True)

@@ -55,7 +55,7 @@ class Secret:
     def __hash__(self) -> int:
         return hash(self.name)
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> str | tuple[object, ...]:
         raise TypeError("a Secret cannot be pickled")
 
 

@@ -34,16 +34,16 @@ class DataClass(StrEnum):
         return _RANK[self]
 
     # str's own comparisons would order these alphabetically; compare by rank instead.
-    def __lt__(self, other: object) -> bool:  # type: ignore[override]
+    def __lt__(self, other: object) -> bool:
         return self.rank < _rank_of(other)
 
-    def __le__(self, other: object) -> bool:  # type: ignore[override]
+    def __le__(self, other: object) -> bool:
         return self.rank <= _rank_of(other)
 
-    def __gt__(self, other: object) -> bool:  # type: ignore[override]
+    def __gt__(self, other: object) -> bool:
         return self.rank > _rank_of(other)
 
-    def __ge__(self, other: object) -> bool:  # type: ignore[override]
+    def __ge__(self, other: object) -> bool:
         return self.rank >= _rank_of(other)
 
     __hash__ = StrEnum.__hash__

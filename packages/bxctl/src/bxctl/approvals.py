@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Literal
 
 import click
 from bxcore.config import load_config
@@ -19,6 +20,8 @@ from bxcore.framestream import SyncFrameSocket
 from bxcore.protocol import approval as wire
 
 from .roles import config_option, default_config
+
+Verdict = Literal["approve", "deny"]
 
 
 def _approve_socket(config_path: Path | None) -> Path:
@@ -56,7 +59,7 @@ def approvals_command(config_path: Path | None) -> None:
                    f"{call}\n    (grant {item.grant}; arguments {item.arguments_sha256})")
 
 
-def _answer(config_path: Path | None, approval_id: str, verdict: str) -> None:
+def _answer(config_path: Path | None, approval_id: str, verdict: Verdict) -> None:
     body = wire.ApprovalAnswer(id=approval_id, verdict=verdict, by="local")
     reply = _exchange(config_path, Frame.of(wire.APPROVAL_ANSWER, body, final=False))
     ack = reply.parse(wire.ApprovalAck)

@@ -18,6 +18,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from bxcore.daemon import DEFAULT_MODE, listening
 from bxcore.errors import (
@@ -121,7 +122,8 @@ class ApprovalServer:
         log.info("approval %s posted in thread %s", request.id, root)
         gone = asyncio.ensure_future(stream.read())  # brokerd closes on expiry
         try:
-            await asyncio.wait({pending.answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {pending.answer, gone}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
             with contextlib.suppress(BaseException):

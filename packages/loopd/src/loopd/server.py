@@ -28,8 +28,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from bxcore.config.inference import SlotSection
-from bxcore.errors import ErrorCode, StreamEnded, StreamTimeout, WireError
-from bxcore.frames import Frame, FrameError
+from bxcore.errors import ErrorCode, FrameError, StreamEnded, StreamTimeout, WireError
+from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnEvent, TurnEventBody

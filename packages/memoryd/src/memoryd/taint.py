@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bxcore.taint import TaintFileError as _Unreadable
+from bxcore.errors import TaintFileError as _Unreadable
 from bxcore.taint import read_taint
 from bxcore.tools import DataClass
 

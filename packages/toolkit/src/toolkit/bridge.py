@@ -39,7 +39,11 @@ def _accept(listener: socket.socket, proxy_socket: str) -> None:
 
 
 def _splice(left: socket.socket, right: socket.socket) -> None:
-    done = threading.Barrier(2, action=lambda: (left.close(), right.close()))
+    def close_both() -> None:
+        left.close()
+        right.close()
+
+    done = threading.Barrier(2, action=close_both)
     for source, sink in ((left, right), (right, left)):
         threading.Thread(target=_pump, args=(source, sink, done), daemon=True).start()
 

@@ -32,7 +32,7 @@ def run(context: Context, args: dict[str, Any]) -> Result:
     assert process.stdout is not None
     output = bytearray()
     flooded = False
-    while chunk := process.stdout.read1(_CHUNK):
+    while chunk := os.read(process.stdout.fileno(), _CHUNK):
         output += chunk
         if len(output) > context.cap:
             flooded = True

@@ -4,6 +4,7 @@
 one grant file's text (the loading shell is ``brokerd.grantstore``).
 """
 
+from ..errors import NotAuthorized
 from ._decide import (
     CLOCK_GRANT,
     MEMORY_GRANT,
@@ -12,7 +13,7 @@ from ._decide import (
     parse_arguments,
     path_arguments,
 )
-from ._decision import Decision, NotAuthorized
+from ._decision import Decision
 from ._settle import settle
 from .grants import Grant, parse_grant
 

@@ -92,12 +92,15 @@ def interpret(
         number = -run.status if run.status < 0 else run.status - 128
         return fail(FailureReason.KILLED, f"killed by {signal.Signals(number).name} (with "
                     "SIGKILL, the memory limit is the usual cause)")
-    if document is not None and isinstance(document.get("error"), str):
-        return fail(FailureReason.EXIT, document["error"])
+    error = document.get("error") if document is not None else None
+    if isinstance(error, str):
+        return fail(FailureReason.EXIT, error)
     return fail(FailureReason.EXIT, f"exit status {run.status}: " + _excerpt(run.stderr))
 
 
-def _output(document: dict | None, data_class: DataClass, egress: bool) -> ToolOutput | None:
+def _output(
+    document: dict[str, object] | None, data_class: DataClass, egress: bool
+) -> ToolOutput | None:
     if document is None or set(document) != _RESULT_KEYS:
         return None
     content, label = document["content"], document["class"]
@@ -109,7 +112,7 @@ def _output(document: dict | None, data_class: DataClass, egress: bool) -> ToolO
                       untrusted=untrusted or egress, truncated=truncated)
 
 
-def _one_object(data: bytes) -> dict | None:
+def _one_object(data: bytes) -> dict[str, object] | None:
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

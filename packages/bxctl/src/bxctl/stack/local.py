@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from bxcore.canonical import canonical_text
@@ -177,7 +178,11 @@ def sandbox_backend() -> str:
     raise StackError("neither bubblewrap nor podman can run a sandbox here; run scripts/setup")
 
 
-def wait_llama(sock: Path, proc: subprocess.Popen, log: Path) -> None:
+def _running(process: subprocess.Popen[bytes]) -> bool:
+    return process.poll() is None
+
+
+def wait_llama(sock: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -266,7 +271,7 @@ def up(
             started.append(Started(role, proc.pid, argv,
                                    str(layout.socket(served)) if served else None))
             save(layout.record, started)
-            ready = listener.wait_ready({proc.pid}, READY_TIMEOUT, lambda p=proc: p.poll() is None)
+            ready = listener.wait_ready({proc.pid}, READY_TIMEOUT, partial(_running, proc))
             if ready is None:
                 raise StackError(f"{role} did not get ready; see {layout.logs / (role + '.log')}")
             note = ""

@@ -11,6 +11,7 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _CREDS = struct.Struct("3i")
@@ -27,7 +28,8 @@ class NotifyListener:
         self._ready: set[int] = set()
         self._status: dict[int, str] = {}
 
-    def wait_ready(self, pids: set[int], timeout: float, alive=lambda: True) -> int | None:
+    def wait_ready(self, pids: set[int], timeout: float,
+                   alive: Callable[[], bool] = lambda: True) -> int | None:
         """Wait until one of ``pids`` sends READY=1; return it, or None on timeout or when
         ``alive()`` turns false (the daemon died before it was ready)."""
         deadline = time.monotonic() + timeout
@@ -61,5 +63,5 @@ def _sender_pid(ancillary: list[tuple[int, int, bytes]]) -> int | None:
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
             pid, _uid, _gid = _CREDS.unpack(data[: _CREDS.size])
-            return pid
+            return int(pid)
     return None

@@ -28,7 +28,7 @@ class Started:
 
 def spawn(
     name: str, argv: list[str], logs: Path, env: dict[str, str], cwd: Path | None = None
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     logs.mkdir(parents=True, exist_ok=True)
     with (logs / f"{name}.log").open("ab") as log:
         return subprocess.Popen(

@@ -20,8 +20,8 @@ import contextlib
 from pathlib import Path
 from typing import Protocol
 
-from bxcore.errors import BoxmakerError, WireError
-from bxcore.frames import Frame, FrameError
+from bxcore.errors import BoxmakerError, FrameError, WireError
+from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import broker
 from bxcore.protocol.delegate import DELEGATE_DONE, DELEGATE_RUN, DelegateDone, DelegateRun
