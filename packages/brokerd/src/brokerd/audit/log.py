@@ -141,8 +141,10 @@ class AuditLog:
                 batch, self._pending = self._pending, []
                 try:
                     await asyncio.to_thread(self._write, [line for line, _ in batch])
-                except AuditError as exc:
-                    self._fail(batch + self._pending, exc)
+                except Exception as exc:  # whatever it is, no caller may wait for ever
+                    failure = exc if isinstance(exc, AuditError) else AuditError(
+                        f"{self._path}: cannot append: {exc!r}")
+                    self._fail(batch + self._pending, failure)
                     return
                 for _, durable in batch:
                     durable.set_result(None)
