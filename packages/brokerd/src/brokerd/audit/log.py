@@ -129,27 +129,50 @@ class AuditLog:
         durable = asyncio.get_running_loop().create_future()
         self._pending.append((line, durable))
         if self._writer is None:
-            self._writer = asyncio.create_task(self._write_pending())
+            self._start_writer()
         # Shielded: a caller that goes away does not take its record out of the batch.
         await asyncio.shield(durable)
         return entry
 
+    def _start_writer(self) -> None:
+        self._writer = asyncio.get_running_loop().create_task(self._write_pending())
+        self._writer.add_done_callback(self._writer_ended)
+
+    def _writer_ended(self, _writer: asyncio.Task[None]) -> None:
+        self._writer = None
+        if self._pending:  # a writer cancelled (brokerd stopping) left them: a new one goes on
+            self._start_writer()
+
     async def _write_pending(self) -> None:
         """Write and fsync whatever is pending, batch after batch, until nothing is."""
-        try:
-            while self._pending:
-                batch, self._pending = self._pending, []
-                try:
-                    await asyncio.to_thread(self._write, [line for line, _ in batch])
-                except Exception as exc:  # whatever it is, no caller may wait for ever
-                    failure = exc if isinstance(exc, AuditError) else AuditError(
-                        f"{self._path}: cannot append: {exc!r}")
-                    self._fail(batch + self._pending, failure)
-                    return
-                for _, durable in batch:
-                    durable.set_result(None)
-        finally:
-            self._writer = None
+        while self._pending:
+            batch, self._pending = self._pending, []
+            job = asyncio.get_running_loop().run_in_executor(
+                None, self._write, [line for line, _ in batch])
+            try:
+                await asyncio.wait({job})  # neither raises the job's error nor cancels it
+            except asyncio.CancelledError:
+                # brokerd is stopping: the batch in the thread ends first, so that no
+                # later batch (a "caller went away" record) is written beside it
+                await asyncio.wait({job})
+                self._settle(batch, job)
+                raise
+            if not self._settle(batch, job):
+                return
+
+    def _settle(self, batch: list[tuple[bytes, asyncio.Future[None]]],
+                job: asyncio.Future[None]) -> bool:
+        """Each record of a written batch is durable; a batch that failed, whatever the
+        exception (no caller may wait for ever), fails with every record after it."""
+        exc = job.exception()
+        if exc is None:
+            for _, durable in batch:
+                durable.set_result(None)
+            return True
+        failure = exc if isinstance(exc, AuditError) else AuditError(
+            f"{self._path}: cannot append: {exc!r}")
+        self._fail(batch + self._pending, failure)
+        return False
 
     def _fail(self, waiting: list[tuple[bytes, asyncio.Future[None]]], exc: AuditError) -> None:
         """A batch that could not be written fails with every record chained after it; the
