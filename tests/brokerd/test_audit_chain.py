@@ -3,6 +3,7 @@ deleted, inserted or reordered record."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -14,12 +15,21 @@ from bxcore.tools import DecisionRecord
 from bxcore.util import sha256
 
 
+def denial(call: int, session: str = "s1") -> DecisionRecord:
+    return DecisionRecord(session=session, call=call, tool="echo",
+                          arguments_sha256=sha256(b"{}"), verdict="deny", grant=None,
+                          reason="no grant matches")
+
+
 def fill(directory: Path, count: int = 12, rotate: int = 1200) -> AuditLog:
+    """``count`` records appended one after another, each awaited before the next."""
     log = AuditLog(directory, rotate_bytes=rotate)
-    for call in range(count):
-        log.decision(decision=DecisionRecord(
-            session="s1", call=call, tool="echo", arguments_sha256=sha256(b"{}"),
-            verdict="deny", grant=None, reason="no grant matches"))
+
+    async def append() -> None:
+        for call in range(count):
+            await log.decision(decision=denial(call))
+
+    asyncio.run(append())
     return log
 
 

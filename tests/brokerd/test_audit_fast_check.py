@@ -4,6 +4,7 @@ log: honest ones, and any edit, deletion, insertion or re-encoding of one."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -42,15 +43,19 @@ def definition(files: list[bytes]) -> tuple[bool, int]:
 
 def write(directory: Path, reasons: list[str]) -> list[bytes]:
     log = AuditLog(directory, rotate_bytes=600)
-    for call, reason in enumerate(reasons):
-        if call % 2:
-            log.decision(decision=DecisionRecord(
-                session="s1", call=call, tool="fs.read", arguments_sha256=sha256(b"{}"),
-                verdict="deny", grant=None, reason=reason or "no grant matches"))
-        else:
-            log.result(session="s1", call=call, tool=reason or "fs.read", status="ok",
-                       **{"class": "private"}, untrusted=False, truncated=False,
-                       content_sha256=sha256(reason.encode()))
+
+    async def append() -> None:
+        for call, reason in enumerate(reasons):
+            if call % 2:
+                await log.decision(decision=DecisionRecord(
+                    session="s1", call=call, tool="fs.read", arguments_sha256=sha256(b"{}"),
+                    verdict="deny", grant=None, reason=reason or "no grant matches"))
+            else:
+                await log.result(session="s1", call=call, tool=reason or "fs.read",
+                                 status="ok", **{"class": "private"}, untrusted=False,
+                                 truncated=False, content_sha256=sha256(reason.encode()))
+
+    asyncio.run(append())
     return list(read_files(directory))
 
 

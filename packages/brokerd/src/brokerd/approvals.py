@@ -181,13 +181,15 @@ class ApprovalDesk:
         try:
             clock = asyncio.get_running_loop().time
             deadline = clock() + self.book.ttl.total_seconds()
+            await on_waiting(approval)  # at once, even when an answer came in already
             while not event.is_set():
-                await on_waiting(approval)
                 left = deadline - clock()
                 if left <= 0:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), min(left, self.interval))
+                if not event.is_set():
+                    await on_waiting(approval)
             answer = self.book.outcome(approval.id, approval.tool, approval.arguments_sha256)
         finally:
             offer.cancel()

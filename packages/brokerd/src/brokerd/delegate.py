@@ -78,7 +78,7 @@ async def run_delegate(request: ToolRequest, parent: Taint, *, children: Childre
         return plain_response("failed", "Not run: this caller cannot run a subagent.")
     digest = sha256(order.task.encode("utf-8"))
     for data_class in sorted(parent.classes):  # the child starts where the parent is
-        audit.result(session=order.session, call=request.call, tool=DELEGATE, status="ok",
+        await audit.result(session=order.session, call=request.call, tool=DELEGATE, status="ok",
                      untrusted=parent.untrusted, truncated=False, content_sha256=digest,
                      **{"class": data_class})
         taints.record(order.session, data_class, parent.untrusted)

@@ -107,7 +107,7 @@ class Runner:
             answer = await self._run_sandboxed(decision, request)
         else:
             answer = await self._run_tracked(decision, request, taint, self._provenance)
-        return self._finish(request, answer)
+        return await self._finish(request, answer)
 
     async def _run_tracked(self, decision: Decision, request: ToolRequest, taint: Taint,
                            provenance: ProvenanceStore) -> ToolResponse:
@@ -157,11 +157,11 @@ class Runner:
             answer = answer.model_copy(update={"data_class": floor})
         return answer
 
-    def _finish(self, request: ToolRequest, answer: ToolResponse) -> ToolResponse:
+    async def _finish(self, request: ToolRequest, answer: ToolResponse) -> ToolResponse:
         content, cut = cap_text(answer.content, self._cap)
         response = answer.model_copy(update={"content": content,
                                              "truncated": answer.truncated or cut})
-        self._audit.result(
+        await self._audit.result(
             session=request.session, call=request.call, tool=request.tool,
             status=response.status, untrusted=response.untrusted, truncated=response.truncated,
             content_sha256=sha256(response.content.encode("utf-8")),

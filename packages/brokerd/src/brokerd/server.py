@@ -84,7 +84,7 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
     try:
         frame = await stream.read(REQUEST_TIMEOUT)
     except FrameError as exc:
-        broker.refuse(f"the request frame could not be decoded: {exc}")
+        await broker.refuse(f"the request frame could not be decoded: {exc}")
         with contextlib.suppress(BoxmakerError):
             await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
         return
@@ -93,7 +93,7 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
     try:
         request = frame.parse(ToolRequest)
     except FrameError as exc:
-        broker.refuse(f"not a tool request: {exc}", body=frame.body)
+        await broker.refuse(f"not a tool request: {exc}", body=frame.body)
         await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
         return
 

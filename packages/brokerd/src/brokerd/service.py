@@ -89,7 +89,7 @@ class Broker:
         # session's prompt carries ([memory] identity_ceiling; docs/memory.md).
         self.floor = floor
 
-    def refuse(self, reason: str, body: object = None) -> None:
+    async def refuse(self, reason: str, body: object = None) -> None:
         """Audit a request refused before any decision (its frame could not be decoded, or is
         not a tool request), with whatever it named that can be read."""
         fields: dict[str, object] = {}
@@ -99,7 +99,7 @@ class Broker:
                 if isinstance(value, kind) and not isinstance(value, bool):
                     fields[key] = value
             fields["request_sha256"] = sha256(canonical_json(body))
-        self.audit.refused(reason=reason, **fields)
+        await self.audit.refused(reason=reason, **fields)
 
     async def call(self, request: ToolRequest, on_waiting: Notify,
                    children: Children | None = None) -> ToolResponse:
@@ -116,13 +116,13 @@ class Broker:
                 arguments_sha256=text_sha256(request.arguments), verdict="deny", grant=None,
                 reason=f"brokerd could not check the request ({type(exc).__name__})",
             )
-            self.audit.decision(decision=record)
+            await self.audit.decision(decision=record)
             return denied(record.reason)
         record = decision.record
         if record.verdict == "ask":
             assert record.grant is not None
             approval = self.desk.open(request, record.grant)
-            self.audit.decision(decision=record, approval=approval.id)
+            await self.audit.decision(decision=record, approval=approval.id)
             asked = asyncio.get_running_loop().time()
 
             async def pending(approval: approval_wire.ApprovalRequest) -> None:
@@ -135,12 +135,13 @@ class Broker:
                 # loopd went away (or brokerd is stopping): the call is abandoned, and the
                 # audit log says so rather than leaving the ask without an outcome.
                 gone = settle(decision, approved=False, reason="the caller went away")
-                self.audit.decision(decision=gone.record, approval=approval.id)
+                await self.audit.decision(decision=gone.record, approval=approval.id)
                 raise
             decision = settle(decision, approved=outcome.approved, reason=outcome.reason)
-            self.audit.decision(decision=decision.record, approval=outcome.approval, by=outcome.by)
+            await self.audit.decision(decision=decision.record, approval=outcome.approval,
+                                      by=outcome.by)
         else:
-            self.audit.decision(decision=record)
+            await self.audit.decision(decision=record)
         if not decision.allowed:
             return denied(decision.record.reason)
         run = self._runner.run(decision, request, taint=taint, children=children)

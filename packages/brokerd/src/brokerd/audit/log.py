@@ -1,4 +1,10 @@
-"""The audit log on disk: ``<home>/audit/NNNNNNNN.jsonl``, append-only, one fsync per record.
+"""The audit log on disk: ``<home>/audit/NNNNNNNN.jsonl``, append-only, group-committed.
+
+A record joins the chain (its seq and ``prev``) the moment it is appended, in the order the
+appends are made, and its append returns once the record is on disk and fsynced. Records
+appended while an fsync runs (a worker thread does the I/O, so the event loop keeps taking them)
+are written together after it and share the next fsync: under many concurrent sessions the
+fsyncs are fewer than the records, and no caller goes on before its own record is durable.
 
 A file is rotated when the next record would take it past ``rotate_bytes``; the new file's first
 record points at the old file's last, so the chain runs on. On open the log finds its head (the
@@ -8,6 +14,7 @@ is torn (a crash mid-write) is refused, not repaired: ``brokerd audit verify`` n
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -75,64 +82,145 @@ def entries(
 
 
 class AuditLog:
-    """Appends records; the only writer of the audit directory."""
+    """Appends records; the only writer of the audit directory. ``fsyncs`` counts the fsyncs
+    made (files and the directory), so a test or a benchmark can set them against records."""
 
     def __init__(self, directory: Path, *, rotate_bytes: int = 64 * 1024 * 1024,
                  clock: Callable[[], str] = now_rfc3339):
         self.directory = directory
         self._rotate = rotate_bytes
         self._clock = clock
+        self.fsyncs = 0
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
         files = log_files(directory)
         self._path = files[-1] if files else directory / f"{1:08d}.jsonl"
         self._seq, self._head = self._find_head(files)
+        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._broken: str | None = None
 
     @property
     def head(self) -> Head:
         return Head(self._seq, self._head)
 
-    def decision(self, **fields: Any) -> DecisionEntry:
-        entry = self._append(DecisionEntry, fields)
+    async def decision(self, **fields: Any) -> DecisionEntry:
+        entry = await self._append(DecisionEntry, fields)
         assert isinstance(entry, DecisionEntry)
         return entry
 
-    def result(self, **fields: Any) -> ResultEntry:
-        entry = self._append(ResultEntry, fields)
+    async def result(self, **fields: Any) -> ResultEntry:
+        entry = await self._append(ResultEntry, fields)
         assert isinstance(entry, ResultEntry)
         return entry
 
-    def refused(self, **fields: Any) -> RefusedEntry:
-        entry = self._append(RefusedEntry, fields)
+    async def refused(self, **fields: Any) -> RefusedEntry:
+        entry = await self._append(RefusedEntry, fields)
         assert isinstance(entry, RefusedEntry)
         return entry
 
-    def _append(self, kind: type[Entry], fields: dict[str, Any]) -> Any:
+    async def _append(self, kind: type[Entry], fields: dict[str, Any]) -> Any:
+        if self._broken is not None:
+            raise AuditError(self._broken)
         entry = kind.model_validate(
             {**fields, "seq": self._seq + 1, "prev": self._head, "time": self._clock()}
         )
         line, digest = line_of(entry)
-        self._write(line)
         self._seq, self._head = entry.seq, digest
+        durable = asyncio.get_running_loop().create_future()
+        self._pending.append((line, durable))
+        if self._writer is None:
+            self._start_writer()
+        # Shielded: a caller that goes away does not take its record out of the batch.
+        await asyncio.shield(durable)
         return entry
 
-    def _write(self, line: bytes) -> None:
+    def _start_writer(self) -> None:
+        self._writer = asyncio.get_running_loop().create_task(self._write_pending())
+        self._writer.add_done_callback(self._writer_ended)
+
+    def _writer_ended(self, _writer: asyncio.Task[None]) -> None:
+        self._writer = None
+        if self._pending:  # a writer cancelled (brokerd stopping) left them: a new one goes on
+            self._start_writer()
+
+    async def _write_pending(self) -> None:
+        """Write and fsync whatever is pending, batch after batch, until nothing is."""
+        while self._pending:
+            batch, self._pending = self._pending, []
+            job = asyncio.get_running_loop().run_in_executor(
+                None, self._write, [line for line, _ in batch])
+            try:
+                await asyncio.wait({job})  # neither raises the job's error nor cancels it
+            except asyncio.CancelledError:
+                # brokerd is stopping: the batch in the thread ends first, so that no
+                # later batch (a "caller went away" record) is written beside it
+                await asyncio.wait({job})
+                self._settle(batch, job)
+                raise
+            if not self._settle(batch, job):
+                return
+
+    def _settle(self, batch: list[tuple[bytes, asyncio.Future[None]]],
+                job: asyncio.Future[None]) -> bool:
+        """Each record of a written batch is durable; a batch that failed, whatever the
+        exception (no caller may wait for ever), fails with every record after it."""
+        exc = job.exception()
+        if exc is None:
+            for _, durable in batch:
+                durable.set_result(None)
+            return True
+        failure = exc if isinstance(exc, AuditError) else AuditError(
+            f"{self._path}: cannot append: {exc!r}")
+        self._fail(batch + self._pending, failure)
+        return False
+
+    def _fail(self, waiting: list[tuple[bytes, asyncio.Future[None]]], exc: AuditError) -> None:
+        """A batch that could not be written fails with every record chained after it; the
+        chain goes on from what the disk holds, or, if that cannot be read, no record is taken
+        until brokerd restarts."""
+        self._pending = []
+        for _, durable in waiting:
+            durable.set_exception(exc)
+        try:
+            files = log_files(self.directory)
+            self._path = files[-1] if files else self.directory / f"{1:08d}.jsonl"
+            self._seq, self._head = self._find_head(files)
+        except AuditError as unreadable:
+            self._broken = f"{exc}; and then: {unreadable}"
+
+    def _write(self, lines: list[bytes]) -> None:
+        """Append ``lines`` in order, rotating as each needs, with one fsync per file written
+        (and one of the directory when a file was created). Runs in a worker thread."""
         try:
             size = self._path.stat().st_size
         except FileNotFoundError:
             size = 0
-        created = size == 0
-        if size and size + len(line) > self._rotate:
-            self._path = self._path.with_name(f"{int(self._path.stem) + 1:08d}.jsonl")
-            created = True
+        created, chunk = size == 0, []
+        for line in lines:
+            if size and size + len(line) > self._rotate:
+                self._write_file(b"".join(chunk), created)
+                self._path = self._path.with_name(f"{int(self._path.stem) + 1:08d}.jsonl")
+                created, chunk, size = True, [], 0
+            chunk.append(line)
+            size += len(line)
+        self._write_file(b"".join(chunk), created)
+
+    def _write_file(self, data: bytes, created: bool) -> None:
+        if not data:  # the batch's first record opened a new file
+            return
         try:
             fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
             try:
-                os.write(fd, line)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
                 os.fsync(fd)
+                self.fsyncs += 1
             finally:
                 os.close(fd)
             if created:
                 fsync_dir(self.directory)
+                self.fsyncs += 1
         except OSError as exc:
             raise AuditError(f"{self._path}: cannot append: {exc.strerror}") from None
 

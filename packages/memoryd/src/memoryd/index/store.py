@@ -28,6 +28,10 @@ from .migrations import connect, transaction
 from .schema import RECALL_MIGRATIONS
 
 TaintLookup = Callable[[str], SessionTaint]
+# SQLite's page cache for the recall index, in KiB: ranking reads the doclists of the query's
+# words and one docsize row per match, and at 1M records these pages no longer fit the default
+# 2 MiB, so each query went back to the file (pread) for them. Pages are cached as read.
+CACHE_KIB = 32 * 1024
 _EPOCH_FILE = re.compile(r"(\d+)\.jsonl")
 NOTES_SOURCE = "notes.md"
 
@@ -49,7 +53,7 @@ class RecallIndex:
         self.path = path
         self._sessions = sessions_dir
         self._ceiling = ceiling
-        self._conn = connect(path, RECALL_MIGRATIONS, wal=False)
+        self._conn = _open(path)
         self._inode = _inode(path)
 
     def close(self) -> None:
@@ -60,7 +64,7 @@ class RecallIndex:
         if _inode(self.path) == self._inode:
             return False
         self._conn.close()
-        self._conn = connect(self.path, RECALL_MIGRATIONS, wal=False)
+        self._conn = _open(self.path)
         self._inode = _inode(self.path)
         return True
 
@@ -143,25 +147,33 @@ class RecallIndex:
     # -- reading ----------------------------------------------------------------------------
 
     def search(self, query: str, k: int, snippet_tokens: int = 48) -> list[Row]:
+        """The ``k`` best documents for ``query``: bm25 ascending, then origin, dropped notes
+        left out. FTS5 ranks every match, but only ``k`` rows are joined and get a snippet."""
         match = fts_query(query)
-        if match is None:
+        if match is None or k <= 0:
             return []
         try:
-            rows = self._conn.execute(
-                """SELECT d.origin, d.kind, d.session, d.note, d.data_class, d.untrusted, d.time,
-                          snippet(documents_fts, 0, '', '', '…', ?),
-                          round(bm25(documents_fts), 6) AS score,
-                          s.data_class, s.untrusted
-                   FROM documents_fts
-                   JOIN documents d ON d.id = documents_fts.rowid
-                   LEFT JOIN sessions s ON s.id = d.session AND d.note IS NULL
-                   WHERE documents_fts MATCH ? AND d.kind != 'dropped'
-                   ORDER BY score, d.origin LIMIT ?""",
-                (snippet_tokens, match, k),
-            ).fetchall()
+            chosen = self._best(match, k)
+            rows = [self._conn.execute(_DETAIL, (snippet_tokens, match, rowid)).fetchone()
+                    for rowid, _, _ in chosen]
         except sqlite3.Error as exc:
             raise IndexCorrupt(f"{self.path}: search failed: {exc}") from exc
-        return [_row(*row) for row in rows]
+        return [_row(*row, score) for row, (_, score, _) in zip(rows, chosen, strict=True)]
+
+    def _best(self, match: str, k: int) -> list[tuple[int, float, str]]:
+        """(rowid, score, origin) of the ``k`` best, in order. FTS5's ``ORDER BY rank LIMIT``
+        takes the first ``limit`` by bm25; the limit grows while dropped notes leave fewer than
+        ``k``, or while the k-th score ties the last one fetched (the tie is broken by origin,
+        so every row of that score must be seen)."""
+        limit = max(4 * k, 32)
+        while True:
+            fetched = self._conn.execute(_RANKED, (match, limit)).fetchall()
+            kept = sorted((row for row in fetched if row[3] != "dropped"),
+                          key=lambda row: (row[1], row[2]))[:k]
+            exhausted = len(fetched) < limit
+            if exhausted or (len(kept) == k and kept[-1][1] < max(row[1] for row in fetched)):
+                return [(rowid, score, origin) for rowid, score, origin, _ in kept]
+            limit *= 4
 
     def counts(self) -> dict[str, int]:
         return {
@@ -170,9 +182,24 @@ class RecallIndex:
         }
 
 
+# The ranking pass: FTS5 scores every match with bm25 (``rank``) and keeps the best ``limit``;
+# only those are joined, for the origin (the tie-break) and the kind (dropped notes).
+_RANKED = """SELECT f.rowid, round(f.rank, 6), d.origin, d.kind
+    FROM (SELECT rowid, rank FROM documents_fts WHERE documents_fts MATCH ?
+          ORDER BY rank LIMIT ?) AS f
+    JOIN documents d ON d.id = f.rowid"""
+# One chosen row with its snippet and its session's taint.
+_DETAIL = """SELECT d.origin, d.kind, d.session, d.note, d.data_class, d.untrusted, d.time,
+        snippet(documents_fts, 0, '', '', '…', ?), s.data_class, s.untrusted
+    FROM documents_fts
+    JOIN documents d ON d.id = documents_fts.rowid
+    LEFT JOIN sessions s ON s.id = d.session AND d.note IS NULL
+    WHERE documents_fts MATCH ? AND documents_fts.rowid = ?"""
+
+
 def _row(origin: str, kind: str, session: str | None, note: int | None, data_class: str,
-         untrusted: int, time: str, snippet: str, score: float, session_class: str | None,
-         session_untrusted: int | None) -> Row:
+         untrusted: int, time: str, snippet: str, session_class: str | None,
+         session_untrusted: int | None, score: float) -> Row:
     if note is None and session_class is not None:
         # A log record is as sensitive, and as untrusted, as its whole session.
         data_class = max(DataClass(data_class), DataClass(session_class)).value
@@ -233,6 +260,12 @@ def read_log(path: Path, skip: int = 0) -> list[LogRecord]:
             problem = exc.errors()[0]["msg"]
             raise StoreError(f"{path}: line {number}: not a log record: {problem}") from None
     return records
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    conn = connect(path, RECALL_MIGRATIONS, wal=False)
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+    return conn
 
 
 def _inode(path: Path) -> int:
