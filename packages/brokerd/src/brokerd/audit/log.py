@@ -195,7 +195,7 @@ class AuditLog:
             size = self._path.stat().st_size
         except FileNotFoundError:
             size = 0
-        created, chunk = size == 0, []
+        created, chunk = size == 0, list[bytes]()
         for line in lines:
             if size and size + len(line) > self._rotate:
                 self._write_file(b"".join(chunk), created)

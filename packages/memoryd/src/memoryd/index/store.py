@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bxcore.ids import is_session_id
 from bxcore.records import LogRecord, parse_record
@@ -154,11 +155,13 @@ class RecallIndex:
             return []
         try:
             chosen = self._best(match, k)
-            rows = [self._conn.execute(_DETAIL, (snippet_tokens, match, rowid)).fetchone()
-                    for rowid, _, _ in chosen]
+            rows: list[tuple[Any, ...]] = [
+                self._conn.execute(_DETAIL, (snippet_tokens, match, rowid)).fetchone()
+                for rowid, _, _ in chosen
+            ]
         except sqlite3.Error as exc:
             raise IndexCorrupt(f"{self.path}: search failed: {exc}") from exc
-        return [_row(*row, score) for row, (_, score, _) in zip(rows, chosen, strict=True)]
+        return [_row(row, score) for row, (_, score, _) in zip(rows, chosen, strict=True)]
 
     def _best(self, match: str, k: int) -> list[tuple[int, float, str]]:
         """(rowid, score, origin) of the ``k`` best, in order. FTS5's ``ORDER BY rank LIMIT``
@@ -197,9 +200,10 @@ _DETAIL = """SELECT d.origin, d.kind, d.session, d.note, d.data_class, d.untrust
     WHERE documents_fts MATCH ? AND documents_fts.rowid = ?"""
 
 
-def _row(origin: str, kind: str, session: str | None, note: int | None, data_class: str,
-         untrusted: int, time: str, snippet: str, session_class: str | None,
-         session_untrusted: int | None, score: float) -> Row:
+def _row(detail: tuple[Any, ...], score: float) -> Row:
+    """A result from one ``_DETAIL`` row and its bm25 score."""
+    (origin, kind, session, note, data_class, untrusted, time, snippet, session_class,
+     session_untrusted) = detail
     if note is None and session_class is not None:
         # A log record is as sensitive, and as untrusted, as its whole session.
         data_class = max(DataClass(data_class), DataClass(session_class)).value
