@@ -45,8 +45,11 @@ def write(directory: Path, reasons: list[str]) -> list[bytes]:
     log = AuditLog(directory, rotate_bytes=600)
 
     async def append() -> None:
-        for call, reason in enumerate(reasons):
-            if call % 2:
+        for call, reason in enumerate(reasons):  # every kind of record a log holds, in turn
+            if call % 3 == 2:
+                await log.refused(reason=reason or "the request frame could not be decoded",
+                                  session="s1", call=call)
+            elif call % 3 == 1:
                 await log.decision(decision=DecisionRecord(
                     session="s1", call=call, tool="fs.read", arguments_sha256=sha256(b"{}"),
                     verdict="deny", grant=None, reason=reason or "no grant matches"))
@@ -64,6 +67,20 @@ def test_an_honest_log_passes_both(tmp_path_factory, reasons):
     files = write(tmp_path_factory.mktemp("audit"), reasons)
     whole, head = check(files)
     assert (whole, head.count) == definition(files) == (True, len(reasons))
+
+
+def test_a_log_of_refused_requests_alone_is_whole_with_every_record_counted(tmp_path):
+    directory = tmp_path / "audit"
+    write(directory, ["", "", ""])  # decision, result, refused
+    log = AuditLog(directory)
+
+    async def refuse_more() -> None:
+        for call in range(3):
+            await log.refused(reason="not a tool request", call=call)
+
+    asyncio.run(refuse_more())
+    whole, head = check(list(read_files(directory)))
+    assert (whole, head.count) == (True, 6)
 
 
 @given(reasons=st.lists(REASONS, min_size=2, max_size=6), data=st.data())

@@ -24,19 +24,26 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from .records import GENESIS, entry_hash
+from .records import GENESIS, Entry, entry_hash
 
 Problem = Literal["malformed", "edited", "deleted", "inserted", "reordered"]
 Line = tuple[str, int, bytes]  # file name, line number (from 1), the line's bytes
 
 # The members every record has, in canonical (sorted) order right after its nested objects:
-# hash, kind, prev, seq. A JSON string cannot hold an unescaped quote, so in a canonical line
-# the last ',"hash":"' is the record's own, and the link members follow it.
+# hash, kind, prev, seq, with plain members of a name between "prev" and "seq" (a refused
+# record's reason and request hash) before seq. A JSON string cannot hold an unescaped quote,
+# so in a canonical line the last ',"hash":"' is the record's own, and the link members follow.
 _HASH_KEY = b',"hash":"'
-_LINK = re.compile(rb',"hash":"sha256:([0-9a-f]{64})","kind":"(?:decision|result)",'
-                   rb'"prev":"(sha256:[0-9a-f]{64})","seq":([1-9][0-9]{0,18}),')
+# Every kind a record may have, from the record types themselves: a kind left out here would
+# send an honest log to the slow path, and its head would be counted short.
+_KINDS = b"|".join(re.escape(get_args(kind.model_fields["kind"].annotation)[0].encode())
+                   for kind in get_args(Entry))
+_LINK = re.compile(rb',"hash":"sha256:([0-9a-f]{64})","kind":"(?:' + _KINDS + rb')",'
+                   rb'"prev":"(sha256:[0-9a-f]{64})",'
+                   rb'(?:"[a-z0-9_]+":(?:"(?:[^"\\]|\\.)*"|null|-?[0-9]+|true|false),)*'
+                   rb'"seq":([1-9][0-9]{0,18}),')
 _HASH_MEMBER = len(b',"hash":"sha256:"') + 64
 
 
