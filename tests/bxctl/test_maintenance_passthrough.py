@@ -7,6 +7,7 @@ Run as the owner runs them: the installed ``bxctl`` and role commands, as proces
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -64,7 +65,7 @@ def test_arguments_output_and_status_are_the_role_commands(owner_config):
 
 def test_with_no_flags_the_role_reads_bxctls_default_config(owner_config, tmp_path):
     log = AuditLog(tmp_path / "home" / "audit")
-    log.refused(session="s1", call=1, tool="fs.read", reason="a test record")
+    asyncio.run(log.refused(session="s1", call=1, tool="fs.read", reason="a test record"))
     ok = run("bxctl", "audit", "verify")
     assert ok.returncode == 0 and ok.stdout.startswith("ok: "), ok.stderr
     (audit_file,) = (tmp_path / "home" / "audit").glob("*.jsonl")
