@@ -84,12 +84,13 @@ def write_config(appliance: Appliance, toolkit: str, into: Path = Path("/")) -> 
     written = into / config_dir.relative_to("/")
     settings: dict[str, dict[str, object]] = dict(manifest.settings())
     settings["inferproxy"]["upstream"] = f"tcp://127.0.0.1:{appliance.relay.port}"
-    settings.setdefault("inference", {}).update(model="qwen-tools", max_tokens=72, liveness_timeout=600.0)
+    settings.setdefault("inference", {}).update(
+        model="qwen-tools", max_tokens=72, liveness_timeout=600.0)
     settings["inference.sampling"] = {"temperature": 0.0}
     settings["loop"] = {"tools": "broker", "registry": str(config_dir / "toolkit-schemas.json")}
     settings.setdefault("broker", {}).update(podman_image=toolkit, approvers=["local:socket"])
-    settings.setdefault("gateway", {}).update(server=appliance.mattermost.url, allowlist="allow.txt",
-                               edit_interval=0.2)  # fmt: skip
+    settings.setdefault("gateway", {}).update(
+        server=appliance.mattermost.url, allowlist="allow.txt", edit_interval=0.2)
     if appliance.owner[0]:  # a job's answer goes to the owner's DM ([gateway] owner)
         settings["gateway"]["owner"] = appliance.owner[0]
     settings["secrets.mattermost_token"] = {}  # the credential backend, the default

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from loopd.inference.client import _closed_before_answering
+from loopd.inference.client import closed_before_answering
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,7 @@ async def error_from(answer: bytes) -> Exception:
 async def test_a_close_before_any_answer_is_recognised():
     error = await error_from(b"")
     assert isinstance(error, httpx.RemoteProtocolError)
-    assert _closed_before_answering(error)
+    assert closed_before_answering(error)
 
 
 @pytest.mark.parametrize("answer", [
@@ -52,14 +52,14 @@ async def test_a_close_before_any_answer_is_recognised():
 async def test_an_answer_that_is_not_whole_http_is_not(answer):
     error = await error_from(answer)
     assert isinstance(error, httpx.RemoteProtocolError)
-    assert not _closed_before_answering(error)
+    assert not closed_before_answering(error)
 
 
 def test_the_same_words_without_httpcores_own_error_behind_them_are_not():
-    assert not _closed_before_answering(
+    assert not closed_before_answering(
         httpx.RemoteProtocolError("Server disconnected without sending a response."))
 
 
 @pytest.mark.parametrize("error", [httpx.ReadError("reset"), httpx.WriteError("broken pipe")])
 def test_a_reset_or_broken_pipe_is(error):
-    assert _closed_before_answering(error)
+    assert closed_before_answering(error)

@@ -46,7 +46,7 @@ from typing import Any
 
 import httpx
 import pytest
-from loopd.inference.client import KEEPALIVE_EXPIRY
+from loopd.inference.client import KEEPALIVE_EXPIRY, closed_before_answering
 
 REPO = Path(__file__).resolve().parents[2]
 SERVING = REPO / "serving"
@@ -158,7 +158,14 @@ class LlamaServer:
         return self._http.get(path, params=params)
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        return self._http.post(path, json=body)
+        """A POST, sent once more when the pooled connection was closed before any answer
+        (the server's idle close racing the pool's reuse), as loopd's own client does."""
+        try:
+            return self._http.post(path, json=body)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            if not closed_before_answering(exc):
+                raise
+            return self._http.post(path, json=body)
 
     def model_status(self, model: str) -> str:
         for entry in self.get("/models").json()["data"]:

@@ -58,7 +58,7 @@ STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError
 IDEMPOTENT_POSTS = frozenset({"/tokenize", "/detokenize", "/apply-template"})
 
 
-def _closed_before_answering(exc: Exception) -> bool:
+def closed_before_answering(exc: Exception) -> bool:
     """The connection was closed or reset before a single byte of answer: what a pooled
     connection the server had already closed gives, as opposed to an answer that came and was
     not HTTP. httpx's error is caused by httpcore's. httpcore raises a RemoteProtocolError of
@@ -166,7 +166,7 @@ class InferenceClient:
             return await self._http.send(
                 self._http.build_request("POST", CHAT_PATH, json=body), stream=True)
         except STALE_CONNECTION as exc:
-            if not _closed_before_answering(exc):
+            if not closed_before_answering(exc):
                 raise  # an answer that is not HTTP is the server's doing: `retries` counts it
             return await self._http.send(
                 self._http.build_request("POST", CHAT_PATH, json=body), stream=True)
