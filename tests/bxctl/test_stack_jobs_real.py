@@ -84,8 +84,10 @@ def test_a_job_runs_by_its_schedule_and_a_subagents_answer_and_taint_reach_its_p
         (state / "jobs" / "hello.toml").write_text(
             'ask = "Say hello in one short sentence."\n'
             f'schedule = "{when:%Y-%m-%d %H:%M:%S} UTC"\n')
-        say(state, "parent", f"Use call_tool to call fs.read with the path {notes}/keys.md.",
-            "required", "none")
+        # The arguments spelled as JSON: the tiny model copies them (with the path in plain
+        # words it sometimes left "path" out, and the path differs from run to run).
+        say(state, "parent", f'Use call_tool to run fs.read with the argument "path": '
+            f'"{notes}/keys.md".', "required", "none")
         say(state, "parent", 'Use call_tool to call the tool "delegate" with the task: '
             '"Say hello in one short sentence."', "required", "none")
         deadline = time.monotonic() + 900  # a bound on waiting for the job, not a speed check
