@@ -184,7 +184,12 @@ let
       # /usr, /boot and /etc stay read-only.
       ProtectHome = "no";
       ProtectSystem = "full";
+      # A tool with egress reaches brokerd's per-call proxy through the toolkit's bridge, which
+      # listens on 127.0.0.1 inside its container (a namespace with only lo): the containers
+      # need inet sockets on loopback. PrivateNetwork keeps the unit itself off every network.
+      RestrictAddressFamilies = "AF_UNIX AF_NETLINK AF_INET AF_INET6";
       IPAddressDeny = "any";
+      IPAddressAllow = "localhost";
       Type = "exec";
       ReadWritePaths = [ toolRuntimeDir ];
       ExecStartPre = "${podman} load --quiet --input=${toolkitArchive}";

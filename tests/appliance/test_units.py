@@ -105,12 +105,22 @@ def test_every_unit_is_notify_restarting_and_hardened(role):
     assert service["IPAddressDeny"] == "any"
 
 
-def test_loopd_and_the_tool_runtime_have_a_private_network_and_only_unix_sockets():
-    for service in (unit_of("loopd")["serviceConfig"], tool_runtime_unit()["serviceConfig"]):
-        assert service["PrivateNetwork"] == "yes"
-        assert service["RestrictAddressFamilies"] == "AF_UNIX AF_NETLINK"  # netlink: podman's lo
-        assert "IPAddressAllow" not in service
-        assert service["IPAddressDeny"] == "any"
+def test_loopd_has_a_private_network_and_only_unix_sockets():
+    service = unit_of("loopd")["serviceConfig"]
+    assert service["PrivateNetwork"] == "yes"
+    assert service["RestrictAddressFamilies"] == "AF_UNIX AF_NETLINK"  # netlink: podman's lo
+    assert "IPAddressAllow" not in service
+    assert service["IPAddressDeny"] == "any"
+
+
+def test_the_tool_runtime_has_a_private_network_and_inet_on_loopback_only():
+    """A tool with egress talks to brokerd's per-call proxy through the toolkit's bridge on
+    127.0.0.1 inside its container, so the containers need inet sockets, on loopback alone."""
+    service = tool_runtime_unit()["serviceConfig"]
+    assert service["PrivateNetwork"] == "yes"
+    assert service["RestrictAddressFamilies"] == "AF_UNIX AF_NETLINK AF_INET AF_INET6"
+    assert service["IPAddressDeny"] == "any"
+    assert service["IPAddressAllow"] == "localhost"
 
 
 def test_network_roles_reach_only_their_peer_and_listen_on_no_port():
