@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -158,3 +160,34 @@ def test_a_bad_owners_command_is_refused_naming_the_field(daemon):
         sock.write(frame)
         error = sock.read(timeout=30).parse(WireError)
     assert error.code == ErrorCode.BAD_REQUEST and "seq" in error.message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the command as another user: needs root")
+def test_with_no_memoryd_serving_a_user_who_cannot_write_its_files_gets_a_clear_error():
+    """No socket answers and the files are not the caller's: one line naming what failed and
+    where, not a traceback, and nothing is written."""
+    # pytest's own temp directories are root's alone: the other user must reach this one.
+    tmp_path = Path(tempfile.mkdtemp(prefix="bx-memory-owner-", dir="/var/tmp"))
+    try:
+        _clear_error_as_another_user(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _clear_error_as_another_user(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "memory").mkdir(parents=True)
+    for path in (tmp_path, home, home / "memory"):
+        path.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[paths]\nhome = "{home}"\nrun = "{tmp_path / "run"}"\n')
+    config.chmod(0o644)
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         str(Path(sys.executable).parent / "memoryd"), "undo", "memory.md", "--config",
+         str(config)], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "no memoryd answers on" in done.stderr
+    assert f"Permission denied: {home / 'memory'}" in done.stderr
+    assert list((home / "memory").iterdir()) == []

@@ -96,6 +96,10 @@ def _owner_command(config_path: str | None, command: proto.MemoryCommand) -> Non
             text = perform(command, config, lambda: _writer(config))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # no memoryd serving, and memoryd's files are not this user's
+        raise click.ClickException(
+            f"no memoryd answers on {config.served('memory-owner').path}, and doing it here "
+            f"failed: {exc.strerror}: {exc.filename}") from None
     click.echo(text)
 
 
