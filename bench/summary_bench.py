@@ -21,6 +21,8 @@ import platform
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ElementTree
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +35,9 @@ from support.llama import CODER, QWEN, SMOL, llama_paths  # noqa: E402
 
 TEST_RUN = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "boxmaker" / \
     "test-run.json"  # written by scripts/test after a run of the whole suite
+TEST_TIMES = TEST_RUN.with_suffix(".xml")  # the same run's JUnit XML: each test's time
 SUITE_BOUND_MIN = 20  # issue 19: the suite, setup apart, under 20 minutes
+SLOWEST = 10  # tests named one by one in where the suite's time goes
 
 # (what, section name, heading anchor, pattern whose groups are quoted, how to show them)
 HEADLINES = (
@@ -125,6 +129,30 @@ def suite_time(record: Path) -> str:
             f"{verdict}); exit status {run['status']}, pytest said: {run['pytest']}.")
 
 
+def suite_profile(times: Path) -> str:
+    """Where the last whole run's time went: each test directory's share, and the slowest tests
+    (setup and teardown included, as pytest's JUnit XML counts them)."""
+    if not times.exists():
+        return f"No per-test times recorded here (`{times.name}`)."
+    cases = [(case.get("classname", ""), case.get("name", ""), float(case.get("time", 0)))
+             for case in ElementTree.parse(times).getroot().iter("testcase")]
+    total = sum(seconds for _, _, seconds in cases) or 1.0
+    by_directory: dict[str, list[float]] = defaultdict(list)
+    for module, _, seconds in cases:
+        parts = module.split(".")
+        by_directory["/".join(parts[:2]) if len(parts) > 2 else parts[0]].append(seconds)
+    rows = sorted(by_directory.items(), key=lambda item: -sum(item[1]))
+    directories = "\n".join(f"| `{name}` | {len(times_)} | {sum(times_):,.0f} | "
+                            f"{sum(times_) / total:.0%} |" for name, times_ in rows)
+    slowest = sorted(cases, key=lambda case: -case[2])[:SLOWEST]
+    tests = "\n".join(f"| `{module.replace('.', '/')}.py::{name}` | {seconds:,.0f} |"
+                      for module, name, seconds in slowest)
+    return (f"Where that run's {total / 60:.1f} minutes of tests went (per test directory; "
+            f"setup and teardown included, from `{times.name}`):\n\n"
+            f"| directory | tests | seconds | share |\n|---|---:|---:|---:|\n{directories}\n\n"
+            f"| slowest tests | seconds |\n|---|---:|\n{tests}")
+
+
 def cpu_model() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -183,6 +211,8 @@ every benchmark and then this. {loads(doc)}
 {chr(10).join(headline_rows(doc))}
 
 {suite_time(TEST_RUN)}
+
+{suite_profile(TEST_TIMES)}
 """
 
 
