@@ -24,6 +24,7 @@ from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.secrets import SecretStore
 from bxcore.tools import ToolRequest
+from support.brokerd import start
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 ASK = 'tools = ["echo"]\nmode = "ask"\nclasses = ["public"]\nresult_class = "public"\n'
@@ -121,3 +122,18 @@ async def pending_ids(path: Path, count: int) -> list[str]:
         if len(found) >= count:
             return [a.id for a in found]
         await asyncio.sleep(0.01)
+
+
+def serve(rig: Rig, tmp_path: Path, body):
+    """Run ``body(broker_socket)`` with ``rig``'s broker.sock and approve.sock served."""
+    sockets = tmp_path / "broker.sock", tmp_path / "approve.sock"
+
+    async def main():
+        servers = await start(rig.broker, *sockets)
+        try:
+            return await body(sockets[0])
+        finally:
+            for server in servers:
+                server.close()
+
+    return asyncio.run(main())

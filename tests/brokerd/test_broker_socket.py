@@ -11,30 +11,15 @@ import struct
 import pytest
 from brokerd.audit import entries, verify
 from brokerd.taint import TaintStore, rebuild
-from brokerd_support import call_tool, make_rig, request, write
+from brokerd_support import call_tool, make_rig, request, serve, write
 from bxcore.frames import Frame, encode_frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import broker as broker_wire
 from bxcore.protocol import memory as memory_wire
 from bxcore.tools import ToolResponse
-from support.brokerd import start
 
 ECHO = 'tools = ["echo"]\nmode = "auto"\nclasses = ["public", "private"]\n' \
        'result_class = "private"\nallow_untrusted = true\n'
-
-
-def serve(rig, tmp_path, body):
-    sockets = tmp_path / "broker.sock", tmp_path / "approve.sock"
-
-    async def main():
-        servers = await start(rig.broker, *sockets)
-        try:
-            return await body(sockets[0])
-        finally:
-            for server in servers:
-                server.close()
-
-    return asyncio.run(main())
 
 
 def kinds(rig) -> list[str]:

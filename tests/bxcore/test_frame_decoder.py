@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from bxcore.errors import FrameError, FrameTooLarge, IncompleteFrame
+from bxcore.errors import FrameError, FrameTooLarge, IncompleteFrame, LocalProtocolError
 from bxcore.frames import END, MAX_FRAME, NEED_DATA, Frame, FrameDecoder, encode_frame
 from bxcore.protocol import loop
 
@@ -99,8 +99,8 @@ def test_a_body_that_does_not_fit_its_model_names_the_kind_and_the_field():
         frame.parse(loop.Turn)
 
 
-def test_a_frame_over_the_limit_is_not_encoded():
-    with pytest.raises(FrameTooLarge, match="over 64"):
+def test_a_frame_over_the_limit_is_not_encoded_and_that_is_our_fault():
+    with pytest.raises(LocalProtocolError, match="108 bytes, over the limit of 64"):
         encode_frame(Frame(kind="turn", final=True, body={"x": "y" * 64}), max_size=64)
 
 
@@ -228,8 +228,8 @@ def test_repr_shows_the_state():
         {"kind": "k", "final": True, "body": []},
     ],
 )
-def test_a_bad_frame_cannot_be_built(kwargs):
-    with pytest.raises(FrameError):
+def test_a_bad_frame_cannot_be_built_and_building_one_is_our_fault(kwargs):
+    with pytest.raises(LocalProtocolError):
         Frame(**kwargs)
 
 

@@ -50,7 +50,7 @@ def test_there_is_a_frame_fixture_for_every_loop_sock_kind():
     from bxcore.protocol import loop
 
     kinds = {g.kind for name, g in FRAMES.items() if name.startswith("loop_")}
-    assert kinds == loop.TO_LOOPD | loop.FROM_LOOPD
+    assert kinds == set(loop.TO_LOOPD) | set(loop.FROM_LOOPD)
 
 
 @pytest.mark.parametrize("name", sorted(RECORDS))

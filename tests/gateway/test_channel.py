@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from gatewayd import turns
+
 from .harness import run, running, until
 
 
@@ -141,3 +143,29 @@ def test_neither_the_token_nor_a_dms_text_is_logged_even_at_debug(fake, caplog):
     run(scenario())
     assert tokens and tokens[0] not in caplog.text
     assert "my very private words" not in caplog.text
+
+
+def test_a_turn_gatewayd_cannot_send_is_logged_as_its_bug_and_never_retried(
+    fake, monkeypatch, caplog
+):
+    real = turns.Turn
+
+    class UncheckedTurn:  # a bug injected: the turn is built without validation
+        @staticmethod
+        def model_validate(values):
+            return real.model_construct(**{**values, "tool_choice": ["sometimes"]})
+
+    monkeypatch.setattr(turns, "Turn", UncheckedTurn)
+    caplog.set_level(logging.ERROR, logger="gatewayd")
+
+    async def scenario():
+        async with running(fake) as h:
+            root = fake.user_posts(h.owner, h.dm, "hello")
+            await until(lambda: any("a bug in gatewayd" in m for m in answers(h, root)))
+            await asyncio.sleep(0.5)  # further redelivery rounds must not try it again
+            assert h.loop.turns == []  # loopd was sent nothing, so it is blamed for nothing
+            assert h.gateway.queue.pending_count() == 0
+
+    run(scenario())
+    bugs = [r for r in caplog.records if "our bug, not loopd's" in r.getMessage()]
+    assert len(bugs) == 1 and "frame 'turn' we were sending: tool_choice" in bugs[0].getMessage()

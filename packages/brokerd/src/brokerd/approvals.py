@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from bxcore.config.broker import LOCAL_SOCKET
-from bxcore.errors import BoxmakerError
+from bxcore.errors import BoxmakerError, LocalProtocolError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import approval as wire
@@ -209,7 +209,8 @@ class ApprovalDesk:
         if self._gateway is None:
             return
         try:
-            stream = await FrameStream.connect(self._gateway, wire.FROM_GATEWAYD)
+            stream = await FrameStream.connect(self._gateway, wire.FROM_GATEWAYD,
+                                               sends=wire.TO_GATEWAYD)
         except BoxmakerError as exc:
             log.warning("approval %s not sent to gatewayd: %s", approval.id, exc)
             return
@@ -233,5 +234,7 @@ class ApprovalDesk:
                     log.warning("answer from gatewayd to %s does not count: %s", approval.id, exc)
         except BoxmakerError as exc:
             log.warning("gatewayd connection for approval %s ended: %s", approval.id, exc)
+        except LocalProtocolError as exc:  # ours, not gatewayd's: bxctl can still answer
+            log.error("our bug, not gatewayd's: approval %s: %s", approval.id, exc, exc_info=exc)
         finally:
             await stream.close()

@@ -21,8 +21,8 @@ from bxcore.config import Config, served_sockets
 from bxcore.config.broker import LOCAL_UID
 from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
 from bxcore.peers import PeerPolicy
-from bxcore.protocol.approval import TO_APPROVE_SOCKET
-from bxcore.protocol.broker import TO_BROKERD
+from bxcore.protocol.approval import FROM_APPROVE_SOCKET, TO_APPROVE_SOCKET
+from bxcore.protocol.broker import FROM_BROKERD, TO_BROKERD
 from bxcore.secrets import SecretStore
 
 from .approvals import ApprovalBook, ApprovalDesk
@@ -152,10 +152,12 @@ async def serve(config: Config, backend: Sandbox, source: str | Path = "config")
 
     async def main() -> None:
         async with contextlib.AsyncExitStack() as stack:
-            for each, group, kinds, handle in zip(
-                served, groups, (TO_BROKERD, TO_APPROVE_SOCKET), handlers(broker), strict=True
+            for each, group, (kinds, sends), handle in zip(
+                served, groups,
+                ((TO_BROKERD, FROM_BROKERD), (TO_APPROVE_SOCKET, FROM_APPROVE_SOCKET)),
+                handlers(broker), strict=True,
             ):
-                handler = connection(each.path, kinds, handle)
+                handler = connection(each.path, kinds, handle, sends)
                 # approve.sock also admits the uids its local:<uid> approvers name.
                 extra = local_uids(section_approvers) if each.name == "approve" else frozenset()
                 await stack.enter_async_context(listening(

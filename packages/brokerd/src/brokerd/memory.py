@@ -30,7 +30,8 @@ class MemoryClient:
             "untrusted": taint.untrusted,
         })
         try:
-            stream = await FrameStream.connect(self._socket, wire.FROM_MEMORYD)
+            stream = await FrameStream.connect(self._socket, wire.FROM_MEMORYD,
+                                               sends=wire.TO_MEMORYD)
         except BoxmakerError as exc:
             return unavailable(str(exc))
         try:

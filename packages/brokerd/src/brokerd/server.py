@@ -13,14 +13,14 @@ import contextlib
 import logging
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 
 from bxcore import daemon
 from bxcore.config.broker import LOCAL_SOCKET
-from bxcore.errors import BoxmakerError, ErrorCode, FrameError, WireError
-from bxcore.frames import Frame
-from bxcore.framestream import FrameStream
+from bxcore.errors import BoxmakerError, ErrorCode, FrameError, LocalProtocolError, WireError
+from bxcore.frames import Frame, Kinds
+from bxcore.framestream import FrameStream, answer_our_bug
 from bxcore.peers import overflow_uid
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
@@ -139,13 +139,16 @@ async def handle_approval(broker: Broker, stream: FrameStream, uid: int, overflo
     await stream.write(Frame.of(approval_wire.APPROVAL_ACK, ack, final=True))
 
 
-def connection(path: Path, kinds: frozenset[str], handle: Handler) -> daemon.Handler:
+def connection(path: Path, kinds: Collection[str], handle: Handler, sends: Kinds
+               ) -> daemon.Handler:
     """One connection: the frame stream around it, closed whatever the handler does."""
 
     async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        stream = FrameStream(reader, writer, kinds)
+        stream = FrameStream(reader, writer, kinds, sends=sends)
         try:
             await handle(stream, writer)
+        except LocalProtocolError as exc:  # ours: logged as a bug, the peer told ``internal``
+            await answer_our_bug(stream, exc, log)
         except BoxmakerError as exc:
             log.info("connection on %s ended: %s", path.name, exc)
         finally:

@@ -96,7 +96,8 @@ class Broker:
         if isinstance(body, dict):
             for key, kind in (("session", str), ("call", int), ("tool", str)):
                 value = body.get(key)
-                if isinstance(value, kind) and not isinstance(value, bool):
+                if isinstance(value, kind) and not isinstance(value, bool) and \
+                        not (isinstance(value, int) and value < 0):  # a call is a Count
                     fields[key] = value
             fields["request_sha256"] = sha256(canonical_json(body))
         await self.audit.refused(reason=reason, **fields)

@@ -1,5 +1,14 @@
 """Errors of bxcore, and the error codes every socket speaks.
 
+Two roots. ``BoxmakerError`` is every failure Boxmaker expects and answers (a peer that did it
+wrong, a stream that ended, a bad file); ``LocalProtocolError`` is a bug on this side, and is
+deliberately not a BoxmakerError, so no handler of expected failures (which blames the peer or
+the network) absorbs it. The h11 split: the peer's fault is ``RemoteProtocolError``, ours is
+``LocalProtocolError``.
+
+    LocalProtocolError      we did it wrong: a frame this side tried to send breaks the protocol
+                            (a kind this side does not send, a body that fails its kind's model,
+                            over the size limit, not JSON, a frame after our final one)
     BoxmakerError
     ├── RemoteProtocolError the peer did it wrong: what it sent is not the protocol
     │   ├── FrameError      a frame on a socket is malformed
@@ -28,6 +37,12 @@ from ._base import Model, Text
 
 class BoxmakerError(Exception):
     """Base class of every error Boxmaker raises on purpose."""
+
+
+class LocalProtocolError(Exception):
+    """This side tried to send a frame the protocol does not allow (h11's LocalProtocolError):
+    a bug here, never the peer's fault. Raised before a byte of the frame is written, so the
+    stream is still at a frame boundary. Not a BoxmakerError (see the module docstring)."""
 
 
 class RemoteProtocolError(BoxmakerError):

@@ -9,6 +9,12 @@ A frame is a 4-byte big-endian length N, then N bytes of one canonical-JSON obje
 
 Any byte string yields frames or a FrameError (or IncompleteFrame when the stream ends inside a
 frame), never another exception. After an error the decoder stays in its ERROR state.
+
+What the peer sent wrong is a FrameError (a RemoteProtocolError); a frame this side builds or
+encodes wrong is a LocalProtocolError, our bug. ``Frame`` raises the local kind, and the decoder
+converts it once, where the data was received. Each side of a socket declares the kinds it
+sends and receives as a ``Kinds`` table (kind -> the body's model; bxcore.protocol), which
+bxcore.frameconn checks every frame sent against.
 """
 
 from __future__ import annotations
@@ -17,14 +23,16 @@ import json
 import re
 import struct
 from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from types import MappingProxyType
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .canonical import canonical_json, to_jsonable
-from .errors import FrameError, FrameTooLarge, IncompleteFrame
+from .errors import FrameError, FrameTooLarge, IncompleteFrame, LocalProtocolError
 
 MAX_FRAME = 16 * 1024 * 1024  # bytes of JSON after the length prefix
 _PREFIX = struct.Struct(">I")
@@ -40,6 +48,18 @@ END = _Signal.END
 
 M = TypeVar("M", bound=BaseModel)
 
+Kinds = Mapping[str, TypeAdapter[Any]]
+"""The frame kinds one side of a socket sends or receives, each with its body's validator."""
+
+
+def kind_table(table: Mapping[str, Any]) -> Kinds:
+    """A read-only ``Kinds`` table from kind -> the body's model (a pydantic model, or any type
+    pydantic validates, such as a discriminated union; an adapter passes through)."""
+    return MappingProxyType({
+        kind: model if isinstance(model, TypeAdapter) else TypeAdapter(model)
+        for kind, model in table.items()
+    })
+
 
 @dataclass(frozen=True, kw_only=True)
 class Frame:
@@ -48,19 +68,22 @@ class Frame:
     body: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # LocalProtocolError: a frame built here wrong is our bug. The decoder turns it into a
+        # FrameError for a frame that arrived.
         if not isinstance(self.kind, str) or not self.kind:
-            raise FrameError("frame 'kind' must be a non-empty string")
+            raise LocalProtocolError("frame 'kind' must be a non-empty string")
         if not isinstance(self.final, bool):
-            raise FrameError(f"frame {self.kind!r}: 'final' must be true or false")
+            raise LocalProtocolError(f"frame {self.kind!r}: 'final' must be true or false")
         if not isinstance(self.body, dict):
-            raise FrameError(f"frame {self.kind!r}: 'body' must be an object")
+            raise LocalProtocolError(f"frame {self.kind!r}: 'body' must be an object")
 
     @classmethod
     def of(cls, kind: str, body: BaseModel | dict[str, Any], *, final: bool) -> Frame:
         return cls(kind=kind, final=final, body=to_jsonable(body))
 
     def parse(self, model: type[M]) -> M:
-        """The body validated as ``model``; a FrameError names the frame kind and the field."""
+        """A received frame's body validated as ``model``; a FrameError (the peer's fault)
+        names the frame kind and the field."""
         try:
             return model.model_validate(self.body)
         except ValidationError as exc:
@@ -77,16 +100,22 @@ def describe_validation(exc: ValidationError) -> str:
 
 
 def encode_frame(frame: Frame, max_size: int = MAX_FRAME) -> bytes:
-    payload = canonical_json({"kind": frame.kind, "final": frame.final, "body": frame.body})
+    """The frame's bytes on the wire. LocalProtocolError when it cannot be sent: its body is not
+    JSON (NaN, a lone surrogate, a value JSON has no form for), or it is over ``max_size``."""
+    try:
+        payload = canonical_json({"kind": frame.kind, "final": frame.final, "body": frame.body})
+    except (ValueError, TypeError) as exc:
+        raise LocalProtocolError(f"frame {frame.kind!r} is not JSON: {exc}") from exc
     if len(payload) > max_size:
-        raise FrameTooLarge(f"frame {frame.kind!r} is {len(payload)} bytes, over {max_size}")
+        raise LocalProtocolError(f"frame {frame.kind!r} is {len(payload)} bytes, over the "
+                                 f"limit of {max_size}")
     return _PREFIX.pack(len(payload)) + payload
 
 
 class FrameDecoder:
     """Bytes in, frames out. ``kinds`` is the set this socket accepts (None: any kind)."""
 
-    def __init__(self, kinds: frozenset[str] | set[str] | None = None, max_size: int = MAX_FRAME):
+    def __init__(self, kinds: Collection[str] | None = None, max_size: int = MAX_FRAME):
         self._kinds = frozenset(kinds) if kinds is not None else None
         self._max = max_size
         self._buffer = bytearray()
@@ -160,7 +189,10 @@ class FrameDecoder:
         extra = sorted(set(value) - {"kind", "final", "body"})
         if extra:
             raise FrameError(f"frame has unknown field(s) {', '.join(map(repr, extra))}")
-        frame = Frame(kind=value["kind"], final=value["final"], body=value["body"])
+        try:
+            frame = Frame(kind=value["kind"], final=value["final"], body=value["body"])
+        except LocalProtocolError as exc:  # built from the peer's bytes: the peer's fault
+            raise FrameError(str(exc)) from None
         if self._kinds is not None and frame.kind not in self._kinds:
             raise FrameError(f"unknown frame kind {frame.kind!r} on this socket")
         return frame

@@ -1,4 +1,7 @@
-"""Thin I/O shells around the frame codec: an asyncio stream and a blocking socket.
+"""Thin I/O shells around bxcore.frameconn's pure connection: an asyncio stream and a blocking
+socket. They only receive and send bytes and read the clock; what a chunk, the end of the
+stream, a frame cut off by it and the frame's deadline mean is decided once, in
+``FrameConnection`` (h11's Connection, driven by a read loop as httpcore drives it).
 
 Each read and write takes its own timeout, a deadline for the whole frame: a peer that sends
 (or takes) one byte at a time does not extend it. There is no deadline across frames. Reads are
@@ -6,22 +9,35 @@ bounded (CHUNK bytes at a time) so a peer cannot make us buffer more than one fr
 
 This is the edge for socket errors: a missed deadline is ``StreamTimeout``, a broken connection
 ``StreamBroken``, a socket that cannot be reached ``PeerUnavailable``; no ``TimeoutError`` or
-``OSError`` reaches the caller from ``connect``, ``read`` or ``write``.
+``OSError`` reaches the caller from ``connect``, ``read`` or ``write``. A frame this side may not
+send is ``LocalProtocolError`` (our bug), raised before any byte of it is written;
+``answer_our_bug`` is what a role's socket handler does with one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
-from .errors import FrameError, PeerUnavailable, StreamBroken, StreamClosed, StreamTimeout
-from .frames import END, MAX_FRAME, NEED_DATA, Frame, FrameDecoder, encode_frame
+from .errors import (
+    BoxmakerError,
+    ErrorCode,
+    FrameError,
+    LocalProtocolError,
+    PeerUnavailable,
+    StreamBroken,
+    StreamTimeout,
+    WireError,
+)
+from .frameconn import CHUNK, Deadline, FrameConnection, Receive
+from .frames import MAX_FRAME, Frame, Kinds
 
-CHUNK = 64 * 1024
+ERROR = "error"  # the kind of every socket's error frame (a WireError)
 
 
 @contextlib.contextmanager
@@ -45,33 +61,6 @@ def _stream_errors(what: str, timeout: float | None) -> Iterator[None]:
         raise StreamTimeout(f"{what}: no whole frame within {timeout:g} s") from exc
     except OSError as exc:  # ConnectionError (reset, broken pipe) and any other socket error
         raise StreamBroken(f"connection broken: {exc.strerror or exc}") from exc
-
-
-def _next_frame(decoder: FrameDecoder) -> Frame | None:
-    """The decoder's next frame; None when it needs data; StreamClosed at a clean end."""
-    event = decoder.next_event()
-    if event is END:
-        raise StreamClosed("peer closed the connection")
-    if isinstance(event, Frame):
-        return event
-    assert event is NEED_DATA
-    return None
-
-
-class _Deadline:
-    """The time left of one frame's deadline; None: no deadline."""
-
-    def __init__(self, timeout: float | None):
-        self.timeout = timeout
-        self._end = None if timeout is None else time.monotonic() + timeout
-
-    def left(self) -> float | None:
-        if self._end is None:
-            return None
-        left = self._end - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        return left
 
 
 async def _connected_unix_socket(path: str) -> socket.socket:
@@ -99,45 +88,52 @@ async def _connected_unix_socket(path: str) -> socket.socket:
 
 
 class FrameStream:
-    """Frames over an asyncio stream pair."""
+    """Frames over an asyncio stream pair. ``kinds``: what the peer may send us; ``sends``: what
+    we may send, each kind with its body's model (bxcore.frameconn)."""
 
     def __init__(
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        kinds: frozenset[str] | set[str] | None = None,
+        kinds: Collection[str] | None = None,
         max_size: int = MAX_FRAME,
+        *,
+        sends: Kinds | None = None,
     ):
         self._reader = reader
         self._writer = writer
-        self._decoder = FrameDecoder(kinds, max_size)
-        self._max = max_size
+        self._conn = FrameConnection(kinds, sends, max_size)
 
     @classmethod
     async def connect(
-        cls, path: str | Path, kinds: frozenset[str] | set[str] | None = None, timeout: float = 10
+        cls, path: str | Path, kinds: Collection[str] | None = None, timeout: float = 10, *,
+        sends: Kinds | None = None,
     ) -> FrameStream:
         with _map_os_errors(f"socket {path}"):
             sock = await asyncio.wait_for(_connected_unix_socket(str(path)), timeout)
             reader, writer = await asyncio.open_unix_connection(sock=sock, limit=CHUNK)
-        return cls(reader, writer, kinds)
+        return cls(reader, writer, kinds, sends=sends)
+
+    def may_send(self, kind: str) -> bool:
+        return self._conn.may_send(kind)
 
     async def read(self, timeout: float | None = None) -> Frame:
         """The next frame. Raises StreamClosed at a clean end, StreamBroken when the connection
         breaks, IncompleteFrame mid-frame, FrameError on a malformed frame, StreamTimeout when
         no whole frame arrived within ``timeout`` seconds of the call."""
-        deadline = _Deadline(timeout)
+        deadline = Deadline.after(timeout, time.monotonic())
         with _stream_errors("reading a frame", timeout):
-            while (frame := _next_frame(self._decoder)) is None:
-                data = await asyncio.wait_for(self._reader.read(CHUNK), deadline.left())
-                self._decoder.feed(data)
-            return frame
+            while isinstance(step := self._conn.next_frame(deadline, time.monotonic()), Receive):
+                received = self._reader.read(step.max_bytes)
+                self._conn.receive_data(await asyncio.wait_for(received, step.timeout))
+            return step
 
     async def write(self, frame: Frame, timeout: float | None = 30) -> None:
         """Send one frame; StreamTimeout if the peer has not taken it within ``timeout``. A
         frame sent in part cannot be taken back: the connection is then aborted, so ``close``
-        does not wait for a peer that takes nothing."""
-        self._writer.write(encode_frame(frame, self._max))
+        does not wait for a peer that takes nothing. LocalProtocolError, before anything is
+        written, when this side may not send the frame."""
+        self._writer.write(self._conn.send(frame))
         try:
             with _stream_errors("writing a frame", timeout):
                 await asyncio.wait_for(self._writer.drain(), timeout)
@@ -155,16 +151,16 @@ class SyncFrameSocket:
     """Frames over a blocking Unix socket, for command-line clients and tests."""
 
     def __init__(
-        self, sock: socket.socket, kinds: frozenset[str] | set[str] | None = None,
-        max_size: int = MAX_FRAME,
+        self, sock: socket.socket, kinds: Collection[str] | None = None,
+        max_size: int = MAX_FRAME, *, sends: Kinds | None = None,
     ):
         self._sock = sock
-        self._decoder = FrameDecoder(kinds, max_size)
-        self._max = max_size
+        self._conn = FrameConnection(kinds, sends, max_size)
 
     @classmethod
     def connect(
-        cls, path: str | Path, kinds: frozenset[str] | set[str] | None = None, timeout: float = 10
+        cls, path: str | Path, kinds: Collection[str] | None = None, timeout: float = 10, *,
+        sends: Kinds | None = None,
     ) -> SyncFrameSocket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
@@ -174,25 +170,25 @@ class SyncFrameSocket:
             except BaseException:
                 sock.close()
                 raise
-        return cls(sock, kinds)
+        return cls(sock, kinds, sends=sends)
 
     def read(self, timeout: float | None = None) -> Frame:
         """As ``FrameStream.read``: ``timeout`` is the deadline for the whole frame."""
-        deadline = _Deadline(timeout)
+        deadline = Deadline.after(timeout, time.monotonic())
         with _stream_errors("reading a frame", timeout):
-            while (frame := _next_frame(self._decoder)) is None:
-                self._sock.settimeout(deadline.left())
-                self._decoder.feed(self._sock.recv(CHUNK))
-            return frame
+            while isinstance(step := self._conn.next_frame(deadline, time.monotonic()), Receive):
+                self._sock.settimeout(step.timeout)
+                self._conn.receive_data(self._sock.recv(step.max_bytes))
+            return step
 
     def write(self, frame: Frame, timeout: float | None = 30) -> None:
         """Send one frame whole within ``timeout`` (``sendall`` applies a socket timeout per
         send, so each send gets what is left of the deadline)."""
-        data = memoryview(encode_frame(frame, self._max))
-        deadline = _Deadline(timeout)
+        data = memoryview(self._conn.send(frame))
+        deadline = Deadline.after(timeout, time.monotonic())
         with _stream_errors("writing a frame", timeout):
             while data:
-                self._sock.settimeout(deadline.left())
+                self._sock.settimeout(deadline.left(time.monotonic(), "writing a frame"))
                 data = data[self._sock.send(data):]
 
     def close(self) -> None:
@@ -205,4 +201,17 @@ class SyncFrameSocket:
         self.close()
 
 
-__all__ = ["FrameError", "FrameStream", "PeerUnavailable", "SyncFrameSocket"]
+async def answer_our_bug(stream: FrameStream, exc: LocalProtocolError,
+                         log: logging.Logger) -> None:
+    """What a role's socket handler does with its own LocalProtocolError: log it as this side's
+    bug, with its trace, and tell the peer ``internal`` if an ``error`` frame may still go out.
+    The peer is never blamed (no ``bad_frame``, no ``bad_request``): it did nothing wrong."""
+    log.error("our bug, not the peer's: %s", exc, exc_info=exc)
+    if stream.may_send(ERROR):
+        body = WireError(code=ErrorCode.INTERNAL,
+                         message="a bug on this side: its answer could not be sent")
+        with contextlib.suppress(BoxmakerError, LocalProtocolError):
+            await stream.write(Frame.of(ERROR, body, final=True))
+
+
+__all__ = ["FrameError", "FrameStream", "PeerUnavailable", "SyncFrameSocket", "answer_our_bug"]

@@ -31,7 +31,8 @@ def _approve_socket(config_path: Path | None) -> Path:
 
 def _exchange(config_path: Path | None, frame: Frame) -> Frame:
     try:
-        with SyncFrameSocket.connect(_approve_socket(config_path), wire.FROM_APPROVE_SOCKET) as s:
+        with SyncFrameSocket.connect(_approve_socket(config_path), wire.FROM_APPROVE_SOCKET,
+                                     sends=wire.TO_APPROVE_SOCKET) as s:
             s.write(frame)
             reply = s.read(timeout=30)
     except BoxmakerError as exc:

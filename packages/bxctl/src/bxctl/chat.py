@@ -44,7 +44,7 @@ class TurnFailed(Exception):
 
 def turn_frames(socket_path: Path, turn: Turn) -> Iterator[Frame]:
     """Send one turn; yield every frame loopd answers, the final one last."""
-    with SyncFrameSocket.connect(socket_path, wire.FROM_LOOPD) as channel:
+    with SyncFrameSocket.connect(socket_path, wire.FROM_LOOPD, sends=wire.TO_LOOPD) as channel:
         channel.write(Frame.of(wire.TURN, turn, final=False))
         while True:
             # No read timeout: prompt processing can take minutes; loopd watches liveness.

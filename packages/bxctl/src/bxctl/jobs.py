@@ -48,7 +48,8 @@ def tell_owner(config: Config, session: str, text: str) -> str:
         return f"not sent to the owner: no gatewayd at {path}"
     notice = approval.OwnerNotice(session=session, text=text)
     try:
-        with SyncFrameSocket.connect(path, approval.FROM_GATEWAYD) as sock:
+        with SyncFrameSocket.connect(path, approval.FROM_GATEWAYD,
+                                     sends=approval.TO_GATEWAYD) as sock:
             sock.write(Frame.of(approval.OWNER_NOTICE, notice, final=True))
             reply = sock.read(timeout=NOTICE_TIMEOUT)
     except BoxmakerError as exc:

@@ -24,16 +24,18 @@ from bxcore.daemon import DEFAULT_MODE, listening
 from bxcore.errors import (
     ErrorCode,
     FrameError,
+    LocalProtocolError,
     StreamEnded,
     StreamTimeout,
     WireError,
 )
 from bxcore.frames import Frame
-from bxcore.framestream import FrameStream
+from bxcore.framestream import FrameStream, answer_our_bug
 from bxcore.protocol.approval import (
     APPROVAL_ANSWER,
     APPROVAL_REQUEST,
     ERROR,
+    FROM_GATEWAYD,
     NOTICE_POSTED,
     OWNER_NOTICE,
     TO_GATEWAYD,
@@ -79,9 +81,11 @@ class ApprovalServer:
         await self._listener.aclose()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        stream = FrameStream(reader, writer, kinds=TO_GATEWAYD)
+        stream = FrameStream(reader, writer, kinds=TO_GATEWAYD, sends=FROM_GATEWAYD)
         try:
             await self._serve(stream)
+        except LocalProtocolError as exc:  # ours: logged as a bug, the peer told ``internal``
+            await answer_our_bug(stream, exc, log)
         except StreamEnded as exc:
             log.info("gateway.sock: peer went away: %s", exc)
         finally:

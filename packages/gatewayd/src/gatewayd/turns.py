@@ -17,6 +17,7 @@ from pathlib import Path
 from bxcore.errors import (
     ErrorCode,
     FrameError,
+    LocalProtocolError,
     StreamEnded,
     StreamTimeout,
     WireError,
@@ -26,6 +27,7 @@ from bxcore.framestream import FrameStream, PeerUnavailable
 from bxcore.protocol.loop import (
     ERROR,
     FROM_LOOPD,
+    TO_LOOPD,
     TURN,
     TURN_DONE,
     TURN_EVENT,
@@ -80,7 +82,7 @@ class TurnRunner:
         resume = item.resume
         for flipped in (False, True):
             try:
-                stream = await FrameStream.connect(self._socket, kinds=FROM_LOOPD)
+                stream = await FrameStream.connect(self._socket, kinds=FROM_LOOPD, sends=TO_LOOPD)
             except PeerUnavailable as exc:
                 log.info("post %s: loopd unavailable (%s)", item.post_id, exc)
                 if item.attempts == 0:
@@ -133,6 +135,11 @@ class TurnRunner:
                     return Outcome.DELIVERED
                 elif frame.kind == ERROR:
                     return await self._refused(item, placeholder, frame.parse(WireError), resume)
+        except LocalProtocolError as exc:  # ours, not loopd's: retrying would fail the same way
+            log.error("our bug, not loopd's: post %s: %s", item.post_id, exc, exc_info=exc)
+            self._queue.delivered(item.post_id)
+            await self._edit(placeholder, "⚠ _a bug in gatewayd: the message was not sent_")
+            return Outcome.DELIVERED
         except (StreamEnded, FrameError, StreamTimeout) as exc:
             log.warning("post %s: loop.sock: %s", item.post_id, exc or type(exc).__name__)
             if not accepted:

@@ -116,7 +116,7 @@ class MemoryLink:
                      frame.body)
 
     async def _ask(self, request: Frame) -> Frame:
-        stream = await FrameStream.connect(self._socket, wire.FROM_MEMORYD,
+        stream = await FrameStream.connect(self._socket, wire.FROM_MEMORYD, sends=wire.TO_MEMORYD,
                                            timeout=self._connect_timeout)
         try:
             await stream.write(request, timeout=self._answer_timeout)

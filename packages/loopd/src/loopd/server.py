@@ -28,9 +28,16 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from bxcore.config.inference import SlotSection
-from bxcore.errors import ErrorCode, FrameError, StreamEnded, StreamTimeout, WireError
+from bxcore.errors import (
+    ErrorCode,
+    FrameError,
+    LocalProtocolError,
+    StreamEnded,
+    StreamTimeout,
+    WireError,
+)
 from bxcore.frames import Frame
-from bxcore.framestream import FrameStream
+from bxcore.framestream import FrameStream, answer_our_bug
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnEvent, TurnEventBody
 
@@ -70,10 +77,12 @@ class LoopServer:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One channel connection: read its turn, run it, answer."""
-        stream = FrameStream(reader, writer, wire.TO_LOOPD)
+        stream = FrameStream(reader, writer, wire.TO_LOOPD, sends=wire.FROM_LOOPD)
         try:
             final = await self._answer(stream)
             await stream.write(final)
+        except LocalProtocolError as exc:  # ours: logged as a bug, the channel told ``internal``
+            await answer_our_bug(stream, exc, log)
         except (StreamEnded, StreamTimeout) as exc:
             log.info("channel went away: %s", exc)
         finally:
@@ -210,6 +219,8 @@ class _Channel:
         frame = Frame.of(wire.TURN_EVENT, TurnEvent(event=event), final=False)
         try:
             await self._stream.write(frame, timeout=EVENT_WRITE_TIMEOUT)
+        except LocalProtocolError as exc:  # ours, not the channel's: the turn runs on
+            log.error("our bug, not the channel's: an event was not sent: %s", exc, exc_info=exc)
         except (StreamEnded, StreamTimeout) as exc:
             log.info("channel stopped taking events: %s", exc)
             self._gone = True

@@ -60,7 +60,8 @@ def ask_memoryd(path: Path, command: proto.MemoryCommand) -> str | None:
     """The serving memoryd's answer to ``command``; None when none serves ``path`` (no socket,
     or one a stopped memoryd left). A refusal is a CommandRefused with memoryd's message."""
     try:
-        sock = SyncFrameSocket.connect(path, proto.FROM_MEMORYD_OWNER)
+        sock = SyncFrameSocket.connect(path, proto.FROM_MEMORYD_OWNER,
+                                       sends=proto.TO_MEMORYD_OWNER)
     except PeerUnavailable as exc:
         if isinstance(exc.__cause__, FileNotFoundError | ConnectionRefusedError):
             return None

@@ -16,10 +16,15 @@ from pathlib import Path
 
 from bxcore.config import Config
 from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
-from bxcore.errors import BoxmakerError
+from bxcore.errors import BoxmakerError, LocalProtocolError
 from bxcore.frames import Frame
-from bxcore.framestream import FrameStream
-from bxcore.protocol.memory import TO_MEMORYD, TO_MEMORYD_OWNER
+from bxcore.framestream import FrameStream, answer_our_bug
+from bxcore.protocol.memory import (
+    FROM_MEMORYD,
+    FROM_MEMORYD_OWNER,
+    TO_MEMORYD,
+    TO_MEMORYD_OWNER,
+)
 
 from .service import MemoryService
 
@@ -42,10 +47,12 @@ async def serve(config: Config, source: str | Path = "config") -> None:
         service.catch_up()
 
         async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await _connection(FrameStream(reader, writer, kinds=TO_MEMORYD), service.handle)
+            await _connection(FrameStream(reader, writer, kinds=TO_MEMORYD,
+                                                sends=FROM_MEMORYD), service.handle)
 
         async def owner(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await _connection(FrameStream(reader, writer, kinds=TO_MEMORYD_OWNER),
+            await _connection(FrameStream(reader, writer, kinds=TO_MEMORYD_OWNER,
+                                          sends=FROM_MEMORYD_OWNER),
                               service.handle_owner)
 
         async with (
@@ -69,6 +76,8 @@ async def _connection(stream: FrameStream, handle: Callable[[Frame], Awaitable[F
         frame = await stream.read(timeout=READ_TIMEOUT)
         answer = await handle(frame)
         await stream.write(answer)
+    except LocalProtocolError as exc:  # ours: logged as a bug, the peer told ``internal``
+        await answer_our_bug(stream, exc, log)
     except BoxmakerError as exc:
         log.warning("connection dropped: %s", exc)
     finally:

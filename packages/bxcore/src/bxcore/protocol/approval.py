@@ -23,6 +23,8 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from .._base import Model, Text
+from ..errors import WireError
+from ..frames import kind_table
 from ..ids import SessionId
 
 APPROVAL_REQUEST = "approval_request"
@@ -34,10 +36,6 @@ OWNER_NOTICE = "owner_notice"
 NOTICE_POSTED = "notice_posted"
 ERROR = "error"
 
-TO_GATEWAYD = frozenset({APPROVAL_REQUEST, OWNER_NOTICE})
-FROM_GATEWAYD = frozenset({APPROVAL_ANSWER, NOTICE_POSTED, ERROR})
-TO_APPROVE_SOCKET = frozenset({APPROVAL_LIST, APPROVAL_ANSWER})
-FROM_APPROVE_SOCKET = frozenset({APPROVAL_PENDING, APPROVAL_ACK, ERROR})
 
 
 class ApprovalRequest(Model):
@@ -78,3 +76,16 @@ class OwnerNotice(Model):
 class NoticePosted(Model):
     root_id: Text  # the thread it was posted in
     post_id: Text  # its first post
+
+
+class ApprovalList(Model):
+    """``approval_list``'s body: nothing (every pending call is listed)."""
+
+
+# What each side sends, with each kind's body (bxcore.frames.Kinds).
+TO_GATEWAYD = kind_table({APPROVAL_REQUEST: ApprovalRequest, OWNER_NOTICE: OwnerNotice})
+FROM_GATEWAYD = kind_table({APPROVAL_ANSWER: ApprovalAnswer, NOTICE_POSTED: NoticePosted,
+                            ERROR: WireError})
+TO_APPROVE_SOCKET = kind_table({APPROVAL_LIST: ApprovalList, APPROVAL_ANSWER: ApprovalAnswer})
+FROM_APPROVE_SOCKET = kind_table({APPROVAL_PENDING: ApprovalPending, APPROVAL_ACK: ApprovalAck,
+                                  ERROR: WireError})

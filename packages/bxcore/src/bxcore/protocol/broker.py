@@ -13,6 +13,9 @@ from typing import Literal, Self
 from pydantic import model_validator
 
 from .._base import Count, Model, Text
+from ..errors import WireError
+from ..frames import kind_table
+from ..tools import ToolRequest, ToolResponse
 from . import delegate
 
 TOOL_CALL = "tool_call"
@@ -20,8 +23,6 @@ TOOL_WAITING = "tool_waiting"
 TOOL_RESPONSE = "tool_response"
 ERROR = "error"
 
-TO_BROKERD = frozenset({TOOL_CALL}) | delegate.TO_BROKERD
-FROM_BROKERD = frozenset({TOOL_WAITING, TOOL_RESPONSE, ERROR}) | delegate.FROM_BROKERD
 
 
 WaitReason = Literal["approval", "running"]
@@ -50,3 +51,9 @@ class ToolWaiting(Model):
         if self.reason == "running" and any(named):
             raise ValueError("a running call has no approval or expires")
         return self
+
+
+# What each side sends, with each kind's body (bxcore.frames.Kinds).
+TO_BROKERD = kind_table({TOOL_CALL: ToolRequest, **delegate.TO_BROKERD})
+FROM_BROKERD = kind_table({TOOL_WAITING: ToolWaiting, TOOL_RESPONSE: ToolResponse,
+                           ERROR: WireError, **delegate.FROM_BROKERD})

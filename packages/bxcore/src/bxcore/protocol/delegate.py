@@ -18,6 +18,7 @@ from pydantic import Field
 
 from .._base import Model, Text
 from ..chat import ToolSchema
+from ..frames import kind_table
 from ..ids import SessionId
 
 DELEGATE: Final = "delegate"
@@ -25,10 +26,6 @@ DELEGATE_RUN: Final = "delegate_run"
 DELEGATE_DONE: Final = "delegate_done"
 MAX_ROUNDS: Final = 32  # the most rounds of tool calls a task may ask for
 SUBAGENT_PREFIX: Final = "sub-"  # a child session's id starts with this
-
-# The kinds this adds to broker.sock (bxcore.protocol.broker includes them in its sets).
-TO_BROKERD = frozenset({DELEGATE_DONE})
-FROM_BROKERD = frozenset({DELEGATE_RUN})
 
 TaskText = Annotated[Text, Field(min_length=1, max_length=16 * 1024)]
 Rounds = Annotated[int, Field(ge=1, le=MAX_ROUNDS, strict=True)]
@@ -74,6 +71,11 @@ DELEGATE_SCHEMA = ToolSchema(
         "required": ["task"],
     },
 )
+
+# The kinds this adds to broker.sock (bxcore.protocol.broker includes them in its tables).
+TO_BROKERD = kind_table({DELEGATE_DONE: DelegateDone})
+FROM_BROKERD = kind_table({DELEGATE_RUN: DelegateRun})
+
 
 __all__ = [
     "DELEGATE", "DELEGATE_DONE", "DELEGATE_RUN", "DELEGATE_SCHEMA", "FROM_BROKERD", "MAX_ROUNDS",

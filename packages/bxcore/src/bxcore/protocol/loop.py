@@ -12,6 +12,7 @@ from pydantic import Field
 
 from .._base import Count, Flag, Model, Text
 from ..errors import WireError
+from ..frames import kind_table
 from ..ids import SessionId
 from ..tools import DataClass
 from .broker import ToolWaiting
@@ -21,8 +22,6 @@ TURN_EVENT = "turn_event"
 TURN_DONE = "turn_done"
 ERROR = "error"
 
-TO_LOOPD = frozenset({TURN})
-FROM_LOOPD = frozenset({TURN_EVENT, TURN_DONE, ERROR})
 
 SessionKind = Literal["main", "background"]
 ToolChoice = Literal["auto", "required", "none"]
@@ -132,6 +131,11 @@ class TurnUsage(Model):
 class TurnDone(Model):
     content: Text
     usage: TurnUsage
+
+
+# What each side sends, with each kind's body (bxcore.frames.Kinds).
+TO_LOOPD = kind_table({TURN: Turn})
+FROM_LOOPD = kind_table({TURN_EVENT: TurnEvent, TURN_DONE: TurnDone, ERROR: WireError})
 
 
 __all__ = [

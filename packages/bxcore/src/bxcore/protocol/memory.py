@@ -26,9 +26,11 @@ from pydantic import Field
 
 from .._base import Count, Flag, Model, Text
 from ..chat import ToolSchema
+from ..errors import WireError
+from ..frames import kind_table
 from ..ids import SessionId
 from ..records import LogRecord
-from ..tools import DataClass, ToolRequest
+from ..tools import DataClass, ToolRequest, ToolResponse
 
 TURN_FINISHED = "turn_finished"
 TURN_RECORDED = "turn_recorded"
@@ -40,10 +42,6 @@ MEMORY_COMMAND = "memory_command"
 COMMAND_DONE = "command_done"
 ERROR = "error"
 
-TO_MEMORYD = frozenset({TURN_FINISHED, IDENTITY_REQUEST, MEMORY_CALL})
-FROM_MEMORYD = frozenset({TURN_RECORDED, IDENTITY_SNAPSHOT, TOOL_RESPONSE, ERROR})
-TO_MEMORYD_OWNER = frozenset({MEMORY_COMMAND})
-FROM_MEMORYD_OWNER = frozenset({COMMAND_DONE, ERROR})
 
 IdentityName = Literal["soul.md", "memory.md", "user.md"]
 IDENTITY_ORDER: tuple[IdentityName, ...] = ("soul.md", "memory.md", "user.md")
@@ -263,6 +261,15 @@ MEMORY_TOOL_SCHEMAS: tuple[ToolSchema, ...] = (
         },
     ),
 )
+
+# What each side sends, with each kind's body (bxcore.frames.Kinds).
+TO_MEMORYD = kind_table({TURN_FINISHED: TurnFinished, IDENTITY_REQUEST: IdentityRequest,
+                         MEMORY_CALL: MemoryCall})
+FROM_MEMORYD = kind_table({TURN_RECORDED: TurnRecorded, IDENTITY_SNAPSHOT: IdentitySnapshot,
+                           TOOL_RESPONSE: ToolResponse, ERROR: WireError})
+TO_MEMORYD_OWNER = kind_table({MEMORY_COMMAND: MemoryCommand})
+FROM_MEMORYD_OWNER = kind_table({COMMAND_DONE: CommandDone, ERROR: WireError})
+
 
 __all__ = [
     "COMMAND_DONE", "ERROR", "FROM_MEMORYD", "FROM_MEMORYD_OWNER", "IDENTITY_LIMITS",

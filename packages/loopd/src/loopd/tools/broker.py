@@ -56,7 +56,8 @@ class BrokerPort:
 
     async def _call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
         stream = await FrameStream.connect(
-            self._socket, broker.FROM_BROKERD, timeout=self._connect_timeout
+            self._socket, broker.FROM_BROKERD, timeout=self._connect_timeout,
+            sends=broker.TO_BROKERD,
         )
         child: asyncio.Task[None] | None = None
         try:
