@@ -21,7 +21,7 @@ from pathlib import Path
 
 from brokerd.audit import AuditLog, verify
 from brokerd.audit.records import GENESIS, DecisionEntry, line_of
-from brokerd.policy import decide, parse_grant
+from brokerd.policy import CallArguments, decide, parse_grant
 from brokerd.taint import CLEAN
 from bxcore.tools import DecisionRecord, ToolRequest
 from bxcore.util import sha256
@@ -57,7 +57,8 @@ def bench_decide(grant_count: int, rounds: int) -> dict[str, float]:
     samples = []
     for _ in range(rounds):
         started = time.perf_counter_ns()
-        decide(request, table, now=NOW, taint=CLEAN, resolved_paths={"path": target}, secrets={})
+        decide(request, table, arguments=CallArguments.parse(request.arguments), now=NOW,
+               taint=CLEAN, resolved_paths={"path": target}, secrets={})
         samples.append(time.perf_counter_ns() - started)
     samples.sort()
     return {"p50_us": samples[len(samples) // 2] / 1000,

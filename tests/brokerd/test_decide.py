@@ -8,13 +8,18 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from brokerd.policy import Grant, decide, parse_grant
+from brokerd.policy import CallArguments, Decision, Grant, decide, parse_grant
 from brokerd.taint import CLEAN, Taint
 from brokerd_support import NOW, request
 from bxcore.secrets import Secret
-from bxcore.tools import DataClass
+from bxcore.tools import DataClass, ToolRequest
 
 HOME = Path("/home/o")
+
+
+def decide_request(req: ToolRequest, grants: tuple[Grant, ...], **context) -> Decision:
+    """``decide`` as brokerd calls it: with the call's arguments parsed once beforehand."""
+    return decide(req, grants, arguments=CallArguments.parse(req.arguments), **context)
 
 
 def grant(name: str, text: str) -> Grant:
@@ -188,7 +193,7 @@ ROWS = [
     ROWS, ids=[r[0] for r in ROWS],
 )
 def test_rule(rule, tool, arguments, grants, taint, resolved, verdict, by):
-    decision = decide(
+    decision = decide_request(
         request(tool, arguments), grants, now=NOW, taint=taint,
         resolved_paths={} if resolved is None else {"path": resolved}, secrets={},
     )
@@ -198,8 +203,9 @@ def test_rule(rule, tool, arguments, grants, taint, resolved, verdict, by):
 
 
 def test_an_allowing_decision_carries_the_grants_sandbox():
-    decision = decide(request("fs.read", '{"path": "/home/o/notes/a"}'), (NOTES,), now=NOW,
-                      taint=CLEAN, resolved_paths={"path": "/home/o/notes/a"}, secrets={})
+    decision = decide_request(request("fs.read", '{"path": "/home/o/notes/a"}'), (NOTES,),
+                              now=NOW, taint=CLEAN, secrets={},
+                              resolved_paths={"path": "/home/o/notes/a"})
     spec = decision.authorize()
     assert [(str(m.source), m.target, m.writable) for m in spec.mounts] == [
         ("/home/o/notes", "/home/o/notes", False)]
@@ -210,28 +216,30 @@ def test_an_allowing_decision_carries_the_grants_sandbox():
 
 def test_a_granted_secret_is_carried_when_available():
     token = Secret("api_token", "t0ken")
-    decision = decide(request("http.fetch", url("https://a.b/")), (TOKEN,), now=NOW, taint=CLEAN,
-                      resolved_paths={}, secrets={"api_token": token})
+    decision = decide_request(request("http.fetch", url("https://a.b/")), (TOKEN,), now=NOW,
+                              taint=CLEAN, resolved_paths={}, secrets={"api_token": token})
     assert decision.authorize().secrets == (token,)
 
 
 def test_the_record_names_the_call_and_hashes_its_arguments():
-    decision = decide(request("echo", '{"text": "hi"}', call=7), (PATTERN,), now=NOW,
-                      taint=CLEAN, resolved_paths={}, secrets={})
+    decision = decide_request(request("echo", '{"text": "hi"}', call=7), (PATTERN,),
+                              now=NOW, taint=CLEAN, resolved_paths={}, secrets={})
     record = decision.record
     assert (record.session, record.call, record.tool) == ("s1", 7, "echo")
     assert record.arguments_sha256.startswith("sha256:")
 
 
 def test_a_denial_says_why_per_grant():
-    decision = decide(request("fs.read", '{"path": "/home/o/x"}'), (NOTES,), now=NOW,
-                      taint=CLEAN, resolved_paths={"path": "/home/o/x"}, secrets={})
+    decision = decide_request(request("fs.read", '{"path": "/home/o/x"}'), (NOTES,),
+                              now=NOW, taint=CLEAN, secrets={},
+                              resolved_paths={"path": "/home/o/x"})
     assert "notes: argument 'path' is outside the granted paths" in decision.record.reason
 
 
 def test_a_denial_never_quotes_a_resolved_path_the_model_did_not_give():
-    decision = decide(request("fs.read", '{"path": "/proc/self/cwd/x"}'), (NOTES,), now=NOW,
-                      taint=CLEAN, resolved_paths={"path": "/srv/brokerd/x"}, secrets={})
+    decision = decide_request(request("fs.read", '{"path": "/proc/self/cwd/x"}'), (NOTES,),
+                              now=NOW, taint=CLEAN, secrets={},
+                              resolved_paths={"path": "/srv/brokerd/x"})
     reason = decision.record.reason
     assert "/srv/brokerd" not in reason
     assert "outside the granted paths once symlinks and '..' are resolved" in reason

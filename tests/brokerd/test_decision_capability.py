@@ -9,7 +9,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from brokerd.policy import Decision, NotAuthorized, decide, parse_grant, settle
+from brokerd.policy import CallArguments, Decision, NotAuthorized, decide, parse_grant, settle
 from brokerd.taint import CLEAN
 from brokerd_support import NOW, Rig, request
 from bxcore.tools import DecisionRecord
@@ -22,7 +22,8 @@ CALL = request("echo", '{"text": "hi"}')
 
 
 def allowed(grants=(ECHO,)) -> Decision:
-    return decide(CALL, grants, now=NOW, taint=CLEAN, resolved_paths={}, secrets={})
+    return decide(CALL, grants, arguments=CallArguments.parse(CALL.arguments), now=NOW,
+                  taint=CLEAN, resolved_paths={}, secrets={})
 
 
 def test_constructing_a_decision_elsewhere_fails():
@@ -53,7 +54,8 @@ def test_a_decision_cannot_be_altered():
 
 
 def run(rig: Rig, decision: Decision):
-    return asyncio.run(rig.broker._runner.run(decision, CALL, taint=CLEAN))
+    return asyncio.run(rig.broker._runner.run(
+        decision, CALL, arguments=CallArguments.parse(CALL.arguments), taint=CLEAN))
 
 
 def test_the_runner_refuses_a_forged_decision(rig):

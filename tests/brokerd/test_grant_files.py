@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from brokerd.errors import GrantError
 from brokerd.grantstore import GrantStore, load_grants, resolve_paths
-from brokerd.policy import decide, parse_grant, path_arguments
+from brokerd.policy import CallArguments, decide, parse_grant, path_arguments
 from brokerd.taint import CLEAN
 from brokerd_support import NOW, request, write
 from faults.profile import fuzz
@@ -79,7 +79,8 @@ def test_globs_are_matched_after_resolving_the_grants_own_symlinks(tmp_path, mon
     asked = request("fs.read", json.dumps({"path": str(tmp_path / "home/notes/a.md")}))
     resolved = resolve_paths(json.loads(asked.arguments), path_arguments("fs.read", (grant,)))
     assert resolved == {"path": str(real / "a.md")}
-    decision = decide(asked, (grant,), now=NOW, taint=CLEAN, resolved_paths=resolved, secrets={})
+    decision = decide(asked, (grant,), arguments=CallArguments.parse(asked.arguments), now=NOW,
+                      taint=CLEAN, resolved_paths=resolved, secrets={})
     assert decision.allowed
 
 
@@ -167,7 +168,7 @@ def test_no_grant_file_widens_access(table):
     for probe in PROBES:
         resolved = {"path": json.loads(probe.arguments)["path"]} \
             if "path" in probe.arguments else {}
-        decision = decide(probe, grants, now=NOW, taint=CLEAN, resolved_paths=resolved,
-                          secrets={})
+        decision = decide(probe, grants, arguments=CallArguments.parse(probe.arguments),
+                          now=NOW, taint=CLEAN, resolved_paths=resolved, secrets={})
         if len(grants) == 1 or probe is SSH_PROBE:
             assert decision.record.verdict == "deny", (text, decision.record)

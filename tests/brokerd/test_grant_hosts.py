@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from brokerd.errors import GrantError
 from brokerd.explain import explain_grant
-from brokerd.policy import decide, parse_grant
+from brokerd.policy import CallArguments, decide, parse_grant
 from brokerd.taint import CLEAN
 from brokerd_support import NOW, request
 
@@ -58,8 +58,9 @@ def test_internal_networks_reach_the_calls_spec():
     grant = parse('hosts = ["honcho.tail.example"]\n'
                   'internal = ["100.64.0.0/10", "fd7a:115c:a1e0::/48", "192.168.1.20"]')
     assert grant.internal == ("100.64.0.0/10", "fd7a:115c:a1e0::/48", "192.168.1.20/32")
-    decision = decide(request("http.fetch", '{"url": "http://honcho.tail.example/"}'),
-                      (grant,), now=NOW, taint=CLEAN, resolved_paths={}, secrets={})
+    fetch = request("http.fetch", '{"url": "http://honcho.tail.example/"}')
+    decision = decide(fetch, (grant,), arguments=CallArguments.parse(fetch.arguments), now=NOW,
+                      taint=CLEAN, resolved_paths={}, secrets={})
     spec = decision.authorize()
     assert (spec.hosts, spec.internal) == (grant.hosts, grant.internal)
 
@@ -67,8 +68,9 @@ def test_internal_networks_reach_the_calls_spec():
 def test_an_argument_host_constraint_matches_an_ip_literal_url():
     grant = parse_grant(FETCH.replace("[sandbox]\n", "") + '[arguments.url]\nhosts = ["fd7a::5"]',
                         "g.toml", home=Path("/home/o"), resolve=lambda p: p)
-    ok = decide(request("http.fetch", '{"url": "http://[FD7A:0::5]:8080/x"}'), (grant,),
-                now=NOW, taint=CLEAN, resolved_paths={}, secrets={})
+    fetch = request("http.fetch", '{"url": "http://[FD7A:0::5]:8080/x"}')
+    ok = decide(fetch, (grant,), arguments=CallArguments.parse(fetch.arguments), now=NOW,
+                taint=CLEAN, resolved_paths={}, secrets={})
     assert ok.record.verdict == "allow"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from brokerd.egresslog import CONSULT, consult_settings, read_egress_log
-from brokerd.policy import decide, parse_grant
+from brokerd.policy import CallArguments, decide, parse_grant
 from brokerd.taint import CLEAN, Taint
 from bxcore.protocol.approval import ApprovalAnswer
 from bxcore.protocol.loop import ToolWaitingEvent
@@ -45,7 +45,8 @@ def grant(text: str, name: str = "consult"):
 
 def decide_consult(grants, taint: Taint = CLEAN, endpoint: str = ENDPOINT):
     setup = consult_settings(consult_section(endpoint))
-    return decide(REQUEST, tuple(grants), now=NOW, taint=taint, resolved_paths={},
+    return decide(REQUEST, tuple(grants), arguments=CallArguments.parse(REQUEST.arguments),
+                  now=NOW, taint=taint, resolved_paths={},
                   secrets=KEY, configured={CONSULT: setup}).record
 
 

@@ -29,6 +29,7 @@ from bxcore.util import sha256
 from pydantic import ValidationError
 
 from .audit import AuditLog
+from .policy import NOT_AN_OBJECT, CallArguments
 from .taint import Taint, TaintStore
 
 log = logging.getLogger("brokerd.delegate")
@@ -46,17 +47,19 @@ def child_session() -> str:
     return SUBAGENT_PREFIX + new_session_id()
 
 
-def order_for(request: ToolRequest, child: str) -> DelegateRun | str:
-    """The order for loopd, or why the call cannot run (pure)."""
+def order_for(request: ToolRequest, arguments: CallArguments, child: str) -> DelegateRun | str:
+    """The order for loopd, or why the call cannot run (pure; ``arguments`` already parsed)."""
     if request.session.startswith(SUBAGENT_PREFIX):
         return "Not run: a subagent cannot delegate."
+    if arguments.value is None:
+        return f"Not run: {NOT_AN_OBJECT}"
     try:
-        arguments = DelegateArgs.model_validate_json(request.arguments)
+        task = DelegateArgs.model_validate(arguments.value)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "arguments"
         return f"Not run: delegate's {where}: {first['msg']}"
-    return DelegateRun(session=child, task=arguments.task, rounds=arguments.rounds)
+    return DelegateRun(session=child, task=task.task, rounds=task.rounds)
 
 
 def label(done: DelegateDone, child: Taint) -> ToolResponse:
@@ -68,10 +71,11 @@ def label(done: DelegateDone, child: Taint) -> ToolResponse:
     })
 
 
-async def run_delegate(request: ToolRequest, parent: Taint, *, children: Children | None,
-                       audit: AuditLog, taints: TaintStore) -> ToolResponse:
+async def run_delegate(request: ToolRequest, arguments: CallArguments, parent: Taint, *,
+                       children: Children | None, audit: AuditLog, taints: TaintStore
+                       ) -> ToolResponse:
     """Start the child with ``parent``'s taint, have loopd run it, label its answer."""
-    order = order_for(request, child_session())
+    order = order_for(request, arguments, child_session())
     if isinstance(order, str):
         return plain_response("failed", order)
     if children is None:

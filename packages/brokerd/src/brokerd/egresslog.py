@@ -30,6 +30,7 @@ from bxcore.util import fsync_dir, now_rfc3339
 from pydantic import StrictFloat, StrictInt, ValidationError
 
 from .errors import EgressLogError
+from .policy import NOT_AN_OBJECT, CallArguments
 from .sandbox import ToolSettings
 
 CONSULT: Final = "consult"
@@ -78,20 +79,18 @@ class ConsultEgress:
         self.settings = consult_settings(section)
         self._clock = clock
 
-    def record(self, request: ToolRequest, grant: str | None) -> EgressRecord:
-        """Append the payload ``request`` is about to send; EgressLogError if it cannot be
-        written (then the call must not run)."""
-        try:
-            arguments = json.loads(request.arguments)
-        except (ValueError, RecursionError):
-            arguments = None
-        if not isinstance(arguments, dict):
-            raise EgressLogError(f"call {request.call}: the arguments are not one JSON object")
+    def record(self, request: ToolRequest, arguments: CallArguments, grant: str | None
+               ) -> EgressRecord:
+        """Append the payload ``request`` is about to send (``arguments``: its arguments, parsed
+        once by the caller); EgressLogError if it cannot be written (then the call must not
+        run)."""
+        if arguments.value is None:
+            raise EgressLogError(f"call {request.call}: {NOT_AN_OBJECT}")
         record = EgressRecord(
             time=self._clock(), session=request.session, call=request.call, tool=CONSULT,
             grant=grant, endpoint=self.section.endpoint, model=self.section.model,
             temperature=self.section.temperature, max_tokens=self.section.max_tokens,
-            arguments=arguments,
+            arguments=dict(arguments.value),
         )
         self._append(record.canonical() + b"\n")
         return record

@@ -18,7 +18,6 @@ labelled with the child's taint.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from .delegate import Children, run_delegate
 from .egresslog import CONSULT, ConsultEgress
 from .errors import EgressLogError, ProvenanceError
 from .grantstore import real_path
-from .policy import Decision
+from .policy import CallArguments, Decision
 from .provenance import Mark, ProvenanceStore
 from .sandbox import Sandbox
 from .taint import Taint, TaintStore
@@ -50,12 +49,9 @@ class MemoryPort(Protocol):
         ...
 
 
-def _path_argument(arguments: str) -> str | None:
+def _path_argument(arguments: CallArguments) -> str | None:
     """The call's ``path`` argument resolved on the host, or None when it has none usable."""
-    try:
-        value = json.loads(arguments).get("path")
-    except (ValueError, AttributeError, RecursionError):
-        return None
+    value = arguments.get("path")
     if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
         return None
     try:
@@ -86,10 +82,11 @@ class Runner:
         self._cap = result_cap
         self._clock = clock
 
-    async def run(self, decision: Decision, request: ToolRequest, *, taint: Taint,
-                  children: Children | None = None) -> ToolResponse:
-        """Run an allowing Decision for ``request``. Raises NotAuthorized for a forged, used or
-        refusing Decision, before anything runs. ``children`` runs a delegate call's child."""
+    async def run(self, decision: Decision, request: ToolRequest, *, arguments: CallArguments,
+                  taint: Taint, children: Children | None = None) -> ToolResponse:
+        """Run an allowing Decision for ``request`` (``arguments``: its arguments, parsed once
+        by the caller). Raises NotAuthorized for a forged, used or refusing Decision, before
+        anything runs. ``children`` runs a delegate call's child."""
         decision.verify()
         if decision.record.call != request.call or decision.record.session != request.session:
             raise BoxmakerError("the Decision was made for another call")
@@ -99,22 +96,25 @@ class Runner:
             decision.authorize()
             answer = plain_response("ok", format_rfc3339(self._clock()))
         elif request.tool == DELEGATE:
-            answer = await run_delegate(request, taint, children=children, audit=self._audit,
+            answer = await run_delegate(request, arguments, taint, children=children,
+                                        audit=self._audit,
                                         taints=self._taints)
         elif request.tool == CONSULT:
-            answer = await self._run_consult(decision, request, taint)
+            answer = await self._run_consult(decision, request, arguments, taint)
         elif self._provenance is None:
             answer = await self._run_sandboxed(decision, request)
         else:
-            answer = await self._run_tracked(decision, request, taint, self._provenance)
+            answer = await self._run_tracked(decision, request, arguments, taint,
+                                             self._provenance)
         return await self._finish(request, answer)
 
-    async def _run_tracked(self, decision: Decision, request: ToolRequest, taint: Taint,
-                           provenance: ProvenanceStore) -> ToolResponse:
+    async def _run_tracked(self, decision: Decision, request: ToolRequest,
+                           arguments: CallArguments, taint: Taint, provenance: ProvenanceStore
+                           ) -> ToolResponse:
         """Run a sandboxed call; its result carries the marks of what it can read, and what it
         wrote is marked with what the session had seen (brokerd.provenance)."""
         mounts = decision.mounts
-        seen = provenance.seen_by(request.tool, _path_argument(request.arguments),
+        seen = provenance.seen_by(request.tool, _path_argument(arguments),
                                   [m.source for m in mounts])
         started = time.time_ns()
         answer = await self._run_sandboxed(decision, request)
@@ -142,12 +142,12 @@ class Runner:
                         request.session, request.call, request.tool, exc)
             return not_run(f"The tool could not run: {exc}")
 
-    async def _run_consult(self, decision: Decision, request: ToolRequest, taint: Taint
-                           ) -> ToolResponse:
+    async def _run_consult(self, decision: Decision, request: ToolRequest,
+                           arguments: CallArguments, taint: Taint) -> ToolResponse:
         if self._consult is None:
             return not_run("consult is not configured: brokerd's config has no [consult]")
         try:
-            self._consult.record(request, decision.record.grant)
+            self._consult.record(request, arguments, decision.record.grant)
         except EgressLogError as exc:
             log.error("consult call %s/%s not sent: %s", request.session, request.call, exc)
             return not_run(f"Nothing was sent: the egress log cannot be written: {exc}")

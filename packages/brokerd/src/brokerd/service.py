@@ -27,7 +27,7 @@ from .approvals import ApprovalDesk
 from .audit import AuditLog
 from .delegate import Children
 from .grantstore import GrantStore, resolve_paths
-from .policy import Decision, Grant, decide, parse_arguments, path_arguments, settle
+from .policy import CallArguments, Decision, Grant, decide, path_arguments, settle
 from .runner import Runner
 from .sandbox import ToolSettings
 from .taint import Taint, TaintStore
@@ -105,10 +105,12 @@ class Broker:
     async def call(self, request: ToolRequest, on_waiting: Notify,
                    children: Children | None = None) -> ToolResponse:
         """Decide, audit, ask, run and label one call; ``children`` is the caller's way of
-        running a delegate call's child session (loopd's connection)."""
+        running a delegate call's child session (loopd's connection). The arguments are parsed
+        here, once: every step after takes the parsed value."""
         taint = self.taints.get(request.session).seen_at_least(self.floor)
+        arguments = CallArguments.parse(request.arguments)
         try:
-            decision = self._decide(request, taint)
+            decision = self._decide(request, arguments, taint)
         except Exception as exc:  # whatever the arguments hold, the request is audited
             log.exception("call %s/%s (%s) could not be checked",
                           request.session, request.call, request.tool)
@@ -145,15 +147,16 @@ class Broker:
             await self.audit.decision(decision=record)
         if not decision.allowed:
             return denied(decision.record.reason)
-        run = self._runner.run(decision, request, taint=taint, children=children)
+        run = self._runner.run(decision, request, arguments=arguments, taint=taint,
+                               children=children)
         return await while_running(run, self.desk.interval, on_waiting)
 
-    def _decide(self, request: ToolRequest, taint: Taint) -> Decision:
+    def _decide(self, request: ToolRequest, arguments: CallArguments, taint: Taint) -> Decision:
         grants = self.grants.current()
-        arguments = parse_arguments(request.arguments) or {}
+        names = path_arguments(request.tool, grants)
         return decide(
-            request, grants, now=self._clock(), taint=taint,
-            resolved_paths=resolve_paths(arguments, path_arguments(request.tool, grants)),
+            request, grants, arguments=arguments, now=self._clock(), taint=taint,
+            resolved_paths=resolve_paths(arguments.value or {}, names),
             secrets=self._secrets_for(request.tool, grants), configured=self._configured,
         )
 

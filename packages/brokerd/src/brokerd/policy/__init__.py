@@ -1,16 +1,17 @@
 """brokerd's policy: grants in, Decisions out. The only place a Decision is made.
 
-``decide`` is pure; ``settle`` turns an answered ``ask`` into its outcome; ``parse_grant`` reads
+``decide`` is pure and takes the call's arguments parsed (``CallArguments``, parsed once per
+call); ``settle`` turns an answered ``ask`` into its outcome; ``parse_grant`` reads
 one grant file's text (the loading shell is ``brokerd.grantstore``).
 """
 
 from ..errors import NotAuthorized
+from ._arguments import NOT_AN_OBJECT, CallArguments
 from ._decide import (
     CLOCK_GRANT,
     MEMORY_GRANT,
     MEMORY_TOOLS,
     decide,
-    parse_arguments,
     path_arguments,
 )
 from ._decision import Decision
@@ -18,6 +19,6 @@ from ._settle import settle
 from .grants import Grant, parse_grant
 
 __all__ = [
-    "CLOCK_GRANT", "MEMORY_GRANT", "MEMORY_TOOLS", "Decision", "Grant", "NotAuthorized", "decide",
-    "parse_arguments", "parse_grant", "path_arguments", "settle",
+    "CLOCK_GRANT", "MEMORY_GRANT", "MEMORY_TOOLS", "NOT_AN_OBJECT", "CallArguments", "Decision",
+    "Grant", "NotAuthorized", "decide", "parse_grant", "path_arguments", "settle",
 ]

@@ -1,8 +1,9 @@
 """``decide``: one tool request and the grants in force, to one Decision. Pure.
 
-No files, no clock: the caller passes the time, the session's taint, the request's path
-arguments already resolved (symlinks and ``..`` gone), and the secrets the grants name. The rules
-(docs/grants.md):
+No files, no clock, no parsing: the caller passes the call's arguments already parsed (one
+``CallArguments``, parsed once per call by ``Broker.call``), the time, the session's taint, the
+request's path arguments already resolved (symlinks and ``..`` gone), and the secrets the grants
+name. The rules (docs/grants.md):
 
 1. Memory tools (recall, ask_memory, memory) and ``clock`` are allowed by built-in policy; no
    grant applies (``clock`` reads brokerd's clock and nothing else; every session has it).
@@ -20,7 +21,6 @@ arguments already resolved (symlinks and ``..`` gone), and the secrets the grant
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -32,6 +32,7 @@ from bxcore.util import text_sha256
 
 from ..sandbox.spec import Mount, SandboxSpec, ToolSettings
 from ..taint import Taint
+from ._arguments import NOT_AN_OBJECT, CallArguments
 from ._decision import Decision, mint
 from ._match import host_allowed, host_of
 from .grants import ArgumentConstraint, Grant
@@ -40,15 +41,6 @@ MEMORY_GRANT = "builtin:memory"
 CLOCK_GRANT = "builtin:clock"
 _STRICTNESS = {"deny": 2, "ask": 1, "auto": 0}
 _VERDICT: dict[str, Verdict] = {"deny": "deny", "ask": "ask", "auto": "allow"}
-
-
-def parse_arguments(text: str) -> dict[str, Any] | None:
-    """The call's arguments as an object, or None when they are not one JSON object."""
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def path_arguments(tool: str, grants: tuple[Grant, ...]) -> frozenset[str]:
@@ -65,12 +57,16 @@ def decide(
     request: ToolRequest,
     grants: tuple[Grant, ...],
     *,
+    arguments: CallArguments,
     now: datetime,
     taint: Taint,
     resolved_paths: Mapping[str, str],
     secrets: Mapping[str, Secret],
     configured: Mapping[str, ToolSettings] | None = None,
 ) -> Decision:
+    if arguments.text != request.arguments:
+        raise ValueError(f"call {request.call}: the arguments given were parsed from another call")
+
     def record(verdict: Verdict, grant: str | None, reason: str) -> DecisionRecord:
         return DecisionRecord(
             session=request.session, call=request.call, tool=request.tool,
@@ -85,9 +81,8 @@ def decide(
     if request.tool == CLOCK.name:
         spec = SandboxSpec(program=request.tool, arguments=request.arguments)
         return mint(record("allow", CLOCK_GRANT, "clock is allowed by built-in policy"), spec)
-    arguments = parse_arguments(request.arguments)
-    if arguments is None:
-        return mint(record("deny", None, "the arguments are not one JSON object"), None)
+    if arguments.value is None:
+        return mint(record("deny", None, NOT_AN_OBJECT), None)
 
     setup = (configured or {}).get(request.tool)
     matching: list[Grant] = []
@@ -95,7 +90,7 @@ def decide(
     for grant in sorted(grants, key=lambda g: g.name):
         if not grant.applies_to(request.tool):
             continue
-        miss = _miss(grant, arguments, now, taint, resolved_paths, secrets) or \
+        miss = _miss(grant, arguments.value, now, taint, resolved_paths, secrets) or \
             _setup_miss(grant, setup)
         if miss:
             misses.append(f"{grant.name}: {miss}")
@@ -116,7 +111,7 @@ def decide(
 
 def _miss(
     grant: Grant,
-    arguments: dict[str, Any],
+    arguments: Mapping[str, Any],
     now: datetime,
     taint: Taint,
     resolved_paths: Mapping[str, str],
@@ -156,7 +151,7 @@ def _setup_miss(grant: Grant, setup: ToolSettings | None) -> str | None:
 
 
 def _argument_miss(
-    constraint: ArgumentConstraint, arguments: dict[str, Any], resolved: Mapping[str, str]
+    constraint: ArgumentConstraint, arguments: Mapping[str, Any], resolved: Mapping[str, str]
 ) -> str | None:
     name = constraint.name
     if name not in arguments:
@@ -201,5 +196,5 @@ def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret],
     )
 
 
-__all__ = ["CLOCK_GRANT", "MEMORY_GRANT", "MEMORY_TOOLS", "Decision", "decide", "parse_arguments",
+__all__ = ["CLOCK_GRANT", "MEMORY_GRANT", "MEMORY_TOOLS", "CallArguments", "Decision", "decide",
            "path_arguments"]
