@@ -95,6 +95,17 @@ def test_a_bad_frame_gets_an_error_naming_the_field(daemon):
     assert unknown.parse(WireError).code == ErrorCode.BAD_FRAME
 
 
+def test_a_frame_that_cannot_be_decoded_is_answered_bad_frame_not_dropped(daemon):
+    _, path, _, _ = daemon
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+        raw.connect(str(path))
+        raw.sendall(b"\x00\x00\x00\x05nope!")
+        error = SyncFrameSocket(raw, kinds=proto.FROM_MEMORYD).read(timeout=30)
+    wire = error.parse(WireError)
+    assert (error.kind, error.final, wire.code) == (proto.ERROR, True, ErrorCode.BAD_FRAME)
+    assert wire.message.startswith("frame is not JSON")
+
+
 def test_sigterm_ends_the_daemon_and_removes_its_socket(daemon):
     process, path, _, _ = daemon
     process.send_signal(signal.SIGTERM)

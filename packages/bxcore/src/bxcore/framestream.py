@@ -11,7 +11,8 @@ This is the edge for socket errors: a missed deadline is ``StreamTimeout``, a br
 ``StreamBroken``, a socket that cannot be reached ``PeerUnavailable``; no ``TimeoutError`` or
 ``OSError`` reaches the caller from ``connect``, ``read`` or ``write``. A frame this side may not
 send is ``LocalProtocolError`` (our bug), raised before any byte of it is written;
-``answer_our_bug`` is what a role's socket handler does with one.
+``answer_our_bug`` is what a role's socket handler does with one, ``answer_their_fault`` what it
+does with the peer's RemoteProtocolError.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .errors import (
     FrameError,
     LocalProtocolError,
     PeerUnavailable,
+    RemoteProtocolError,
     StreamBroken,
     StreamTimeout,
     WireError,
@@ -201,6 +203,17 @@ class SyncFrameSocket:
         self.close()
 
 
+async def answer_their_fault(stream: FrameStream, exc: RemoteProtocolError,
+                             log: logging.Logger) -> None:
+    """What a role's socket handler does with a frame the peer sent wrong: log it as the peer's,
+    and answer ``bad_frame`` with the error's message, which names the frame and the field. The
+    caller then closes the connection (the decoder stays in its ERROR state)."""
+    log.warning("the peer's fault: %s", exc)
+    with contextlib.suppress(BoxmakerError, LocalProtocolError):
+        await stream.write(Frame.of(ERROR, WireError(code=ErrorCode.BAD_FRAME, message=str(exc)),
+                                    final=True))
+
+
 async def answer_our_bug(stream: FrameStream, exc: LocalProtocolError,
                          log: logging.Logger) -> None:
     """What a role's socket handler does with its own LocalProtocolError: log it as this side's
@@ -214,4 +227,5 @@ async def answer_our_bug(stream: FrameStream, exc: LocalProtocolError,
             await stream.write(Frame.of(ERROR, body, final=True))
 
 
-__all__ = ["FrameError", "FrameStream", "PeerUnavailable", "SyncFrameSocket", "answer_our_bug"]
+__all__ = ["FrameError", "FrameStream", "PeerUnavailable", "SyncFrameSocket", "answer_our_bug",
+           "answer_their_fault"]

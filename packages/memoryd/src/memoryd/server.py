@@ -16,9 +16,9 @@ from pathlib import Path
 
 from bxcore.config import Config
 from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
-from bxcore.errors import BoxmakerError, LocalProtocolError
+from bxcore.errors import BoxmakerError, LocalProtocolError, RemoteProtocolError
 from bxcore.frames import Frame
-from bxcore.framestream import FrameStream, answer_our_bug
+from bxcore.framestream import FrameStream, answer_our_bug, answer_their_fault
 from bxcore.protocol.memory import (
     FROM_MEMORYD,
     FROM_MEMORYD_OWNER,
@@ -78,6 +78,8 @@ async def _connection(stream: FrameStream, handle: Callable[[Frame], Awaitable[F
         await stream.write(answer)
     except LocalProtocolError as exc:  # ours: logged as a bug, the peer told ``internal``
         await answer_our_bug(stream, exc, log)
+    except RemoteProtocolError as exc:  # the peer's: answered ``bad_frame``, then closed
+        await answer_their_fault(stream, exc, log)
     except BoxmakerError as exc:
         log.warning("connection dropped: %s", exc)
     finally:
