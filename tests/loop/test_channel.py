@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import struct
 
 import pytest
@@ -94,6 +95,20 @@ async def test_a_turn_streams_its_events_in_order_then_turn_done(tmp_path):
     assert done.content == "Hello."
     assert done.usage.prompt_n == 10
 
+
+
+async def test_an_event_loopd_cannot_send_is_logged_as_its_bug_and_the_turn_runs_on(
+        tmp_path, caplog):
+    broken = Progress.model_construct(total=-1, cache=0, processed=0)  # a bug: never validated
+    inference = ScriptedInference([say("Hello.", events=(broken, Content(text="Hello.")))])
+    with caplog.at_level(logging.ERROR, logger="loopd"):
+        async with serving(tmp_path, make_server(tmp_path, inference)) as path:
+            frames = await exchange(path, turn())
+    assert [f.kind for f in frames] == ["turn_event", "turn_done"]
+    assert frames[0].parse(wire.TurnEvent).event == Content(text="Hello.")
+    assert frames[-1].parse(wire.TurnDone).content == "Hello."
+    assert "our bug, not the channel's: an event was not sent: frame 'turn_event' we were " \
+        "sending: event.progress.total" in caplog.text
 
 async def test_resume_rules_and_their_codes(tmp_path):
     inference = ScriptedInference([say("one"), say("two")])
