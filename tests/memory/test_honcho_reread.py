@@ -12,8 +12,8 @@ from bxcore.canonical import canonical_json
 from memoryd.honcho import sync as sync_module
 from memoryd.honcho.client import HonchoClient
 from memoryd.honcho.reread import Decision, FileStamp, ReadCache, Signature, decide, signature
-from memoryd.service import MemoryService
 from memoryd.taint import CLEAN, SessionTaint
+from memoryd.wiring import build
 
 from .support import answer, call, config, turn, user, write_taint
 from .test_honcho import HONCHO, contents, fake, home, run, service  # noqa: F401  (fixtures)
@@ -227,7 +227,7 @@ def test_a_restart_reads_everything_once(service, fake, home, reads):  # noqa: F
     run(turn(service, home, "s1", [user("q1"), answer("a1")]))
     sync_pass(service, reads)
     assert sync_pass(service, reads)[1] == {}
-    again = MemoryService(config(home, HONCHO),
+    again = build(config(home, HONCHO),
                           honcho=HonchoClient("http://honcho.test", transport=fake.transport()))
     try:
         report, read = sync_pass(again, reads)
