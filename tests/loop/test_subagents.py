@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from brokerd.approvals import ApprovalBook, ApprovalDesk
 from brokerd.audit import AuditLog, entries
+from brokerd.calls import Broker
 from brokerd.grantstore import GrantStore
 from brokerd.memory import MemoryClient
 from brokerd.policy import Decision
 from brokerd.runner import Runner
 from brokerd.sandbox import ToolOutput
-from brokerd.server import connection, handlers
-from brokerd.service import Broker
+from brokerd.sockets import connection, handlers
 from brokerd.taint import TaintStore, rebuild
 from bxcore.chat import ToolSchema
 from bxcore.config.inference import SlotSection
