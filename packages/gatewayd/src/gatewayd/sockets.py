@@ -1,4 +1,5 @@
-"""``gateway.sock``: brokerd asks the owner to approve a call (bxcore.protocol.approval).
+"""gatewayd's socket, ``gateway.sock``: brokerd asks the owner to approve a call
+(bxcore.protocol.approval); and ``serve``, which runs the Gateway (gateway.py) until SIGTERM.
 
 brokerd connects once per approval, sends ``approval_request`` and waits on the same connection
 for one ``approval_answer``. gatewayd posts the request in the session's thread, with exactly what
@@ -18,9 +19,9 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bxcore.daemon import DEFAULT_MODE, listening
+from bxcore.daemon import DEFAULT_MODE, Notifier, listening, run_until_signalled
 from bxcore.errors import (
     ErrorCode,
     FrameError,
@@ -47,6 +48,9 @@ from .errors import MattermostError
 from .owner_threads import NoOwnerThread, OwnerThreads
 from .render import approval_text, split_message
 from .rest import MattermostClient
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
 
 log = logging.getLogger("gatewayd.approvals")
 
@@ -160,3 +164,10 @@ async def _error(stream: FrameStream, code: ErrorCode, message: str) -> None:
     log.warning("gateway.sock: %s: %s", code.value, message)
     with contextlib.suppress(StreamEnded):
         await stream.write(Frame.of(ERROR, WireError(code=code, message=message), final=True))
+
+
+async def serve(gateway: Gateway) -> None:
+    """Run ``gateway`` until SIGTERM or SIGINT; READY=1 once gateway.sock is bound."""
+    notifier = Notifier()
+    await run_until_signalled(gateway.run(ready=notifier.ready), on_stop=notifier.stopping)
+    logging.getLogger("gatewayd").info("gatewayd stopped")
