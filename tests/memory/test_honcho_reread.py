@@ -11,14 +11,21 @@ import pytest
 from bxcore.canonical import canonical_json
 from memoryd.honcho import sync as sync_module
 from memoryd.honcho.client import HonchoClient
-from memoryd.honcho.reread import Decision, FileStamp, ReadCache, Signature, decide, signature
+from memoryd.honcho.reread import (
+    FileStamp,
+    ReadCache,
+    RereadDecision,
+    Signature,
+    reread_decision,
+    signature,
+)
 from memoryd.taint import CLEAN, SessionTaint
 from memoryd.wiring import build
 
 from .support import answer, call, config, turn, user, write_taint
 from .test_honcho import HONCHO, contents, fake, home, run, service  # noqa: F401  (fixtures)
 
-READ, SKIP = Decision.READ, Decision.SKIP
+READ, SKIP = RereadDecision.READ, RereadDecision.SKIP
 
 
 # -- the decision (pure) ------------------------------------------------------------------------
@@ -51,7 +58,7 @@ ROWS = [
 @pytest.mark.parametrize(("before", "now", "settled", "expected"),
                          [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])
 def test_decide(before, now, settled, expected):
-    assert decide(before, now, settled) is expected
+    assert reread_decision(before, now, settled) is expected
 
 
 def test_the_cache_reads_what_it_never_saw_and_forgets_what_is_gone():

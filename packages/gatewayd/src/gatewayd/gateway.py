@@ -16,17 +16,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .approvals import ApprovalBook, Forward
+from .approvals import Forward, PostedApprovals
 from .errors import MattermostError
 from .events import Event, Posted
 from .models import Post
 from .owner_threads import OwnerThreads, owner_of
 from .queue import Item, Queue
 from .rest import MattermostClient
-from .routing import Command, Ignore, Refuse, Turn, route
+from .routing import Command, Ignore, Refuse, TurnPost, route
 from .sockets import ApprovalServer
 from .stream import backoff_delay
-from .turns import Outcome, TurnRunner
+from .turns import TurnOutcome, TurnRunner
 from .websocket import MattermostSocket
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class Gateway:
             timeout=settings.request_timeout,
         )
         self.queue = Queue(settings.state / "queue.sqlite3")
-        self.book = ApprovalBook()
+        self.book = PostedApprovals()
         self.threads = OwnerThreads(self.rest, owner_of(settings.owner, settings.allowlist))
         self.runner = TurnRunner(self.rest, self.queue, settings.loop_socket,
                                  edit_interval=settings.edit_interval,
@@ -112,7 +112,7 @@ class Gateway:
         elif isinstance(decision, Refuse):
             log.info("post %s from user %s in channel %s refused: %s", post.id, post.user_id,
                      post.channel_id, decision.reason)
-        elif isinstance(decision, Turn):
+        elif isinstance(decision, TurnPost):
             if self.queue.offer(_item(post, decision.session, decision.resume)):
                 log.info("post %s queued for session %s", post.id, decision.session)
                 self._wake.set()
@@ -157,8 +157,8 @@ class Gateway:
                 outcome = await self.runner.deliver(item)
             except MattermostError as exc:
                 log.warning("post %s: Mattermost failed during delivery: %s", item.post_id, exc)
-                outcome = Outcome.DOWN
-            if outcome is not Outcome.DELIVERED:
+                outcome = TurnOutcome.DOWN
+            if outcome is not TurnOutcome.DELIVERED:
                 low, high = self.settings.redeliver
                 delay = backoff_delay(item.attempts + 1, minimum=low, maximum=high)
                 self.queue.defer(item.post_id, time.time() + delay)

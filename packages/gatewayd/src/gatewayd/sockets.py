@@ -43,7 +43,7 @@ from bxcore.protocol.approval import (
     OwnerNotice,
 )
 
-from .approvals import ApprovalBook
+from .approvals import PostedApprovals
 from .errors import MattermostError
 from .owner_threads import NoOwnerThread, OwnerThreads
 from .render import approval_text, split_message
@@ -59,7 +59,7 @@ Say = Callable[[str, str, str], Awaitable[None]]  # (channel id, thread root, te
 
 class ApprovalServer:
     def __init__(
-        self, path: Path, book: ApprovalBook, rest: MattermostClient, say: Say,
+        self, path: Path, book: PostedApprovals, rest: MattermostClient, say: Say,
         *, threads: OwnerThreads, mode: int = DEFAULT_MODE, group: int | None = None,
         request_timeout: float = 30.0,
     ):

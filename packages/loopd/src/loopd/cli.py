@@ -49,7 +49,7 @@ def serve(config_path: Path, tools: str | None) -> None:
 def _check(config_path: Path, which: str) -> None:
     logging.basicConfig(level=logging.WARNING, format="loopd: %(message)s")
     try:
-        status = asyncio.run(wiring.check(load_config(config_path), config_path, which))
+        status = asyncio.run(wiring.run_report(load_config(config_path), config_path, which))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
     raise SystemExit(status)

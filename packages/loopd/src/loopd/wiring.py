@@ -109,7 +109,7 @@ def system_path(config: Config, config_path: Path) -> Path:
     return beside if beside.is_file() else DEFAULT_SYSTEM
 
 
-async def check(config: Config, config_path: Path, which: str) -> int:
+async def run_report(config: Config, config_path: Path, which: str) -> int:
     """``loopd selftest`` / ``budget`` / ``serving``: one named report on stdout; 0 if it
     passed."""
     parts = build(config, config_path)
