@@ -20,6 +20,7 @@ from .approvals import Forward, PostedApprovals
 from .errors import MattermostError
 from .events import Event, Posted
 from .models import Post
+from .owner_posts import OwnerPosts
 from .owner_threads import OwnerThreads, owner_of
 from .queue import Item, Queue
 from .rest import MattermostClient
@@ -50,8 +51,9 @@ class Gateway:
         self.runner = TurnRunner(self.rest, self.queue, settings.loop_socket,
                                  edit_interval=settings.edit_interval,
                                  tool_choice=settings.tool_choice)
-        self.approvals = ApprovalServer(settings.gateway_socket, self.book, self.rest, self.say,
-                                        threads=self.threads, mode=settings.gateway_socket_mode,
+        posts = OwnerPosts(self.book, self.rest, self.say, threads=self.threads)
+        self.approvals = ApprovalServer(settings.gateway_socket, posts,
+                                        mode=settings.gateway_socket_mode,
                                         group=settings.gateway_socket_group)
         self.socket = MattermostSocket(
             settings.server, settings.token, on_event=self.on_event, on_catch_up=self.catch_up,

@@ -2,14 +2,10 @@
 (bxcore.protocol.approval); and ``serve``, which runs the Gateway (gateway.py) until SIGTERM.
 
 brokerd connects once per approval, sends ``approval_request`` and waits on the same connection
-for one ``approval_answer``. gatewayd posts the request in the session's thread, with exactly what
-will run, and answers when an allowlisted user replies ``!approve <id>`` or ``!deny <id>`` there.
-When brokerd closes the connection first, the approval has expired; the thread is told so.
-A session that did not start in Mattermost (a job's run, a subagent) has its approvals posted in
-a DM thread of its own with the owner (owner_threads).
-
-A local client may instead send ``owner_notice``: its text is posted in the session's thread
-(the same one) and ``notice_posted`` answers.
+for one ``approval_answer``. What is posted, and where, is owner_posts.py's; this reads the
+request, waits for the owner's answer or for brokerd to close the connection first (the approval
+has expired), and writes the answer. A local client may instead send ``owner_notice``:
+``notice_posted`` answers once it is posted.
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,35 +34,24 @@ from bxcore.protocol.approval import (
     OWNER_NOTICE,
     TO_GATEWAYD,
     ApprovalRequest,
-    NoticePosted,
     OwnerNotice,
 )
 
-from .approvals import PostedApprovals
-from .errors import MattermostError
-from .owner_threads import NoOwnerThread, OwnerThreads
-from .render import approval_text, split_message
-from .rest import MattermostClient
+from .owner_posts import OwnerPosts, Refusal
 
 if TYPE_CHECKING:
     from .gateway import Gateway
 
 log = logging.getLogger("gatewayd.approvals")
 
-Say = Callable[[str, str, str], Awaitable[None]]  # (channel id, thread root, text)
-
 
 class ApprovalServer:
     def __init__(
-        self, path: Path, book: PostedApprovals, rest: MattermostClient, say: Say,
-        *, threads: OwnerThreads, mode: int = DEFAULT_MODE, group: int | None = None,
-        request_timeout: float = 30.0,
+        self, path: Path, posts: OwnerPosts, *, mode: int = DEFAULT_MODE,
+        group: int | None = None, request_timeout: float = 30.0,
     ):
         self.path = path
-        self._book = book
-        self._rest = rest
-        self._threads = threads
-        self._say = say
+        self._posts = posts
         self._mode = mode
         self._group = group
         self._timeout = request_timeout
@@ -103,27 +87,10 @@ class ApprovalServer:
         except (FrameError, StreamTimeout) as exc:
             await _error(stream, ErrorCode.BAD_FRAME, str(exc) or "no request in time")
             return
-        try:
-            thread = await self._threads.thread_for(request.session)
-            root, channel_id = thread.root_id, thread.channel_id
-            pending = self._book.add(request, root, channel_id)
-        except (ValueError, NoOwnerThread) as exc:
-            await _error(stream, ErrorCode.BAD_REQUEST, str(exc))
+        pending = await self._posts.approval(request)
+        if isinstance(pending, Refusal):
+            await _error(stream, pending.code, pending.message)
             return
-        except MattermostError as exc:
-            await _error(stream, ErrorCode.UNAVAILABLE, f"cannot reach Mattermost: {exc}")
-            return
-        try:
-            text = approval_text(request.id, request.tool, request.arguments, request.grant,
-                                 request.expires)
-            for number, part in enumerate(split_message(text)):  # one part unless huge
-                await self._rest.create_post(channel_id, part, root_id=root,
-                                             pending_post_id=f"approval:{request.id}:{number}")
-        except MattermostError as exc:
-            self._book.close(request.id)
-            await _error(stream, ErrorCode.UNAVAILABLE, f"cannot post the approval: {exc}")
-            return
-        log.info("approval %s posted in thread %s", request.id, root)
         gone = asyncio.ensure_future(stream.read())  # brokerd closes on expiry
         try:
             waiting: set[asyncio.Future[Any]] = {pending.answer, gone}
@@ -137,27 +104,14 @@ class ApprovalServer:
             await stream.write(Frame.of(APPROVAL_ANSWER, answer, final=True))
             log.info("approval %s: %s by %s", request.id, answer.verdict, answer.by)
             return
-        self._book.close(request.id)
-        log.info("approval %s expired (brokerd closed the connection)", request.id)
-        await self._say(channel_id, root, f"_Approval `{request.id}` expired; the call was "
-                        "not run._")
-
+        await self._posts.expired(pending)
 
     async def _notice(self, stream: FrameStream, notice: OwnerNotice) -> None:
-        """Post ``notice`` in its session's thread (opened in the owner's DM if need be)."""
-        try:
-            thread = await self._threads.thread_for(notice.session)
-            posts = [await self._rest.create_post(thread.channel_id, part, root_id=thread.root_id)
-                     for part in split_message(notice.text)]
-        except NoOwnerThread as exc:
-            await _error(stream, ErrorCode.BAD_REQUEST, str(exc))
+        posted = await self._posts.notice(notice)
+        if isinstance(posted, Refusal):
+            await _error(stream, posted.code, posted.message)
             return
-        except MattermostError as exc:
-            await _error(stream, ErrorCode.UNAVAILABLE, f"cannot post the notice: {exc}")
-            return
-        log.info("notice for session %s posted in thread %s", notice.session, thread.root_id)
-        body = NoticePosted(root_id=thread.root_id, post_id=posts[0].id)
-        await stream.write(Frame.of(NOTICE_POSTED, body, final=True))
+        await stream.write(Frame.of(NOTICE_POSTED, posted, final=True))
 
 
 async def _error(stream: FrameStream, code: ErrorCode, message: str) -> None:
