@@ -50,8 +50,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bxcore.records import ToolResult, Usage, User  # noqa: E402
 from loopd.log import Record  # noqa: E402
-from loopd.serve import DEFAULT_SYSTEM  # noqa: E402
 from loopd.tools.registry import CALL_TOOL, FIND_TOOL, Registry, load_registry  # noqa: E402
+from loopd.wiring import DEFAULT_SYSTEM  # noqa: E402
 from naive_harness import Habits, NaiveHarness  # noqa: E402
 from report import load_note, machine_line, today, write_section  # noqa: E402
 from rig import StackSettings, running_stack, serving_dir  # noqa: E402

@@ -42,11 +42,11 @@ from loopd.baseline import Baseline
 from loopd.inference.client import InferenceClient
 from loopd.log import encode_record
 from loopd.replay import messages
-from loopd.serve import DEFAULT_SYSTEM
-from loopd.server import LoopServer
+from loopd.sessions import Sessions
 from loopd.store import SessionStore
 from loopd.tools import FakeTools, Registry, ToolRunner
 from loopd.turn import Loop
+from loopd.wiring import DEFAULT_SYSTEM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import load_note, machine_line, today, write_section
@@ -161,7 +161,7 @@ async def measure(records: int) -> Result:
         direct = httpx.AsyncClient(transport=httpx.MockTransport(direct_fake.handle),
                                    base_url="http://llama")
         loop = Loop(inference=client, tools=ToolRunner(registry, FakeTools()))
-        server = LoopServer(store=SessionStore(home), loop=loop, new_baseline=lambda: baseline,
+        server = Sessions(store=SessionStore(home), loop=loop, new_baseline=lambda: baseline,
                             slots=SlotSection())
         path = home / "loop.sock"
         listener = await asyncio.start_unix_server(server.handle, path=str(path))

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cache_bench import grants, presets, system_text, write_notes  # noqa: E402
 from peer_harnesses import Hermes, OpenClaw, PeerError, PeerTurn  # noqa: E402
-from peers_render import Outcome, render  # noqa: E402
+from peers_render import PeersRun, render  # noqa: E402
 from recording_proxy import Exchange, Recorder  # noqa: E402
 from report import write_section  # noqa: E402
 from rig import RigError, Stack, StackSettings, running_stack, serving_dir  # noqa: E402
@@ -154,7 +154,7 @@ def prepare_peer(peer: Hermes | OpenClaw, key: str, directory: Path, port: int,
     return True
 
 
-def run(chosen: list[str], minutes: float) -> Outcome:
+def run(chosen: list[str], minutes: float) -> PeersRun:
     """The conversation turn by turn, each turn through every harness in ``chosen`` (as
     cache_bench does): the figures of all of them grow together, and a time limit stops them all
     at the same turn. After every turn the recording so far is kept in ``LAST_RUN``."""
@@ -173,8 +173,8 @@ def run(chosen: list[str], minutes: float) -> Outcome:
     )
     started = time.perf_counter()
 
-    def outcome(exchanges: list[Exchange]) -> Outcome:
-        return Outcome(
+    def outcome(exchanges: list[Exchange]) -> PeersRun:
+        return PeersRun(
             harnesses=[harnesses[k] for k in HARNESSES if k in chosen], exchanges=exchanges,
             steps=script, model=MODEL, slots=SLOTS, slot_context=SLOT_CONTEXT,
             max_tokens=MAX_TOKENS, seconds=time.perf_counter() - started,
@@ -218,18 +218,18 @@ def run(chosen: list[str], minutes: float) -> Outcome:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def keep(outcome: Outcome) -> None:
+def keep(outcome: PeersRun) -> None:
     """The recording so far beside the peers' installs (not committed), for ``--again``."""
     LAST_RUN.parent.mkdir(parents=True, exist_ok=True)
     LAST_RUN.write_text(json.dumps(asdict(outcome), indent=1, default=str))
 
 
-def load_outcome(path: Path) -> Outcome:
+def load_outcome(path: Path) -> PeersRun:
     """A run's outcome as ``main`` kept it, to write the section again without running."""
     kept = json.loads(path.read_text())
     harnesses = [Harness(**{**h, "turns": [PeerTurn(**t) for t in h["turns"]]})
                  for h in kept.pop("harnesses")]
-    return Outcome(**{
+    return PeersRun(**{
         "cache_ram": served_cache_ram(presets(SLOT_CONTEXT, SLOTS)), "minutes": 0.0, **kept,
         "harnesses": harnesses, "exchanges": [Exchange(**e) for e in kept["exchanges"]],
         "steps": [Step(**step) for step in kept["steps"]],

@@ -20,7 +20,7 @@ CHAT = "/chat/completions"
 
 
 @dataclass(frozen=True)
-class Outcome:
+class PeersRun:
     harnesses: list[Any]  # peers_bench.Harness
     exchanges: list[Any]  # recording_proxy.Exchange
     steps: list[Any]  # peers_bench.Step
@@ -130,7 +130,7 @@ def _request_table(all_rows: list[Row], names: dict[str, str], notes: str) -> st
     return "\n".join(lines)
 
 
-def _summary_table(outcome: Outcome, by: dict[str, Totals]) -> str:
+def _summary_table(outcome: PeersRun, by: dict[str, Totals]) -> str:
     lines = ["| harness | run as | requests | tool results | extend their previous | "
              "tokens processed | "
              "first request | first request per session | re-read | wall time per turn (s) | "
@@ -152,7 +152,7 @@ def _summary_table(outcome: Outcome, by: dict[str, Totals]) -> str:
     return "\n".join(lines)
 
 
-def verdict_sentences(outcome: Outcome, by: dict[str, Totals], all_rows: list[Row]
+def verdict_sentences(outcome: PeersRun, by: dict[str, Totals], all_rows: list[Row]
                       ) -> list[str]:
     """The goals' verdicts, each from the figures, and where each harness's tokens went."""
     said = []
@@ -215,7 +215,7 @@ def _restart_sentence(box: Totals | None, restarts: int) -> str:
             "background slot, not counted above.")
 
 
-def render(outcome: Outcome) -> str:
+def render(outcome: PeersRun) -> str:
     all_rows = rows(outcome.exchanges)
     names = {h.key: h.name for h in outcome.harnesses}
     by = {h.key: totals([r for r in all_rows if r.harness == h.key])

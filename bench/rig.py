@@ -31,8 +31,8 @@ from bxcore.protocol.loop import Turn, TurnDone
 from bxctl.chat import turn_frames
 from bxctl.stack.local import (
     READY_TIMEOUT,
-    Layout,
     StackError,
+    StackLayout,
     down,
     render_config,
     sandbox_backend,
@@ -77,7 +77,7 @@ def _substitute(text: str, pattern: str, replacement: str) -> str:
     return updated
 
 
-def bench_config(layout: Layout, grants: Path, settings: StackSettings) -> str:
+def bench_config(layout: StackLayout, grants: Path, settings: StackSettings) -> str:
     """The local stack's config.toml with the benchmark's settings."""
     text = render_config(
         layout, grants=grants, registry=layout.state / "toolkit-schemas.json",
@@ -118,7 +118,7 @@ def serving_dir(directory: Path, presets: str) -> Path:
 
 
 class Stack:
-    def __init__(self, layout: Layout, started: list[Started]):
+    def __init__(self, layout: StackLayout, started: list[Started]):
         self.layout = layout
         self.started = started
 
@@ -190,7 +190,7 @@ class Stack:
         return proc_memory(self.pid(name))
 
 
-def _log_tail(layout: Layout, name: str, lines: int = 12) -> list[str]:
+def _log_tail(layout: StackLayout, name: str, lines: int = 12) -> list[str]:
     path = layout.logs / f"{name}.log"
     text = path.read_text(errors="replace") if path.exists() else ""
     return [line for line in text.splitlines() if "HTTP Request" not in line][-lines:]
@@ -211,7 +211,7 @@ def running_stack(
     settings: StackSettings,
 ) -> Iterator[Stack]:
     """The whole stack under ``directory/state``; everything stopped on exit."""
-    layout = Layout(directory / "state")
+    layout = StackLayout(directory / "state")
     layout.state.mkdir(parents=True)
     layout.config.write_text(bench_config(layout, grants, settings))
     for attempt in range(1, START_ATTEMPTS + 1):

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from peer_harnesses import PeerTurn
 from peers_bench import Harness, steps
-from peers_render import Outcome, render
+from peers_render import PeersRun, render
 from recording_proxy import Exchange
 
 STEPS = steps([Path(f"/notes/note-{n}.md") for n in range(4)])
@@ -40,7 +40,7 @@ def outcome(*recorded, failed=None):
                  Harness("hermes", "Hermes", "cmd", turns=list(turns))]
     if failed:
         harnesses.append(Harness("openclaw", "OpenClaw", failure=failed))
-    return Outcome(harnesses, [e for r in recorded for e in r], STEPS, "qwen-tools", 4, 24576, 72,
+    return PeersRun(harnesses, [e for r in recorded for e in r], STEPS, "qwen-tools", 4, 24576, 72,
                    60.0, "/notes", "8192", 60.0)
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from brokerd.approvals import ApprovalBook, ApprovalDesk
 from brokerd.audit import AuditLog
+from brokerd.calls import Broker
 from brokerd.grantstore import GrantStore
 from brokerd.memory import MemoryClient
 from brokerd.policy import Decision
 from brokerd.runner import Runner
 from brokerd.sandbox import SandboxSpec, ToolOutput
-from brokerd.service import Broker
 from brokerd.taint import TaintStore
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream

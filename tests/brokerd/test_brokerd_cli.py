@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from brokerd import daemon
+from brokerd import wiring
 from brokerd.cli import main
 from brokerd_support import call_tool, make_rig, request, write
 from bxcore.config import load_config
@@ -96,9 +96,9 @@ def test_brokerd_start_raises_a_taint_file_that_a_crash_left_behind_the_audit_lo
     live = (rig.taint_dir / "s1.json").read_bytes()
     (rig.taint_dir / "s1.json").unlink()  # the crash: audited, taint not yet written
     settings = load_config(config(tmp_path))
-    daemon.build(settings, daemon.backend_for(settings))
+    wiring.build(settings, wiring.backend_for(settings))
     assert (rig.taint_dir / "s1.json").read_bytes() == live
-    daemon.build(settings, daemon.backend_for(settings))  # nothing more to raise
+    wiring.build(settings, wiring.backend_for(settings))  # nothing more to raise
     assert (rig.taint_dir / "s1.json").read_bytes() == live
 
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from brokerd.service import while_running
+from brokerd.calls import while_running
 from brokerd_support import request, write
 from bxcore.errors import StreamClosed
 from bxcore.frames import Frame

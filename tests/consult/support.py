@@ -25,12 +25,12 @@ from pathlib import Path
 
 from brokerd.approvals import ApprovalBook, ApprovalDesk
 from brokerd.audit import AuditLog
+from brokerd.calls import Broker
 from brokerd.egresslog import CONSULT, ConsultEgress
 from brokerd.grantstore import GrantStore
 from brokerd.memory import MemoryClient
 from brokerd.runner import Runner
 from brokerd.sandbox import BubblewrapSandbox
-from brokerd.service import Broker
 from brokerd.taint import TaintStore
 from bxcore.config import ConsultSection, SecretSpec
 from bxcore.protocol.broker import ToolWaiting

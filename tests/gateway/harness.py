@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bxcore.secrets import Secret
-from gatewayd.service import Gateway, Settings
+from gatewayd.gateway import Gateway
+from gatewayd.wiring import Settings
 
 from .mmfake import FakeMattermost, serve
 from .scripted import ScriptedLoop

@@ -19,7 +19,7 @@ from gatewayd.routing import (
     Command,
     Ignore,
     Refuse,
-    Turn,
+    TurnPost,
     load_allowlist,
     root_of_session,
     route,
@@ -45,9 +45,9 @@ def post(user=OWNER, message="hi", root="", channel=DM, kind="", deleted=0) -> P
     (post(user=OTHER, message="!approve abc"), "D", Refuse),  # strangers' DMs get nothing
     (post(channel=TEAM), "O", Refuse),
     (post(channel=TEAM), "G", Refuse),
-    (post(), "D", Turn),
+    (post(), "D", TurnPost),
     (post(message="  !deny abc  "), "D", Command),
-    (post(message="!approve"), "D", Turn),  # no id: an ordinary message
+    (post(message="!approve"), "D", TurnPost),  # no id: an ordinary message
 ])
 def test_route(the_post, channel_type, expected):
     assert isinstance(route(the_post, channel_type, me=ME, allowlist={OWNER}, channels=set()),
@@ -56,7 +56,7 @@ def test_route(the_post, channel_type, expected):
 
 def test_an_allowlisted_channel_serves_allowlisted_users_and_passes_strangers_commands_on():
     allowed = {"me": ME, "allowlist": {OWNER}, "channels": {TEAM}}
-    assert isinstance(route(post(channel=TEAM), "O", **allowed), Turn)
+    assert isinstance(route(post(channel=TEAM), "O", **allowed), TurnPost)
     assert isinstance(route(post(user=OTHER, channel=TEAM), "O", **allowed), Refuse)
     command = route(post(user=OTHER, channel=TEAM, message="!approve a1"), "O", **allowed)
     assert isinstance(command, Command) and command.approval_id == "a1"
@@ -65,8 +65,10 @@ def test_an_allowlisted_channel_serves_allowlisted_users_and_passes_strangers_co
 def test_a_thread_is_a_session_named_by_its_root():
     first = route(post(), "D", me=ME, allowlist={OWNER}, channels=set())
     reply = route(post(root="r" * 26), "D", me=ME, allowlist={OWNER}, channels=set())
-    assert isinstance(first, Turn) and (first.session, first.resume) == ("mm-" + "p" * 26, False)
-    assert isinstance(reply, Turn) and (reply.session, reply.resume) == ("mm-" + "r" * 26, True)
+    assert isinstance(first, TurnPost)
+    assert (first.session, first.resume) == ("mm-" + "p" * 26, False)
+    assert isinstance(reply, TurnPost)
+    assert (reply.session, reply.resume) == ("mm-" + "r" * 26, True)
     assert check_session_id(session_for("r" * 26)) and root_of_session(reply.session) == "r" * 26
     assert root_of_session("20261130-074512-3f9a1c2b") is None
 

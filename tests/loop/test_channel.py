@@ -16,7 +16,8 @@ from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Content, Progress, Turn
 from loopd.inference.errors import ServerStreamError, SessionFull
-from loopd.server import LoopServer
+from loopd.sessions import Sessions
+from loopd.sockets import handler
 from loopd.store import SessionStore
 
 from .support import Events, ScriptedInference, call, fixed_baselines, make_loop, say
@@ -38,17 +39,17 @@ class Gate:
         return await self.inner.chat(request, events)
 
 
-def make_server(home, inference, **settings) -> LoopServer:
-    return LoopServer(
+def make_server(home, inference, **settings) -> Sessions:
+    return Sessions(
         store=SessionStore(home), loop=make_loop(inference, **settings),
         new_baseline=fixed_baselines, slots=SlotSection(main=0, background=1),
     )
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path, server: LoopServer):
+async def serving(tmp_path, server: Sessions):
     path = tmp_path / "loop.sock"
-    listener = await asyncio.start_unix_server(server.handle, path=str(path))
+    listener = await asyncio.start_unix_server(handler(server), path=str(path))
     try:
         yield path
     finally:

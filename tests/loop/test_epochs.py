@@ -1,4 +1,4 @@
-"""Compaction as an epoch change, and identity per epoch, through LoopServer.run with a scripted
+"""Compaction as an epoch change, and identity per epoch, through Sessions.run with a scripted
 model and a scripted memory (memoryd itself is in test_memory_link.py and the real-server test).
 
 Rules checked: a turn that leaves the slot at or above the limit makes the next turn compact
@@ -22,7 +22,7 @@ from loopd.epochs import COMPACT_INSTRUCTION, Baselines, EpochSettings
 from loopd.errors import CorruptSession, EpochClosed, MemoryUnavailable
 from loopd.inference.errors import Unavailable
 from loopd.log import encode_record
-from loopd.server import LoopServer
+from loopd.sessions import Sessions
 from loopd.store import SessionStore
 
 from .support import FIXED_TIME, Events, ScriptedInference, fake_registry, make_loop, say
@@ -52,11 +52,11 @@ class ScriptedMemory:
         return None
 
 
-def make_server(tmp_path, inference, memory, limit=None) -> LoopServer:
+def make_server(tmp_path, inference, memory, limit=None) -> Sessions:
     system = tmp_path / "system.md"
     system.write_text("Be brief.")
     baselines = Baselines(system=system, tools=fake_registry().core_schemas(), memory=memory)
-    return LoopServer(
+    return Sessions(
         store=SessionStore(tmp_path), loop=make_loop(inference), new_baseline=baselines,
         slots=SlotSection(main=0, background=1), memory=memory,
         epochs=EpochSettings(compact_at_tokens=limit, summary_tokens=99),

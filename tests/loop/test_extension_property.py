@@ -25,7 +25,7 @@ from loopd.baseline import SUMMARY_HEADING
 from loopd.epochs import EpochSettings
 from loopd.inference.client import InferenceClient
 from loopd.log import parse_log
-from loopd.server import LoopServer
+from loopd.sessions import Sessions
 from loopd.store import SessionStore
 from loopd.tools import FakeTools, Registry, ToolRunner
 from loopd.turn import Loop, TurnSettings
@@ -59,7 +59,7 @@ turn_plan = st.tuples(
 )
 
 
-def loop_server(home, server: CachingServer) -> tuple[LoopServer, InferenceClient]:
+def loop_server(home, server: CachingServer) -> tuple[Sessions, InferenceClient]:
     section = InferenceSection(retries=0)
     client = InferenceClient(section, transport=server.transport())
     registry = Registry(FakeTools.schemas)
@@ -68,7 +68,7 @@ def loop_server(home, server: CachingServer) -> tuple[LoopServer, InferenceClien
         settings=TurnSettings(tool_iterations=3, tool_result_cap=CAP), now=lambda: FIXED_TIME,
     )
     store = SessionStore(home)
-    return LoopServer(store=store, loop=loop, new_baseline=fixed_baselines,
+    return Sessions(store=store, loop=loop, new_baseline=fixed_baselines,
                       slots=SlotSection()), client
 
 

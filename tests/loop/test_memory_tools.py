@@ -9,8 +9,8 @@ import pytest
 from bxcore.chat import FunctionCall, ToolCall, ToolSchema
 from bxcore.config import parse_config
 from bxcore.protocol.memory import MEMORY_TOOL_SCHEMAS
-from loopd.serve import build_role
 from loopd.tools import FakeTools, Registry, ToolRunner, with_memory_tools
+from loopd.wiring import build
 
 from .support import Events, fake_registry, registry_json
 
@@ -50,8 +50,8 @@ def test_the_broker_port_offers_the_memory_tools_when_memoryd_is_on(tmp_path):
     registry = tmp_path / "registry.json"
     registry.write_text(registry_json(FakeTools.schemas))
     text = f'[paths]\nhome = "{tmp_path}"\n[loop]\ntools = "broker"\nregistry = "{registry}"\n'
-    role = build_role(parse_config(text, "c.toml", tmp_path), tmp_path / "c.toml")
+    role = build(parse_config(text, "c.toml", tmp_path), tmp_path / "c.toml")
     assert {"recall", "ask_memory", "memory"} <= {s.name for s in role.registry.schemas()}
-    off = build_role(parse_config(text + 'memory = "off"\n', "c.toml", tmp_path),
+    off = build(parse_config(text + 'memory = "off"\n', "c.toml", tmp_path),
                      tmp_path / "c.toml")
     assert "recall" not in {s.name for s in off.registry.schemas()}

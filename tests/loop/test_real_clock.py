@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from brokerd.audit import entries, verify
-from brokerd.daemon import backend_for, build
+from brokerd.wiring import backend_for, build
 from bxcore.config import parse_config
 from bxcore.config.inference import InferenceSection, SamplingSection
 from bxcore.records import Assistant, ToolResult

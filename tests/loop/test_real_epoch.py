@@ -1,5 +1,5 @@
 """Compaction on the real llama-server (the tiny Qwen, bare-JSON tool template) with the real
-memoryd: loopd's LoopServer and inference client, nothing scripted but when to compact.
+memoryd: loopd's Sessions and inference client, nothing scripted but when to compact.
 
 Two turns in epoch 0, with a memory write made between them (as brokerd sends it); then the slot
 limit is set so that the next turn compacts first. The turn after compaction builds a new cache
@@ -24,7 +24,7 @@ from loopd.inference.client import InferenceClient
 from loopd.log import parse_log
 from loopd.memory import MemoryLink
 from loopd.replay import messages
-from loopd.server import LoopServer
+from loopd.sessions import Sessions
 from loopd.store import SessionStore
 from loopd.tools import FakeTools, Registry, ToolRunner
 from loopd.turn import Loop
@@ -80,7 +80,7 @@ async def test_an_epoch_change_on_the_real_server():
             recording = Recording(client)
             memory = MemoryLink(memoryd.socket)
             registry = Registry(FakeTools.schemas)
-            server = LoopServer(
+            server = Sessions(
                 store=SessionStore(root / "home"),
                 loop=Loop(inference=recording, tools=ToolRunner(registry, FakeTools())),
                 new_baseline=Baselines(system=system, tools=registry.core_schemas(),

@@ -17,9 +17,10 @@ from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
-from loopd.serve import DEFAULT_SYSTEM, build_role, run, system_path
+from loopd.sockets import run
 from loopd.tools.broker import BrokerPort
 from loopd.tools.fake import ECHO
+from loopd.wiring import DEFAULT_SYSTEM, build, system_path
 
 from .support import ScriptedInference, registry_json, say
 
@@ -46,7 +47,7 @@ async def failing():
 
 async def test_a_failed_self_test_exits_1_with_the_report(tmp_path, capsys):
     path, config = config_file(tmp_path)
-    role = build_role(config, path)
+    role = build(config, path)
     status = await run(role, ScriptedInference([]), failing, notifier=Notifier(send=print))
     assert status == 1
     assert "FAIL tool_call" in capsys.readouterr().err
@@ -74,7 +75,7 @@ async def test_serve_binds_0600_notifies_ready_and_serves_turns(tmp_path, monkey
     monkeypatch.setenv("NOTIFY_SOCKET", str(notify))
     stop = asyncio.Event()
     server = asyncio.create_task(
-        run(build_role(config, path), ScriptedInference([say("Hi.")]), passing, stop=stop)
+        run(build(config, path), ScriptedInference([say("Hi.")]), passing, stop=stop)
     )
     try:
         message = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(receiver, 4096), 10)
@@ -104,7 +105,7 @@ async def test_a_stale_socket_is_removed_before_the_self_test_and_a_live_one_ref
     listener.bind(str(stale))
     listener.listen()
     with pytest.raises(DaemonError, match="another process is serving on it"):
-        await run(build_role(config, path), ScriptedInference([]), passing)
+        await run(build(config, path), ScriptedInference([]), passing)
     listener.close()  # the file stays behind, as after a crash
 
     seen: list[bool] = []
@@ -113,7 +114,7 @@ async def test_a_stale_socket_is_removed_before_the_self_test_and_a_live_one_ref
         seen.append(stale.exists())
         return False, "FAIL tool_call: (scripted)"
 
-    status = await run(build_role(config, path), ScriptedInference([]), looks_then_fails)
+    status = await run(build(config, path), ScriptedInference([]), looks_then_fails)
     assert status == 1 and seen == [False]  # gone already while the self-test ran
 
 
@@ -121,7 +122,7 @@ async def test_the_socket_gets_the_configured_mode(tmp_path):
     path, config = config_file(tmp_path, "[channel]\nmode = 0o660\n")
     stop = asyncio.Event()
     notes: list[str] = []
-    server = asyncio.create_task(run(build_role(config, path), ScriptedInference([]), passing,
+    server = asyncio.create_task(run(build(config, path), ScriptedInference([]), passing,
                                      notifier=Notifier(send=notes.append), stop=stop))
     try:
         while not notes and not server.done():
@@ -145,7 +146,7 @@ def test_system_md_defaults_beside_the_config_then_the_shipped_one(tmp_path):
 def test_the_broker_port_needs_a_registry(tmp_path):
     path, config = config_file(tmp_path, loop='tools = "broker"\n')
     with pytest.raises(ConfigError, match=r"loop\.registry"):
-        build_role(config, path)
+        build(config, path)
 
 
 def test_the_product_default_is_brokerd_and_without_a_registry_loopd_names_the_key(tmp_path):
@@ -154,14 +155,14 @@ def test_the_product_default_is_brokerd_and_without_a_registry_loopd_names_the_k
     path, config = config_file(tmp_path, loop="")
     assert config.loop.tools == "broker" and config.loop.memory_source() == "memoryd"
     with pytest.raises(ConfigError, match=r"config\.toml: loop\.registry: set it"):
-        build_role(config, path)
+        build(config, path)
 
 
 def test_the_broker_port_offers_clock_even_when_the_registry_does_not_list_it(tmp_path):
     registry = tmp_path / "registry.json"
     registry.write_text(registry_json([ECHO]))
     path, config = config_file(tmp_path, loop=f'tools = "broker"\nregistry = "{registry}"\n')
-    role = build_role(config, path)
+    role = build(config, path)
     assert [t.name for t in role.registry.core_schemas()] == ["clock", "find_tool", "call_tool"]
     assert isinstance(role.port, BrokerPort)
 
@@ -172,7 +173,7 @@ async def test_with_memory_off_a_new_baseline_reads_core_md_under_home(tmp_path)
     core = tmp_path / "home" / "memory" / "core.md"
     core.parent.mkdir(parents=True)
     core.write_text("The owner is Ada.")
-    baseline = await build_role(config, path).baselines("s1", 0, None)
+    baseline = await build(config, path).baselines("s1", 0, None)
     assert baseline.system.endswith("\n\nThe owner is Ada.")
     assert baseline.system.startswith("You are Boxmaker")  # the shipped prompt comes first
     assert [t.name for t in baseline.tools] == ["clock", "find_tool", "call_tool"]

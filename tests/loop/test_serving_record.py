@@ -15,9 +15,10 @@ from loopd.checks import serving_since_report
 from loopd.epochs import COMPACT_INSTRUCTION, EpochSettings
 from loopd.inference.errors import BadStream, Unavailable
 from loopd.inference.serving import ServingSettings, changes, settings_from
-from loopd.serve import build_role, run
-from loopd.server import LoopServer
+from loopd.sessions import Sessions
+from loopd.sockets import run
 from loopd.store import SERVING_RECORD, SessionStore
+from loopd.wiring import build
 
 from .support import Events, ScriptedInference, fixed_baselines, make_loop, say
 
@@ -74,7 +75,7 @@ async def test_a_new_session_and_each_new_epoch_record_what_they_began_under(tmp
 
     inference = ScriptedInference([say("One.", prompt_n=900), say("Summary."), say("Two.")])
     store = SessionStore(tmp_path)
-    server = LoopServer(store=store, loop=make_loop(inference), new_baseline=fixed_baselines,
+    server = Sessions(store=store, loop=make_loop(inference), new_baseline=fixed_baselines,
                         slots=parse_config("", "c.toml").inference.slots, serving=serving,
                         epochs=EpochSettings(compact_at_tokens=100))
     first = await server.run(Turn(session="s1", content="hi", resume=False), Events())
@@ -93,7 +94,7 @@ async def test_a_server_that_cannot_say_leaves_no_record_and_the_turn_runs(tmp_p
     async def serving() -> ServingSettings:
         raise Unavailable("inferproxy: not running")
 
-    server = LoopServer(store=SessionStore(tmp_path), loop=make_loop(ScriptedInference(
+    server = Sessions(store=SessionStore(tmp_path), loop=make_loop(ScriptedInference(
         [say("Hi.")])), new_baseline=fixed_baselines,
         slots=parse_config("", "c.toml").inference.slots, serving=serving)
     final = await server.run(Turn(session="s1", content="hi", resume=False), Events())
@@ -137,7 +138,7 @@ async def test_compaction_uses_the_servers_per_slot_context_when_none_is_recorde
         return True, "ok"
 
     stop = asyncio.Event()
-    serving_task = asyncio.create_task(run(build_role(config, path), inference, passing,
+    serving_task = asyncio.create_task(run(build(config, path), inference, passing,
                                            stop=stop, serving=serving))
     try:
         from bxcore.frames import Frame

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from brokerd.approvals import ApprovalBook, ApprovalDesk
 from brokerd.audit import AuditLog, entries
+from brokerd.calls import Broker
 from brokerd.grantstore import GrantStore
 from brokerd.memory import MemoryClient
 from brokerd.policy import Decision
 from brokerd.runner import Runner
 from brokerd.sandbox import ToolOutput
-from brokerd.server import connection, handlers
-from brokerd.service import Broker
+from brokerd.sockets import connection, handlers
 from brokerd.taint import TaintStore, rebuild
 from bxcore.chat import ToolSchema
 from bxcore.config.inference import SlotSection
@@ -34,7 +34,7 @@ from bxcore.protocol.loop import ToolWaitingEvent, Turn
 from bxcore.records import SessionStart, ToolResult
 from bxcore.secrets import SecretStore
 from bxcore.taint import read_taint
-from loopd.server import LoopServer
+from loopd.sessions import Sessions
 from loopd.store import SessionStore
 from loopd.subagents import Subagents
 from loopd.tools import Registry, ToolRunner
@@ -79,7 +79,7 @@ class Backend:
 @dataclass
 class Rig:
     home: Path
-    server: LoopServer
+    server: Sessions
     backend: Backend
     taints: TaintStore
 
@@ -115,7 +115,7 @@ async def rig(tmp_path: Path, inference, grants: dict[str, str] = GRANTS):
     registry = Registry([ECHO, FETCH, DELEGATE_SCHEMA.model_copy(update={"core": True})])
     loop = Loop(inference=inference, tools=ToolRunner(registry, port),
                 settings=TurnSettings(tool_iterations=4), now=lambda: FIXED_TIME)
-    server = LoopServer(store=SessionStore(home / "loop"), loop=loop,
+    server = Sessions(store=SessionStore(home / "loop"), loop=loop,
                         new_baseline=fixed_baselines, slots=SlotSection(main=0, background=1))
     port.children = Subagents(server)
     try:

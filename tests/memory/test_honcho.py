@@ -11,7 +11,7 @@ import httpx
 import pytest
 from memoryd.errors import HonchoBadResponse, HonchoUnavailable
 from memoryd.honcho import ChatStreamDecoder, HonchoClient
-from memoryd.service import MemoryService
+from memoryd.wiring import build
 
 from .fake_honcho import REFERENCE, FakeHoncho, stalled_stream_transport, validate_response
 from .support import answer, call, calling, config, recalled, result, turn, user, write_taint
@@ -47,7 +47,7 @@ def fake() -> FakeHoncho:
 def service(home, fake):
     cfg = config(home, HONCHO)
     client = HonchoClient("http://honcho.test", transport=fake.transport(), chat_liveness=0.2)
-    svc = MemoryService(cfg, honcho=client)
+    svc = build(cfg, honcho=client)
     yield svc
     run(svc.aclose())
 
@@ -196,13 +196,13 @@ def test_a_write_whose_response_was_lost_is_not_written_twice(service, fake, hom
 
 def test_a_fresh_ledger_checks_honcho_before_writing(home, fake):
     cfg = config(home, HONCHO)
-    first = MemoryService(cfg, honcho=HonchoClient("http://honcho.test",
+    first = build(cfg, honcho=HonchoClient("http://honcho.test",
                                                    transport=fake.transport()))
     run(turn(first, home, "s1", [user("q"), answer("a")]))
     run(first.sync.sync_once())
     run(first.aclose())
     (home / "index" / "state.sqlite").unlink()
-    second = MemoryService(cfg, honcho=HonchoClient("http://honcho.test",
+    second = build(cfg, honcho=HonchoClient("http://honcho.test",
                                                     transport=fake.transport()))
     try:
         report = run(second.sync.sync_once())
@@ -253,11 +253,11 @@ def test_a_stream_that_stalls_after_its_first_bytes_times_out():
 
 def test_the_honcho_address_comes_from_config_and_the_key_from_the_secret_store(home,
                                                                                monkeypatch):
-    from memoryd.service import make_honcho_client
+    from memoryd.wiring import honcho_client
     monkeypatch.setenv("HONCHO_KEY_FOR_TEST", "jwt-value")
     cfg = config(home, '[secrets.honcho_key]\nbackend = "env"\nvariable = "HONCHO_KEY_FOR_TEST"\n'
                  + HONCHO.replace("[[memory", 'key_secret = "honcho_key"\n[[memory', 1))
-    client = make_honcho_client(cfg)
+    client = honcho_client(cfg)
     try:
         assert str(client._http.base_url) == "http://honcho.test"
         assert client._http.headers["Authorization"] == "Bearer jwt-value"

@@ -11,14 +11,21 @@ import pytest
 from bxcore.canonical import canonical_json
 from memoryd.honcho import sync as sync_module
 from memoryd.honcho.client import HonchoClient
-from memoryd.honcho.reread import Decision, FileStamp, ReadCache, Signature, decide, signature
-from memoryd.service import MemoryService
+from memoryd.honcho.reread import (
+    FileStamp,
+    ReadCache,
+    RereadDecision,
+    Signature,
+    reread_decision,
+    signature,
+)
 from memoryd.taint import CLEAN, SessionTaint
+from memoryd.wiring import build
 
 from .support import answer, call, config, turn, user, write_taint
 from .test_honcho import HONCHO, contents, fake, home, run, service  # noqa: F401  (fixtures)
 
-READ, SKIP = Decision.READ, Decision.SKIP
+READ, SKIP = RereadDecision.READ, RereadDecision.SKIP
 
 
 # -- the decision (pure) ------------------------------------------------------------------------
@@ -51,7 +58,7 @@ ROWS = [
 @pytest.mark.parametrize(("before", "now", "settled", "expected"),
                          [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])
 def test_decide(before, now, settled, expected):
-    assert decide(before, now, settled) is expected
+    assert reread_decision(before, now, settled) is expected
 
 
 def test_the_cache_reads_what_it_never_saw_and_forgets_what_is_gone():
@@ -227,7 +234,7 @@ def test_a_restart_reads_everything_once(service, fake, home, reads):  # noqa: F
     run(turn(service, home, "s1", [user("q1"), answer("a1")]))
     sync_pass(service, reads)
     assert sync_pass(service, reads)[1] == {}
-    again = MemoryService(config(home, HONCHO),
+    again = build(config(home, HONCHO),
                           honcho=HonchoClient("http://honcho.test", transport=fake.transport()))
     try:
         report, read = sync_pass(again, reads)

@@ -13,7 +13,7 @@ from bxcore.protocol import memory as proto
 from click.testing import CliRunner
 from memoryd.cli import main
 from memoryd.notes import read_notes
-from memoryd.service import MemoryService
+from memoryd.wiring import build
 
 from .support import call, config, write_taint
 
@@ -25,7 +25,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def service(home: Path):
-    svc = MemoryService(config(home))
+    svc = build(config(home))
     yield svc
     asyncio.run(svc.aclose())
 
@@ -170,7 +170,7 @@ def test_the_sanitizer_runs_again_when_the_baseline_is_built(service, home):
 
 
 def test_staged_identity_writes_wait_for_the_owner(home):
-    svc = MemoryService(config(home, "[memory]\nstage_identity_writes = true\n"))
+    svc = build(config(home, "[memory]\nstage_identity_writes = true\n"))
     try:
         response = run(call(svc, "memory", {"action": "add", "file": "memory.md",
                                             "text": "staged fact"}))

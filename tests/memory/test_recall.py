@@ -15,7 +15,7 @@ from memoryd.cli import main
 from memoryd.errors import StoreError
 from memoryd.index import RecallIndex, StateDb, session_logs
 from memoryd.notes import Note, parse_notes
-from memoryd.service import MemoryService
+from memoryd.wiring import build
 
 from .support import answer, call, calling, config, recalled, result, turn, user, write_taint
 
@@ -31,7 +31,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def service(home: Path):
-    svc = MemoryService(config(home))
+    svc = build(config(home))
     yield svc
     run(svc.aclose())
 
@@ -148,7 +148,7 @@ def test_notes_are_recalled_with_their_own_trust(service, home):
 
 
 def test_snippets_are_size_capped(home):
-    svc = MemoryService(config(home, "[memory]\nsnippet_chars = 40\n"))
+    svc = build(config(home, "[memory]\nsnippet_chars = 40\n"))
     try:
         run(turn(svc, home, "s1", [user("zebra " + "word " * 200), answer("ok")]))
         (hit,) = recalled(run(call(svc, "recall", {"query": "zebra"})))

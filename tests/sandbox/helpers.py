@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from brokerd.policy._decision import Decision, mint
-from brokerd.sandbox import Limits, Mount, Outcome, Sandbox, SandboxSpec
+from brokerd.sandbox import Mount, Sandbox, SandboxLimits, SandboxOutcome, SandboxSpec
 from bxcore.tools import DecisionRecord
 
 GRANTED_HOST = "docs.example.test"
@@ -23,7 +23,7 @@ def decide(spec: SandboxSpec) -> Decision:
 
 
 def spec(program: str, arguments: str, **fields) -> SandboxSpec:
-    fields.setdefault("limits", Limits(timeout_s=30.0))
+    fields.setdefault("limits", SandboxLimits(timeout_s=30.0))
     return SandboxSpec(program=program, arguments=arguments, **fields)
 
 
@@ -35,7 +35,7 @@ def rw(path: Path) -> Mount:
     return Mount(source=path, target=str(path), writable=True)
 
 
-def run(backend: Sandbox, call_spec: SandboxSpec) -> Outcome:
+def run(backend: Sandbox, call_spec: SandboxSpec) -> SandboxOutcome:
     """One call through ``backend``, as brokerd's runner makes it."""
     return asyncio.run(backend.run(decide(call_spec)))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from brokerd.policy import NotAuthorized
 from brokerd.policy._decision import mint
-from brokerd.sandbox import FailureReason, Limits, PodmanSandbox, ToolFailure, ToolOutput
+from brokerd.sandbox import FailureReason, PodmanSandbox, SandboxLimits, ToolFailure, ToolOutput
 from bxcore.tools import DataClass, DecisionRecord
 
 from .conftest import CONTAINERS_CONF
@@ -91,14 +91,14 @@ def test_with_a_host_grant_the_host_is_still_not_reachable_directly(backend, web
 
 
 def test_the_time_limit_kills_a_runaway(backend, work):
-    out = run(backend, command(work, ["sleep", "600"], limits=Limits(timeout_s=2.0)))
+    out = run(backend, command(work, ["sleep", "600"], limits=SandboxLimits(timeout_s=2.0)))
     assert isinstance(out, ToolFailure)
     assert out.reason is FailureReason.TIMEOUT
 
 
 def test_the_pids_limit_stops_a_fork_bomb(backend, work):
     bomb = "for i in $(seq 40); do sleep 30 & done 2>&1; echo spawned; kill $(jobs -p)"
-    out = run(backend, command(work, ["sh", "-c", bomb], limits=Limits(pids=12,
+    out = run(backend, command(work, ["sh", "-c", bomb], limits=SandboxLimits(pids=12,
                                                                        timeout_s=60.0)))
     assert isinstance(out, ToolOutput), out
     assert "fork" in out.content.lower() or "resource temporarily unavailable" in \
@@ -107,7 +107,7 @@ def test_the_pids_limit_stops_a_fork_bomb(backend, work):
 
 def test_the_memory_limit_stops_a_hog(backend, work):
     hog = python("x = bytearray(512 * 1024 * 1024)\nprint('ALLOCATED')")
-    out = run(backend, command(work, hog, limits=Limits(memory_mb=128, timeout_s=60.0)))
+    out = run(backend, command(work, hog, limits=SandboxLimits(memory_mb=128, timeout_s=60.0)))
     assert isinstance(out, ToolOutput), out
     assert "ALLOCATED" not in out.content
     assert "MemoryError" in out.content or "killed by signal 9" in out.content
@@ -116,7 +116,7 @@ def test_the_memory_limit_stops_a_hog(backend, work):
 def test_output_is_capped(backend):
     text = "y" * 5000
     out = run(backend, spec("echo", json.dumps({"text": text}),
-                            limits=Limits(output_cap=1000, timeout_s=30.0)))
+                            limits=SandboxLimits(output_cap=1000, timeout_s=30.0)))
     assert isinstance(out, ToolOutput)
     assert (out.content, out.truncated) == ("y" * 1000, True)
 
@@ -139,7 +139,7 @@ def test_nothing_is_left_after_a_call(backend, work, scratch, ending, web_server
     marker = f"bx-marker-{secrets.token_hex(6)}"
     timeout = 2.0 if ending == "timeout" else 30.0
     argv = ["sh", "-c", f"sleep {600 if ending == 'timeout' else 0} # {marker}"]
-    out = run(backend, command(work, argv, limits=Limits(timeout_s=timeout),
+    out = run(backend, command(work, argv, limits=SandboxLimits(timeout_s=timeout),
                                hosts=(f"{GRANTED_HOST}:{web_server}",)))
     assert isinstance(out, ToolOutput) == (ending == "normal"), out
     assert _processes_mentioning(marker) == []

@@ -10,9 +10,9 @@ import pytest
 from brokerd.sandbox import (
     BadSandboxSpec,
     FailureReason,
-    Limits,
     Mount,
     PodmanSetup,
+    SandboxLimits,
     SandboxSpec,
     SandboxUnavailable,
     ToolFailure,
@@ -32,7 +32,7 @@ SPEC = SandboxSpec(
     mounts=(Mount(source=Path("/home/o/notes"), target="/home/o/notes"),
             Mount(source=Path("/home/o/inbox"), target="/home/o/inbox", writable=True)),
     hosts=("docs.python.org",), secrets=(Secret("tok", "v"),), workdir="/home/o/notes",
-    limits=Limits(memory_mb=64, pids=10, timeout_s=2.5, output_cap=100),
+    limits=SandboxLimits(memory_mb=64, pids=10, timeout_s=2.5, output_cap=100),
     data_class=DataClass.PRIVATE,
 )
 
@@ -50,7 +50,7 @@ SPEC = SandboxSpec(
         ({"mounts": (Mount(source=Path("x"), target="/x"),)}, r"mounts\[0\].source"),
         ({"secrets": (Secret("../tok", "v"),)}, r"secrets\[0\]"),
         ({"workdir": "relative"}, "workdir"),
-        ({"limits": Limits(pids=0)}, "limits"),
+        ({"limits": SandboxLimits(pids=0)}, "limits"),
     ],
 )
 def test_specs_no_sandbox_may_run_are_refused_naming_the_field(change, field):

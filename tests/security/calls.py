@@ -22,7 +22,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from brokerd.sandbox import Limits, Mount, Sandbox, SandboxSpec, ToolOutput
+from brokerd.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, ToolOutput
 from bxcore.tools import DataClass
 from sandbox.helpers import decide
 from support.egress import recording_egress
@@ -58,7 +58,7 @@ def spec_from_json(text: str) -> SandboxSpec:
         program=data["program"], arguments=data["arguments"],
         mounts=tuple(Mount(source=Path(m["source"]), target=m["target"],
                            writable=m["writable"]) for m in data["mounts"]),
-        hosts=tuple(data["hosts"]), workdir=data["workdir"], limits=Limits(**data["limits"]),
+        hosts=tuple(data["hosts"]), workdir=data["workdir"], limits=SandboxLimits(**data["limits"]),
         data_class=DataClass(data["data_class"]),
     )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from brokerd.sandbox import Limits
+from brokerd.sandbox import SandboxLimits
 from sandbox.helpers import python, rw, shell, spec
 
 from .calls import Result
@@ -71,7 +71,7 @@ print("REPORT " + json.dumps(report))
 def attack(caller, granted) -> dict[str, str]:
     code = f"import os; os.environ['GRANTED'] = {str(granted)!r}\n" + ATTACK
     call = spec("shell.run", shell(python(code), str(granted)),
-                mounts=(rw(granted),), limits=Limits(memory_mb=256, timeout_s=60.0))
+                mounts=(rw(granted),), limits=SandboxLimits(memory_mb=256, timeout_s=60.0))
     result: Result = caller.call(call)
     assert result.ok, result.text
     line = next(row for row in result.text.splitlines() if row.startswith("REPORT "))

@@ -1,5 +1,5 @@
 """brokerd's sockets bound the simple way, for tests: both with the default mode, no group, the
-kernel's overflow uid. ``brokerd serve`` (brokerd.daemon) binds them with the configured modes
+kernel's overflow uid. ``brokerd serve`` (brokerd.sockets) binds them with the configured modes
 and groups instead."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Collection
 from pathlib import Path
 
-from brokerd.server import Handler, connection, handlers
-from brokerd.service import Broker
+from brokerd.calls import Broker
+from brokerd.sockets import Handler, connection, handlers
 from bxcore import daemon
 from bxcore.frames import Kinds
 from bxcore.peers import PeerPolicy

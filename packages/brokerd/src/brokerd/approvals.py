@@ -135,7 +135,7 @@ class ApprovalBook:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ApprovalOutcome:
     approved: bool
     reason: str
     approval: str
@@ -173,7 +173,7 @@ class ApprovalDesk:
         self._events[approval.id] = asyncio.Event()
         return approval
 
-    async def wait(self, approval: wire.ApprovalRequest, on_waiting: Waiting) -> Outcome:
+    async def wait(self, approval: wire.ApprovalRequest, on_waiting: Waiting) -> ApprovalOutcome:
         """Offer ``approval`` to gatewayd and wait for an answer that counts, or expiry.
         ``on_waiting`` is called at once and every ``waiting_interval`` seconds meanwhile."""
         event = self._events[approval.id]
@@ -198,10 +198,11 @@ class ApprovalDesk:
             self._events.pop(approval.id, None)
             self.book.close(approval.id)
         if answer is None:
-            return Outcome(False, f"approval {approval.id} expired unanswered", approval.id, None)
+            return ApprovalOutcome(False, f"approval {approval.id} expired unanswered",
+                                   approval.id, None)
         approved = answer.verdict == "approve"
         verb = "approved" if approved else "denied"
-        return Outcome(approved, f"{verb} by {answer.by}", approval.id, answer.by)
+        return ApprovalOutcome(approved, f"{verb} by {answer.by}", approval.id, answer.by)
 
     async def _offer_to_gateway(self, approval: wire.ApprovalRequest) -> None:
         """Send the request to gatewayd and feed its answers in until one counts. A gatewayd that

@@ -12,7 +12,7 @@ import click
 from bxcore.config import Config, load_config
 from bxcore.errors import BoxmakerError
 
-from . import daemon
+from . import sockets, wiring
 from .audit import entries, verify
 from .errors import BrokerError, JobError
 from .explain import explain_grant
@@ -48,7 +48,8 @@ def serve(config_path: Path) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = _config(config_path)
     try:
-        asyncio.run(daemon.serve(config, daemon.backend_for(config), config_path))
+        broker = wiring.build(config, wiring.backend_for(config))
+        asyncio.run(sockets.serve(broker, config, config_path))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -68,7 +69,7 @@ def audit_verify(config_path: Path, directory: Path | None, as_json: bool) -> No
 
     Exit status 1 when any record is bad. Example: brokerd audit verify --json
     """
-    directory = directory or daemon.audit_dir(_config(config_path))
+    directory = directory or wiring.audit_dir(_config(config_path))
     try:
         bad, head = verify(directory)
     except BrokerError as exc:
@@ -103,7 +104,7 @@ def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> No
     # With a config, the harness's own directories are refused as brokerd serve refuses them.
     config = _config(config_path) if directory is None or config_path.is_file() else None
     directory = directory or config.broker.grants_dir()  # type: ignore[union-attr]
-    protected = () if config is None else daemon.harness_paths(config, os.environ)
+    protected = () if config is None else wiring.harness_paths(config, os.environ)
     try:
         found = load_grants(directory, protected)
     except BrokerError as exc:
@@ -139,10 +140,10 @@ def taint_rebuild(config_path: Path, out: Path | None) -> None:
     Example: brokerd taint rebuild --out /tmp/taint-check
     """
     config = _config(config_path)
-    store = TaintStore(out or daemon.taint_dir(config))
+    store = TaintStore(out or wiring.taint_dir(config))
     try:
         results = ((e.session, e.data_class, e.untrusted)
-                   for e in entries(daemon.audit_dir(config)) if e.kind == "result")
+                   for e in entries(wiring.audit_dir(config)) if e.kind == "result")
         written = rebuild(results, store)
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from None

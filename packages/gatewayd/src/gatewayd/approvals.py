@@ -17,7 +17,7 @@ from .routing import Command
 
 
 @dataclass
-class Pending:
+class PostedApproval:
     request: ApprovalRequest
     root_id: str  # the thread the approval was posted in
     channel_id: str
@@ -29,23 +29,23 @@ class Pending:
 @dataclass(frozen=True, kw_only=True)
 class Forward:
     answer: ApprovalAnswer
-    pending: Pending
+    pending: PostedApproval
 
 
 @dataclass(frozen=True, kw_only=True)
-class Refused:
+class CommandRefused:
     reason: str
 
 
-class ApprovalBook:
+class PostedApprovals:
     def __init__(self) -> None:
-        self._pending: dict[str, Pending] = {}
+        self._pending: dict[str, PostedApproval] = {}
         self._used: set[str] = set()
 
-    def add(self, request: ApprovalRequest, root_id: str, channel_id: str) -> Pending:
+    def add(self, request: ApprovalRequest, root_id: str, channel_id: str) -> PostedApproval:
         if request.id in self._pending or request.id in self._used:
             raise ValueError(f"approval id {request.id!r} was already seen")
-        pending = Pending(request=request, root_id=root_id, channel_id=channel_id)
+        pending = PostedApproval(request=request, root_id=root_id, channel_id=channel_id)
         self._pending[request.id] = pending
         return pending
 
@@ -54,19 +54,19 @@ class ApprovalBook:
         if self._pending.pop(approval_id, None) is not None:
             self._used.add(approval_id)
 
-    def decide(self, command: Command, allowlist: frozenset[str]) -> Forward | Refused:
+    def decide(self, command: Command, allowlist: frozenset[str]) -> Forward | CommandRefused:
         post = command.post
         if post.user_id not in allowlist:
-            return Refused(reason="you are not allowed to answer approvals")
+            return CommandRefused(reason="you are not allowed to answer approvals")
         pending = self._pending.get(command.approval_id)
         if pending is None:
             if command.approval_id in self._used:
-                return Refused(reason=f"approval `{command.approval_id}` was already answered "
-                               "or has expired")
-            return Refused(reason=f"there is no approval `{command.approval_id}`")
+                return CommandRefused(reason=f"approval `{command.approval_id}` was already "
+                                      "answered or has expired")
+            return CommandRefused(reason=f"there is no approval `{command.approval_id}`")
         if post.thread_root != pending.root_id:
-            return Refused(reason=f"approval `{command.approval_id}` must be answered in its "
-                           "own thread")
+            return CommandRefused(reason=f"approval `{command.approval_id}` must be answered in "
+                                  "its own thread")
         answer = ApprovalAnswer(id=command.approval_id, verdict=command.verdict, by=post.user_id)
         self.close(command.approval_id)
         if not pending.answer.done():

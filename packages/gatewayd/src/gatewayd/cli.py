@@ -8,12 +8,9 @@ import sys
 
 import click
 from bxcore.config import load_config
-from bxcore.daemon import Notifier, run_until_signalled
 from bxcore.errors import BoxmakerError
 
-from .service import Gateway, Settings
-
-log = logging.getLogger("gatewayd")
+from . import sockets, wiring
 
 
 @click.group()
@@ -35,20 +32,13 @@ def serve(config_path: str, verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        settings = Settings.from_config(load_config(config_path), source=config_path)
-        gateway = Gateway(settings)
+        gateway = wiring.build(load_config(config_path), config_path)
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        asyncio.run(_serve(gateway))
+        asyncio.run(sockets.serve(gateway))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
-
-
-async def _serve(gateway: Gateway) -> None:
-    notifier = Notifier()
-    await run_until_signalled(gateway.run(ready=notifier.ready), on_stop=notifier.stopping)
-    log.info("gatewayd stopped")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ class Post(PeerModel):
         return self.root_id or self.id
 
 
-class User(PeerModel):
+class MattermostUser(PeerModel):
     id: StrictStr = Field(min_length=1)
     username: StrictStr = ""
     is_bot: StrictBool = False

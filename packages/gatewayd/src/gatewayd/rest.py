@@ -22,7 +22,7 @@ from bxcore.secrets import Secret
 from pydantic import BaseModel, ValidationError
 
 from .errors import MattermostProtocolError, MattermostRefused, MattermostUnavailable
-from .models import Channel, Post, PostList, User, describe_problems
+from .models import Channel, MattermostUser, Post, PostList, describe_problems
 from .stream import backoff_delay
 
 log = logging.getLogger("gatewayd.rest")
@@ -78,8 +78,8 @@ class MattermostClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def me(self) -> User:
-        return await self._call("GET", "/users/me", User)
+    async def me(self) -> MattermostUser:
+        return await self._call("GET", "/users/me", MattermostUser)
 
     async def direct_channel(self, user_a: str, user_b: str) -> Channel:
         """The DM channel between two users, created if it does not exist yet."""

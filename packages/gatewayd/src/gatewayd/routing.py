@@ -25,7 +25,7 @@ _COMMAND = re.compile(r"\s*!(approve|deny)\s+(\S+)\s*")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Turn:
+class TurnPost:
     post: Post
     session: str
     resume: bool  # a reply in a thread continues its session; a new root post starts one
@@ -48,7 +48,7 @@ class Refuse:
     reason: str  # logged with the user and channel ids, never the message
 
 
-Route = Turn | Command | Ignore | Refuse
+Route = TurnPost | Command | Ignore | Refuse
 
 
 def session_for(root_post_id: str) -> str:
@@ -85,7 +85,7 @@ def route(
         return Command(post=post, verdict=verdict, approval_id=command[2])
     if not allowed_user:
         return Refuse(reason="user is not allowlisted")
-    return Turn(post=post, session=session_for(post.thread_root), resume=bool(post.root_id))
+    return TurnPost(post=post, session=session_for(post.thread_root), resume=bool(post.root_id))
 
 
 def load_allowlist(path: Path) -> frozenset[str]:

@@ -47,7 +47,7 @@ DOWN_NOTE = "_The agent is not running right now; your message is queued and wil
 BUSY_NOTE = "_Waiting for the previous message in this thread to finish…_"
 
 
-class Outcome(enum.Enum):
+class TurnOutcome(enum.Enum):
     DELIVERED = "delivered"  # loopd took the turn (answered or failed it): never send it again
     BUSY = "busy"  # loopd is running another turn of this session: try again soon
     DOWN = "down"  # loopd cannot be reached, or dropped the turn before taking it
@@ -77,7 +77,7 @@ class TurnRunner:
         self._clock = clock
         self._tool_choice = list(tool_choice)
 
-    async def deliver(self, item: Item) -> Outcome:
+    async def deliver(self, item: Item) -> TurnOutcome:
         placeholder = item.placeholder or await self._post_placeholder(item)
         resume = item.resume
         for flipped in (False, True):
@@ -87,7 +87,7 @@ class TurnRunner:
                 log.info("post %s: loopd unavailable (%s)", item.post_id, exc)
                 if item.attempts == 0:
                     await self._edit(placeholder, DOWN_NOTE)
-                return Outcome.DOWN
+                return TurnOutcome.DOWN
             try:
                 return await self._converse(stream, item, placeholder, resume)
             except _Again:
@@ -99,7 +99,7 @@ class TurnRunner:
                 await stream.close()
         await self._edit(placeholder, "⚠ the agent refused this thread's session")
         self._queue.delivered(item.post_id)
-        return Outcome.DELIVERED
+        return TurnOutcome.DELIVERED
 
     async def _post_placeholder(self, item: Item) -> str:
         post = await self._rest.create_post(
@@ -111,7 +111,7 @@ class TurnRunner:
 
     async def _converse(
         self, stream: FrameStream, item: Item, placeholder: str, resume: bool
-    ) -> Outcome:
+    ) -> TurnOutcome:
         turn = Turn.model_validate({"session": item.session, "content": item.content,
                                     "resume": resume, "tool_choice": self._tool_choice})
         view = TurnView()
@@ -132,34 +132,34 @@ class TurnRunner:
                 elif frame.kind == TURN_DONE:
                     self._queue.delivered(item.post_id)
                     await self._answer(item, placeholder, frame.parse(TurnDone).content)
-                    return Outcome.DELIVERED
+                    return TurnOutcome.DELIVERED
                 elif frame.kind == ERROR:
                     return await self._refused(item, placeholder, frame.parse(WireError), resume)
         except LocalProtocolError as exc:  # ours, not loopd's: retrying would fail the same way
             log.error("our bug, not loopd's: post %s: %s", item.post_id, exc, exc_info=exc)
             self._queue.delivered(item.post_id)
             await self._edit(placeholder, "⚠ _a bug in gatewayd: the message was not sent_")
-            return Outcome.DELIVERED
+            return TurnOutcome.DELIVERED
         except (StreamEnded, FrameError, StreamTimeout) as exc:
             log.warning("post %s: loop.sock: %s", item.post_id, exc or type(exc).__name__)
             if not accepted:
-                return Outcome.DOWN
+                return TurnOutcome.DOWN
             await self._edit(placeholder, view.text() + "\n\n⚠ _the agent stopped mid-turn_")
-            return Outcome.DELIVERED
+            return TurnOutcome.DELIVERED
 
     async def _refused(
         self, item: Item, placeholder: str, error: WireError, resume: bool
-    ) -> Outcome:
+    ) -> TurnOutcome:
         if error.code == ErrorCode.SESSION_BUSY:
             if item.attempts == 0:
                 await self._edit(placeholder, BUSY_NOTE)
-            return Outcome.BUSY
+            return TurnOutcome.BUSY
         if (error.code, resume) in ((ErrorCode.NO_SUCH_SESSION, True),
                                     (ErrorCode.SESSION_EXISTS, False)):
             raise _Again()
         self._queue.delivered(item.post_id)
         await self._edit(placeholder, f"⚠ {error.code.value}: {error.message}")
-        return Outcome.DELIVERED
+        return TurnOutcome.DELIVERED
 
     async def _answer(self, item: Item, placeholder: str, content: str) -> None:
         parts = split_message(content) or [NO_ANSWER]

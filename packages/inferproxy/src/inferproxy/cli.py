@@ -1,7 +1,7 @@
-"""``inferproxy serve --config <path>``: the daemon's entry point.
+"""``inferproxy serve --config <path>``: the daemon's entry point (cli.py -> wiring.py ->
+sockets.py -> proxy.py, the splice forwarder).
 
-Reports READY=1 to systemd once the socket is bound (and WATCHDOG=1 at half the interval systemd
-asks for, when ``[inferproxy] watchdog`` is on); SIGTERM or SIGINT stop it cleanly with status 0.
+SIGTERM or SIGINT stop it cleanly with status 0.
 A bad config, an unknown group or a socket that cannot be bound exit 1 with a message.
 """
 
@@ -12,28 +12,10 @@ import logging
 from pathlib import Path
 
 import click
-from bxcore.config import ServedSocket, load_config
-from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
+from bxcore.config import load_config
 from bxcore.errors import BoxmakerError, ConfigError
 
-from .proxy import CHUNK, Proxy, Upstream
-
-
-async def _run(proxy: Proxy, served: ServedSocket, gid: int | None, watchdog: bool) -> None:
-    notifier = Notifier()
-
-    async def main() -> None:
-        async with (
-            proxy.cutting_connections_on_exit(),
-            listening(served.path, proxy.handle, mode=served.mode, group=gid, limit=CHUNK),
-            asyncio.TaskGroup() as tasks,
-        ):
-            notifier.ready()
-            if watchdog:
-                tasks.create_task(notifier.keep_watchdog())
-            await wait_forever()
-
-    await run_until_signalled(main(), on_stop=notifier.stopping)
+from . import sockets, wiring
 
 
 @click.group()
@@ -57,13 +39,11 @@ def serve(config_path: Path) -> None:
     """
     try:
         config = load_config(config_path)
-        served = config.served("infer")
-        gid = served.gid(config_path)
+        parts = wiring.build(config, config_path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    section = config.inferproxy
-    logging.info("listening on %s, forwarding to %s", served.path, section.upstream)
+    logging.info("listening on %s, forwarding to %s", parts.served.path, config.inferproxy.upstream)
     try:
-        asyncio.run(_run(Proxy(Upstream(section.upstream)), served, gid, section.watchdog))
+        asyncio.run(sockets.serve(parts))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None

@@ -10,8 +10,7 @@ import click
 from bxcore.config import load_config
 from bxcore.errors import BoxmakerError
 
-from .serve import check as run_check
-from .serve import serve as run_serve
+from . import sockets, wiring
 
 config_option = click.option(
     "--config", "config_path", required=True,
@@ -40,7 +39,8 @@ def serve(config_path: Path, tools: str | None) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
     try:
         config = load_config(config_path)
-        status = asyncio.run(run_serve(config, config_path, tools=tools))
+        parts = wiring.build(config, config_path, tools)
+        status = asyncio.run(sockets.serve(parts, wiring.inference_client(config)))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
     raise SystemExit(status)
@@ -49,7 +49,7 @@ def serve(config_path: Path, tools: str | None) -> None:
 def _check(config_path: Path, which: str) -> None:
     logging.basicConfig(level=logging.WARNING, format="loopd: %(message)s")
     try:
-        status = asyncio.run(run_check(load_config(config_path), config_path, which))
+        status = asyncio.run(wiring.run_report(load_config(config_path), config_path, which))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
     raise SystemExit(status)

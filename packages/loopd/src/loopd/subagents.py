@@ -2,7 +2,7 @@
 
 brokerd decides the call and sends ``delegate_run`` on the call's connection (tools/broker.py);
 this runs the child's one turn as a new ``background`` session (the scheduled-runs and subagents
-slot) with its own log and baseline, through the same server as a channel's turn, so its tool
+slot) with its own log and baseline, through the same ``Sessions`` as a channel's turn, so its tool
 calls go to brokerd under the child's own session id. The child's events reach no channel: the
 parent hears brokerd's ``running`` notices meanwhile. Its final answer, or why it has none, is
 what brokerd labels and returns to the parent.
@@ -17,7 +17,7 @@ from bxcore.protocol import loop as wire
 from bxcore.protocol.delegate import DelegateDone, DelegateRun
 from bxcore.protocol.loop import Turn, TurnDone, TurnEventBody
 
-from .server import LoopServer
+from .sessions import Sessions
 
 log = logging.getLogger("loopd.subagents")
 
@@ -27,14 +27,14 @@ async def _unheard(_event: TurnEventBody) -> None:
 
 
 class Subagents:
-    def __init__(self, server: LoopServer):
-        self._server = server
+    def __init__(self, sessions: Sessions):
+        self._sessions = sessions
 
     async def run(self, order: DelegateRun) -> DelegateDone:
         turn = Turn(session=order.session, content=order.task, resume=False,
                     session_kind="background")
         log.info("subagent %s: started (rounds %s)", order.session, order.rounds or "default")
-        final = await self._server.run(turn, _unheard, rounds=order.rounds)
+        final = await self._sessions.run(turn, _unheard, rounds=order.rounds)
         if final.kind == wire.TURN_DONE:
             content = final.parse(TurnDone).content
             return DelegateDone(status="ok", content=content or "(the subagent gave no answer)")

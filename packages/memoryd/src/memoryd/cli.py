@@ -16,11 +16,8 @@ from bxcore.config import Config, load_config
 from bxcore.errors import BoxmakerError
 from bxcore.protocol import memory as proto
 
-from .journal import Journal
-from .layout import Layout
+from . import sockets, wiring
 from .owner import ask_memoryd, describe, perform
-from .server import serve as serve_forever
-from .writer import MemoryWriter
 
 
 def _config(path: str | None) -> Config:
@@ -30,13 +27,6 @@ def _config(path: str | None) -> Config:
         return load_config(path)
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
-
-
-def _writer(config: Config) -> MemoryWriter:
-    layout = Layout(config.paths.home)
-    layout.ensure()
-    return MemoryWriter(layout, stage_identity_writes=config.memory.stage_identity_writes,
-                        identity_ceiling=config.memory.identity_ceiling)
 
 
 config_option = click.option(
@@ -59,7 +49,8 @@ def serve(config_path: str | None) -> None:
     """
     logging.basicConfig(level=os.environ.get("MEMORYD_LOG", "INFO"))
     try:
-        asyncio.run(serve_forever(_config(config_path), config_path or "config"))
+        config = _config(config_path)
+        asyncio.run(sockets.serve(wiring.build(config), config, config_path or "config"))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -74,17 +65,12 @@ def log_command(config_path: str | None, file: str | None, as_json: bool) -> Non
     Example: memoryd log --file user.md
     """
     try:
-        edits = _journal(_config(config_path)).entries()
+        edits = wiring.journal(_config(config_path)).entries()
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
     for edit in edits:
         if file is None or edit.file == file:
             click.echo(edit.canonical().decode() if as_json else describe(edit))
-
-
-def _journal(config: Config) -> Journal:
-    """The journal, to read: no writer lock and no recovery (those are the writer's)."""
-    return Journal(Layout(config.paths.home).edits)
 
 
 def _owner_command(config_path: str | None, command: proto.MemoryCommand) -> None:
@@ -93,7 +79,7 @@ def _owner_command(config_path: str | None, command: proto.MemoryCommand) -> Non
     try:
         text = ask_memoryd(config.served("memory-owner").path, command)
         if text is None:  # the writer recovers what a crash left: may raise StoreError
-            text = perform(command, config, lambda: _writer(config))
+            text = perform(command, config, lambda: wiring.memory_writer(config))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:  # no memoryd serving, and memoryd's files are not this user's
@@ -122,7 +108,7 @@ def staged(config_path: str | None, as_json: bool) -> None:
 
     Example: memoryd staged
     """
-    for edit in _journal(_config(config_path)).staged():
+    for edit in wiring.journal(_config(config_path)).staged():
         click.echo(json.dumps({"seq": edit.seq, "file": edit.file, "after": edit.after})
                    if as_json else f"{describe(edit)}\n{edit.after}")
 

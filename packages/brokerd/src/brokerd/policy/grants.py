@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .._egress_addr import parse_network
 from ..errors import GrantError
-from ..sandbox.spec import Limits
+from ..sandbox.spec import SandboxLimits
 from ._match import check_egress_host, check_host_pattern, glob_regex, literal_prefix
 
 Mode = Literal["auto", "ask", "deny"]
@@ -76,10 +76,10 @@ class MountEntry(_File):
 
 
 class LimitsEntry(_File):
-    memory_mb: Annotated[int, Field(ge=16, le=65536)] = Limits.memory_mb
-    pids: Annotated[int, Field(ge=1, le=4096)] = Limits.pids
-    timeout_s: Annotated[float, Field(gt=0, le=3600)] = Limits.timeout_s
-    output_cap: Annotated[int, Field(ge=64, le=16 * 1024 * 1024)] = Limits.output_cap
+    memory_mb: Annotated[int, Field(ge=16, le=65536)] = SandboxLimits.memory_mb
+    pids: Annotated[int, Field(ge=1, le=4096)] = SandboxLimits.pids
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = SandboxLimits.timeout_s
+    output_cap: Annotated[int, Field(ge=64, le=16 * 1024 * 1024)] = SandboxLimits.output_cap
 
     @field_validator("timeout_s", mode="before")
     @classmethod
@@ -214,7 +214,7 @@ class Grant:
     internal: tuple[str, ...] = ()  # networks that are not public which ``hosts`` may reach
     secrets: tuple[str, ...] = ()
     workdir: str | None = None
-    limits: Limits = field(default_factory=Limits)
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
 
     def applies_to(self, tool: str) -> bool:
         return tool in self.tools or WILDCARD in self.tools
@@ -285,7 +285,7 @@ def _compile(name: str, entry: GrantFile, home: Path, resolve: Resolve) -> Grant
         workdir = path(sandbox.workdir, "sandbox.workdir")
         if not any(_under(workdir, m.target) for m in mounts):
             raise ValueError("sandbox.workdir: must be inside one of sandbox.mounts")
-    limits = Limits(**sandbox.limits.model_dump())
+    limits = SandboxLimits(**sandbox.limits.model_dump())
     return Grant(
         name=name,
         tools=frozenset(entry.tools),

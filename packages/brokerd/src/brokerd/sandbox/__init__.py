@@ -14,19 +14,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from ._bwrap_args import BwrapLayout
-from ._outcome import FailureReason, Outcome, ToolFailure, ToolOutput
+from ._outcome import FailureReason, SandboxOutcome, ToolFailure, ToolOutput
 from ._podman_args import PodmanSetup
 from .bubblewrap import BubblewrapSandbox
 from .errors import BadSandboxSpec, SandboxError, SandboxUnavailable
 from .podman import PodmanSandbox
-from .spec import Limits, Mount, SandboxSpec, ToolSettings
+from .spec import Mount, SandboxLimits, SandboxSpec, ToolSettings
 
 if TYPE_CHECKING:  # policy imports the spec from this package: no import cycle at run time
     from ..policy import Decision
 
 
 class Sandbox(Protocol):
-    async def run(self, decision: Decision) -> Outcome:
+    async def run(self, decision: Decision) -> SandboxOutcome:
         """Run the call ``decision`` authorizes in a fresh sandbox, which is gone on return."""
         ...
 
@@ -36,13 +36,13 @@ __all__ = [
     "BubblewrapSandbox",
     "BwrapLayout",
     "FailureReason",
-    "Limits",
     "Mount",
-    "Outcome",
     "PodmanSandbox",
     "PodmanSetup",
     "Sandbox",
     "SandboxError",
+    "SandboxLimits",
+    "SandboxOutcome",
     "SandboxSpec",
     "SandboxUnavailable",
     "ToolFailure",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..egress import egress_proxy
 from ._call import check_spec
-from ._outcome import Outcome
+from ._outcome import SandboxOutcome
 from ._workspace import CallWorkspace, default_scratch_root
 from .spec import SandboxSpec
 
@@ -25,7 +25,7 @@ class Backend(ABC):
         self._owner = owner  # the host uid each call's scratch files are given to, if not ours
         self._resolver = egress_resolver
 
-    async def run(self, decision: Decision) -> Outcome:
+    async def run(self, decision: Decision) -> SandboxOutcome:
         spec = decision.authorize()
         check_spec(spec)
         with CallWorkspace(spec, self._scratch_root, owner=self._owner) as workspace:
@@ -36,5 +36,5 @@ class Backend(ABC):
                 return await self._execute(spec, workspace)
 
     @abstractmethod
-    async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> Outcome:
+    async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> SandboxOutcome:
         """Run the sandbox for ``spec`` with ``workspace``'s secrets and proxy directory."""

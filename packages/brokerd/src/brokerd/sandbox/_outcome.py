@@ -52,7 +52,7 @@ class ToolFailure:
                             truncated=False)
 
 
-Outcome = ToolOutput | ToolFailure
+SandboxOutcome = ToolOutput | ToolFailure
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +68,7 @@ class Finished:
 
 def interpret(
     run: Finished, *, data_class: DataClass, egress: bool, timeout_s: float, stdout_cap: int
-) -> Outcome:
+) -> SandboxOutcome:
     """The outcome of ``run``. A call with egress is untrusted whatever the program says, and a
     result is never labelled below the grant's ``data_class``."""
 

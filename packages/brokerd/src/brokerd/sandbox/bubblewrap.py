@@ -36,7 +36,7 @@ from ._backend import Backend
 from ._bwrap_args import BwrapLayout, bwrap_argv
 from ._call import stdout_cap
 from ._cgroup import PidsCgroup, pids_cgroup_available
-from ._outcome import Outcome, interpret
+from ._outcome import SandboxOutcome, interpret
 from ._process import run_process
 from ._seccomp import compile_filter, filter_fd
 from ._workspace import CallWorkspace
@@ -89,7 +89,7 @@ class BubblewrapSandbox(Backend):
                 "tmpfs": "/tmp sized at half the memory limit", "pids": pids,
                 "uid": f"host uid {self.sandbox_uid}"}
 
-    async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> Outcome:
+    async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> SandboxOutcome:
         seccomp = filter_fd(self._seccomp)
         try:
             argv = bwrap_argv(spec, self.layout, toolkit_dir=self._toolkit_dir,
@@ -99,7 +99,7 @@ class BubblewrapSandbox(Backend):
         finally:
             os.close(seccomp)
 
-    async def _run(self, spec: SandboxSpec, argv: list[str], seccomp: int) -> Outcome:
+    async def _run(self, spec: SandboxSpec, argv: list[str], seccomp: int) -> SandboxOutcome:
         cgroup = None
         if self._use_cgroup:
             cgroup = PidsCgroup(f"call-{secrets.token_hex(8)}", spec.limits.pids + _BWRAP_TASKS)

@@ -34,7 +34,7 @@ from bxcore.config.broker import DEFAULT_SANDBOX_UID
 
 from ._backend import Backend
 from ._call import stdout_cap
-from ._outcome import Outcome, interpret
+from ._outcome import SandboxOutcome, interpret
 from ._podman_args import PodmanSetup, podman_remove_argv, podman_run_argv
 from ._process import run_process
 from ._seccomp import oci_profile
@@ -85,7 +85,7 @@ class PodmanSandbox(Backend):
                                      f"({' '.join(argv)}: {answer.stderr.strip()[-300:]})")
         return answer.stdout.strip() == "true"
 
-    async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> Outcome:
+    async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> SandboxOutcome:
         name = f"bx-call-{secrets.token_hex(8)}"
         argv = podman_run_argv(spec, self.setup, name=name, secrets_dir=workspace.secrets_dir,
                                egress_dir=workspace.egress_dir, user=self.user,

@@ -21,7 +21,7 @@ class Mount:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Limits:
+class SandboxLimits:
     memory_mb: int = 256
     pids: int = 64
     timeout_s: float = 60.0
@@ -39,7 +39,7 @@ class SandboxSpec:
     internal: tuple[str, ...] = ()
     secrets: tuple[Secret, ...] = ()  # each injected as a file /run/secrets/<name>
     workdir: str | None = None
-    limits: Limits = field(default_factory=Limits)
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
     # The label the grant gives this call's results. Secret unless the grant says otherwise, so
     # a result is never labelled lower than intended by accident.
     data_class: DataClass = DataClass.SECRET

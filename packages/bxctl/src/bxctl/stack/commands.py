@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .local import DEFAULT_MODEL, Layout, StackError, default_state, down, status, up
+from .local import DEFAULT_MODEL, StackError, StackLayout, default_state, down, status, up
 
 _STATE = click.option(
     "--state",
@@ -16,8 +16,8 @@ _STATE = click.option(
 )
 
 
-def _layout(state: Path | None) -> Layout:
-    return Layout((state or default_state()).resolve())
+def _layout(state: Path | None) -> StackLayout:
+    return StackLayout((state or default_state()).resolve())
 
 
 @click.command("up")

@@ -42,7 +42,7 @@ class StackError(Exception):
 
 
 @dataclass(frozen=True)
-class Layout:
+class StackLayout:
     state: Path
 
     @property
@@ -82,7 +82,8 @@ def default_state() -> Path:
     return Path(os.environ.get("BOXMAKER_STATE", Path(base) / "boxmaker"))
 
 
-def render_config(layout: Layout, *, grants: Path, registry: Path, model: str, backend: str) -> str:
+def render_config(layout: StackLayout, *, grants: Path, registry: Path, model: str,
+                  backend: str) -> str:
     """The local stack's config.toml. Values are JSON-quoted, which TOML accepts for strings."""
 
     def q(value: object) -> str:
@@ -122,7 +123,7 @@ backend = {q(backend)}
 
 
 def prepare(
-    layout: Layout,
+    layout: StackLayout,
     *,
     models: Path,
     serving_src: Path,
@@ -210,7 +211,7 @@ DEFAULT_MODEL = "qwen-tools"
 
 
 def up(
-    layout: Layout,
+    layout: StackLayout,
     *,
     llama_server: Path,
     models: Path,
@@ -305,7 +306,7 @@ def _command(bin_dir: Path, name: str) -> list[str]:
     return [str(bin_dir / name), "serve"]
 
 
-def down(layout: Layout) -> list[str]:
+def down(layout: StackLayout) -> list[str]:
     """Stop everything `up` started; returns the names that had to be killed."""
     started = load(layout.record)
     killed = stop(started)
@@ -315,5 +316,5 @@ def down(layout: Layout) -> list[str]:
     return killed
 
 
-def status(layout: Layout) -> list[tuple[str, int, bool]]:
+def status(layout: StackLayout) -> list[tuple[str, int, bool]]:
     return [(s.name, s.pid, alive(s.pid)) for s in load(layout.record)]

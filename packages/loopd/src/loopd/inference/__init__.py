@@ -21,20 +21,20 @@ from .errors import (
 )
 from .gate import SlotGate
 from .retry import chat_with_retry
-from .selftest import Check, SelfTestReport, self_test
+from .selftest import SelfTestCheck, SelfTestReport, self_test
 
 __all__ = [
     "BadStream",
     "BudgetReport",
     "ChatMessage",
     "ChatRequest",
-    "Check",
     "Completion",
     "EventSink",
     "Inference",
     "InferenceClient",
     "InferenceError",
     "OverBudget",
+    "SelfTestCheck",
     "SelfTestReport",
     "ServerRejected",
     "ServerStreamError",

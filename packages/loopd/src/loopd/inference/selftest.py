@@ -44,7 +44,7 @@ PROBE_RESULT = "# Boxmaker\nA personal agent harness."
 
 
 @dataclass(frozen=True, kw_only=True)
-class Check:
+class SelfTestCheck:
     name: str
     ok: bool
     detail: str
@@ -52,14 +52,14 @@ class Check:
 
 @dataclass(frozen=True, kw_only=True)
 class SelfTestReport:
-    checks: tuple[Check, ...]
+    checks: tuple[SelfTestCheck, ...]
 
     @property
     def ok(self) -> bool:
         return all(check.ok for check in self.checks)
 
     @property
-    def failures(self) -> tuple[Check, ...]:
+    def failures(self) -> tuple[SelfTestCheck, ...]:
         return tuple(check for check in self.checks if not check.ok)
 
     def describe(self) -> str:
@@ -76,13 +76,14 @@ async def self_test(client: InferenceClient) -> SelfTestReport:
         props = await client.get_json("/props")
         slots = await client.get_json("/slots")
     except InferenceError as exc:
-        checks.append(Check(name="serving", ok=False, detail=f"cannot read /props, /slots: {exc}"))
+        checks.append(SelfTestCheck(name="serving", ok=False,
+                                    detail=f"cannot read /props, /slots: {exc}"))
     else:
         checks.extend(serving_checks(client, props, slots))
     return SelfTestReport(checks=tuple(checks))
 
 
-async def _round_trip_checks(client: InferenceClient) -> list[Check]:
+async def _round_trip_checks(client: InferenceClient) -> list[SelfTestCheck]:
     def probe(messages: tuple[Any, ...], max_tokens: int, tool_choice: str) -> ChatRequest:
         return ChatRequest(
             messages=messages,
@@ -97,22 +98,24 @@ async def _round_trip_checks(client: InferenceClient) -> list[Check]:
     try:
         first = await client.chat(probe(asked, 64, "required"), _ignore)
     except InferenceError as exc:
-        return [Check(name="tool_call", ok=False, detail=f"the request failed: {exc}")]
+        return [SelfTestCheck(name="tool_call", ok=False, detail=f"the request failed: {exc}")]
     problem = _tool_call_problem(first)
     if problem or not first.tool_calls:
-        return [Check(name="tool_call", ok=False, detail=problem or "no tool call")]
+        return [SelfTestCheck(name="tool_call", ok=False, detail=problem or "no tool call")]
     call = first.tool_calls[0].function
-    checks = [Check(name="tool_call", ok=True, detail=f"{call.name}({call.arguments})")]
+    checks = [SelfTestCheck(name="tool_call", ok=True, detail=f"{call.name}({call.arguments})")]
     result = ToolMessage(tool_call_id=first.tool_calls[0].id, content=PROBE_RESULT)
     try:
         second = await client.chat(probe((*asked, first.message(), result), 16, "none"), _ignore)
     except InferenceError as exc:
-        checks.append(Check(name="round_trip", ok=False, detail=f"the tool result failed: {exc}"))
+        checks.append(SelfTestCheck(name="round_trip", ok=False,
+                                    detail=f"the tool result failed: {exc}"))
         return checks
-    checks.append(Check(name="round_trip", ok=True, detail=f"finish_reason {second.finish_reason}"))
+    checks.append(SelfTestCheck(name="round_trip", ok=True,
+                                detail=f"finish_reason {second.finish_reason}"))
     loss = cache_outcome(first, second, client.section.cache_loss_ratio)
     detail = f"cache_n {second.cache_n} of {first.slot_tokens} tokens in the slot"
-    checks.append(Check(name="cache_hit", ok=loss is None, detail=detail))
+    checks.append(SelfTestCheck(name="cache_hit", ok=loss is None, detail=detail))
     return checks
 
 
@@ -131,10 +134,11 @@ def _tool_call_problem(completion: Completion) -> str | None:
     return None
 
 
-def serving_checks(client: InferenceClient, props: Any, slots: Any) -> list[Check]:
+def serving_checks(client: InferenceClient, props: Any, slots: Any) -> list[SelfTestCheck]:
     """Compare the server's /props and /slots with the configuration (pure)."""
     if not isinstance(props, dict) or not isinstance(slots, list):
-        return [Check(name="serving", ok=False, detail="/props or /slots has an unexpected shape")]
+        return [SelfTestCheck(name="serving", ok=False,
+                              detail="/props or /slots has an unexpected shape")]
     section = client.section
     recorded = section.serving
     total = props.get("total_slots")
@@ -147,7 +151,7 @@ def serving_checks(client: InferenceClient, props: Any, slots: Any) -> list[Chec
     if not isinstance(total, int) or max(wanted) >= total:
         slot_problems.append(f"configured slots {wanted} do not all exist (server has {total})")
     checks = [
-        Check(
+        SelfTestCheck(
             name="slots",
             ok=not slot_problems,
             detail="; ".join(slot_problems) or f"{total} slots, using {wanted}",
@@ -162,7 +166,7 @@ def serving_checks(client: InferenceClient, props: Any, slots: Any) -> list[Chec
     if recorded.per_slot_context is not None and ctx != recorded.per_slot_context:
         ctx_problems.append(f"per-slot context {ctx}, recorded {recorded.per_slot_context}")
     checks.append(
-        Check(
+        SelfTestCheck(
             name="context",
             ok=not ctx_problems,
             detail="; ".join(ctx_problems) or f"{ctx} tokens per slot",
@@ -173,7 +177,7 @@ def serving_checks(client: InferenceClient, props: Any, slots: Any) -> list[Chec
     served = sha256(template.encode()) if isinstance(template, str) else None
     want = recorded.chat_template_sha256
     checks.append(
-        Check(
+        SelfTestCheck(
             name="chat_template",
             ok=want is None or served == want,
             detail=f"served {served}" + ("" if want is None else f", recorded {want}"),
@@ -183,7 +187,7 @@ def serving_checks(client: InferenceClient, props: Any, slots: Any) -> list[Chec
     speculative = sorted({bool(s.get("speculative")) for s in slots if isinstance(s, dict)})
     ok = recorded.speculative is None or speculative == [recorded.speculative]
     checks.append(
-        Check(
+        SelfTestCheck(
             name="speculative",
             ok=ok,
             detail=f"slots speculative: {speculative}, recorded {recorded.speculative}",

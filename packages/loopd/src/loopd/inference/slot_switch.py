@@ -25,7 +25,7 @@ from bxcore.protocol.loop import TurnEventBody
 from .api import ChatRequest, Completion
 from .client import InferenceClient
 from .errors import InferenceError
-from .selftest import Check
+from .selftest import SelfTestCheck
 
 NAME = "slot_switch"
 # Tokens of a returning session the server may evaluate again: it always evaluates at least the
@@ -61,7 +61,7 @@ def _probe(client: InferenceClient, session: str, messages: Sequence[Any]) -> Ch
     )
 
 
-async def slot_switch_check(client: InferenceClient) -> Check:
+async def slot_switch_check(client: InferenceClient) -> SelfTestCheck:
     """Three probe requests on the background slot: A, B, then A one message longer."""
     tag = secrets.token_hex(4)
     a = f"self-test-switch-a-{tag}"
@@ -74,13 +74,13 @@ async def slot_switch_check(client: InferenceClient) -> Check:
         longer = [*opening, first.message(), UserMessage(content="Another one.")]
         back = await client.chat(_probe(client, a, longer), _ignore)
     except InferenceError as exc:
-        return Check(name=NAME, ok=False, detail=f"the probe requests failed: {exc}")
+        return SelfTestCheck(name=NAME, ok=False, detail=f"the probe requests failed: {exc}")
     reread = reread_tokens(first, back)
     detail = (f"a session back on its slot after another re-read {reread} of its "
               f"{first.slot_tokens} tokens")
     if reread <= SLACK:
-        return Check(name=NAME, ok=True, detail=detail)
-    return Check(name=NAME, ok=False, detail=f"{detail}: {await _diagnosis(client)}")
+        return SelfTestCheck(name=NAME, ok=True, detail=detail)
+    return SelfTestCheck(name=NAME, ok=False, detail=f"{detail}: {await _diagnosis(client)}")
 
 
 def reread_tokens(before: Completion, back: Completion) -> int:

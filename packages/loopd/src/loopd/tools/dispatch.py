@@ -101,7 +101,7 @@ class ToolRunner:
         return ToolOutcome(name=target, response=await self.port.call(request, events))
 
 
-def not_run(name: str, reason: str) -> ToolOutcome:
+def not_run_outcome(name: str, reason: str) -> ToolOutcome:
     """The answer for a call the loop decided not to run (a repeat, a stopped turn)."""
     return _ours(name, reason)
 

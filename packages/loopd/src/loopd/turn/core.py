@@ -54,6 +54,7 @@ from .events import (
     CalledTools,
     Cancelled,
     CompletionFailed,
+    CoreEvent,
     Finish,
     LimitHit,
     RecordNotRun,
@@ -63,7 +64,6 @@ from .events import (
     RunTool,
     Stop,
     ToolRecorded,
-    TurnEvent,
     TurnStarted,
     UserRecorded,
 )
@@ -87,13 +87,13 @@ class TurnState(Enum):
 
 
 # Which events answer each action that is not final.
-_ANSWERS: dict[type, tuple[type[TurnEvent], ...]] = {
+_ANSWERS: dict[type, tuple[type[CoreEvent], ...]] = {
     RecordNotRun: (ToolRecorded,), RunTool: (ToolRecorded,), RecordUser: (UserRecorded,),
     RequestCompletion: (Answered, CalledTools, CompletionFailed),
 }
 
 S = TurnState
-_TABLE: dict[TurnState, dict[type[TurnEvent], TurnState]] = {
+_TABLE: dict[TurnState, dict[type[CoreEvent], TurnState]] = {
     S.IDLE: {TurnStarted: S.OPENING},
     S.OPENING: {ToolRecorded: S.OPENING, UserRecorded: S.AWAITING_COMPLETION,
                 Cancelled: S.CANCELLED},
@@ -121,7 +121,7 @@ class TurnMachine:
     def state(self) -> TurnState:
         return self._state
 
-    def process(self, move: type[TurnEvent]) -> TurnState:
+    def process(self, move: type[CoreEvent]) -> TurnState:
         following = _TABLE[self._state].get(move)
         if following is None:
             self.fail(f"{move.__name__} is not allowed in state {self._state.value}")
@@ -132,7 +132,7 @@ class TurnMachine:
         self._state = TurnState.ERROR
         raise IllegalTransition(why)
 
-    def can(self, move: type[TurnEvent]) -> bool:
+    def can(self, move: type[CoreEvent]) -> bool:
         return move in _TABLE[self._state]
 
 
@@ -163,7 +163,7 @@ class TurnCore:
     def is_finished(self) -> bool:
         return self.state in (TurnState.DONE, TurnState.STOPPED, TurnState.CANCELLED)
 
-    def send(self, event: TurnEvent) -> Action:
+    def send(self, event: CoreEvent) -> Action:
         if isinstance(event, RoundDone | LimitHit):
             self._machine.fail(f"{type(event).__name__} is the core's own move, not the shell's")
         self._check_answers(event)
@@ -179,7 +179,7 @@ class TurnCore:
         self._awaiting = action
         return action
 
-    def _action_in(self, state: TurnState, event: TurnEvent) -> Action:
+    def _action_in(self, state: TurnState, event: CoreEvent) -> Action:
         match state:
             case TurnState.OPENING:
                 return self._queue.pop(0)
@@ -196,7 +196,7 @@ class TurnCore:
                 return Abandon()
         raise AssertionError(f"the table never moves to {state.value}")
 
-    def _check_answers(self, event: TurnEvent) -> None:
+    def _check_answers(self, event: CoreEvent) -> None:
         """An event answers the action under way (the first, TurnStarted, answers none)."""
         awaiting = self._awaiting
         if awaiting is None or isinstance(event, Cancelled) or not self._machine.can(type(event)):

@@ -15,12 +15,12 @@ from bxcore.errors import ErrorCode
 
 # --- events: what happened, each the outcome of the action before --------------------------
 
-class TurnEvent:
+class CoreEvent:
     """Base of the events the table knows."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class TurnStarted(TurnEvent):
+class TurnStarted(CoreEvent):
     """A channel asked for a turn. ``open_calls``: calls the log's last completion left without
     results (a crash or a cancellation cut its round short)."""
 
@@ -29,17 +29,17 @@ class TurnStarted(TurnEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class UserRecorded(TurnEvent):
+class UserRecorded(CoreEvent):
     """The user's message is on disk."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class Answered(TurnEvent):
+class Answered(CoreEvent):
     """A final completion without tool calls is on disk: the turn has its answer."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class CalledTools(TurnEvent):
+class CalledTools(CoreEvent):
     """A final completion with tool calls is on disk."""
 
     calls: tuple[ToolCall, ...]
@@ -54,7 +54,7 @@ class CalledTools(TurnEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CompletionFailed(TurnEvent):
+class CompletionFailed(CoreEvent):
     """The model server did not complete the request; nothing was appended for it."""
 
     code: ErrorCode
@@ -62,24 +62,24 @@ class CompletionFailed(TurnEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolRecorded(TurnEvent):
+class ToolRecorded(CoreEvent):
     """A call's ToolResult is on disk."""
 
     call_id: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class Cancelled(TurnEvent):
+class Cancelled(CoreEvent):
     """The shell was cancelled while doing the action under way."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class RoundDone(TurnEvent):
+class RoundDone(CoreEvent):
     """(The core's own move.) Every call of the round has its result; no limit was hit."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class LimitHit(TurnEvent):
+class LimitHit(CoreEvent):
     """(The core's own move.) A limit ends the turn at the end of this round."""
 
 

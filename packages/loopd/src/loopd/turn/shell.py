@@ -37,12 +37,13 @@ from ..errors import TurnEnded
 from ..inference.api import ChatRequest, Completion, EventSink, Inference, cache_outcome
 from ..inference.errors import InferenceError, SessionFull, Unavailable
 from ..store import Session
-from ..tools.dispatch import ToolOutcome, ToolRunner, cap_text, not_run
+from ..tools.dispatch import ToolOutcome, ToolRunner, cap_text, not_run_outcome
 from .core import TurnCore, open_calls
 from .events import (
     Action,
     Cancelled,
     CompletionFailed,
+    CoreEvent,
     Finish,
     RecordNotRun,
     RecordUser,
@@ -50,7 +51,6 @@ from .events import (
     RunTool,
     Stop,
     ToolRecorded,
-    TurnEvent,
     TurnStarted,
     UserRecorded,
     completed,
@@ -104,7 +104,7 @@ class _Shell:
         self.last: Completion | None = None  # the latest completion: Finish's answer
         self.failure: InferenceError | None = None
 
-    async def do(self, action: Action) -> TurnEvent:
+    async def do(self, action: Action) -> CoreEvent:
         match action:
             case RecordUser():
                 self._session.append(User(time=self._loop.now(), content=action.content))
@@ -118,7 +118,7 @@ class _Shell:
         raise AssertionError(f"{action!r} is final: run_turn ends on it, or it answers "
                              "Cancelled")
 
-    async def _complete(self, action: RequestCompletion) -> TurnEvent:
+    async def _complete(self, action: RequestCompletion) -> CoreEvent:
         session = self._session
         request = ChatRequest(
             messages=session.messages, tools=tuple(session.baseline.tools), slot=session.slot,
@@ -140,7 +140,7 @@ class _Shell:
         number = session.take_call()
         name = loop.tools.shown_name(call)
         if refusal is not None:
-            outcome = not_run(name, refusal)
+            outcome = not_run_outcome(name, refusal)
         else:
             await self._events(ToolCallStarted(name=name))
             outcome = await loop.tools.run(call, session=session.id, number=number,

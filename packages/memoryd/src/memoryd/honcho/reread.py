@@ -50,17 +50,17 @@ def signature(paths: Iterable[Path], taint: SessionTaint | None = None) -> Signa
     return Signature(files=tuple(stamp(path) for path in paths), taint=taint)
 
 
-class Decision(enum.Enum):
+class RereadDecision(enum.Enum):
     READ = "read"
     SKIP = "skip"
 
 
-def decide(before: Signature | None, now: Signature, settled: bool) -> Decision:
+def reread_decision(before: Signature | None, now: Signature, settled: bool) -> RereadDecision:
     """``before``: the signature when the source was last read (None: never, since the start);
     ``settled``: that pass ended with every key the source gave written, nothing pending."""
     if before is not None and settled and before == now:
-        return Decision.SKIP
-    return Decision.READ
+        return RereadDecision.SKIP
+    return RereadDecision.READ
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,11 @@ class ReadCache:
     def __init__(self) -> None:
         self._seen: dict[str, _Seen] = {}
 
-    def decide(self, source: str, now: Signature) -> Decision:
+    def decide(self, source: str, now: Signature) -> RereadDecision:
         seen = self._seen.get(source)
         if seen is None:
-            return decide(None, now, False)
-        return decide(seen.signature, now, seen.settled)
+            return reread_decision(None, now, False)
+        return reread_decision(seen.signature, now, seen.settled)
 
     def record(self, source: str, now: Signature, settled: bool) -> None:
         self._seen[source] = _Seen(now, settled)

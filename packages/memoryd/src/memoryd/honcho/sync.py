@@ -32,7 +32,7 @@ from ..layout import Layout
 from ..notes import read_notes
 from ..taint import SessionTaint
 from .client import HonchoClient
-from .reread import Decision, ReadCache, Signature, signature
+from .reread import ReadCache, RereadDecision, Signature, signature
 
 log = logging.getLogger("memoryd.honcho")
 IDENTITY_SESSION = "bx-identity"  # the Honcho session that receives moved identity entries
@@ -121,7 +121,7 @@ class HonchoSync:
         for session, files in by_session.items():
             taint = self._taint_of(session)
             now = signature((path for _, path in files), taint)
-            if self._cache.decide(f"session:{session}", now) is Decision.SKIP:
+            if self._cache.decide(f"session:{session}", now) is RereadDecision.SKIP:
                 collected.skipped += 1
                 continue
             out: list[Outgoing] = []
@@ -131,7 +131,7 @@ class HonchoSync:
                                      self._config.agent_peer)
             collected.add(f"session:{session}", now, out)
         now = signature([self._layout.notes])
-        if self._cache.decide(NOTES_SOURCE, now) is Decision.SKIP:
+        if self._cache.decide(NOTES_SOURCE, now) is RereadDecision.SKIP:
             collected.skipped += 1
         else:
             collected.add(NOTES_SOURCE, now, self._moved_notes())

@@ -1,15 +1,11 @@
-"""``loopd serve``: start-up checks, then loop.sock until SIGTERM (M2b design, section 8).
-
-Order matters to channels: a stale socket file is removed first, so while the self-test runs a
-client sees "not running" rather than "connection refused"; the socket is bound (``[channel]
-mode`` and ``group``, 0600 by default, through bxcore.daemon) only after every check passed, and
-READY=1 goes to systemd only after it is bound. SIGTERM cancels the serving coroutine, which
-closes the listener and removes the socket on its way out.
+"""loopd's parts, built from the config (M2b design, section 8): the tool registry and port,
+memory, the system prompt, the inference client, and (once the start-up checks passed) the
+sessions loop.sock serves. No socket is opened here: sockets.py binds loop.sock. The one-shot
+reports (``loopd selftest``, ``budget``, ``serving``) are run from here too.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable
@@ -17,13 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bxcore.config import Config
-from bxcore.daemon import (
-    Notifier,
-    listening,
-    remove_stale_socket,
-    run_until_signalled,
-    wait_forever,
-)
 from bxcore.errors import ConfigError
 from bxcore.protocol.delegate import DELEGATE_SCHEMA
 from bxcore.util import now_rfc3339
@@ -33,15 +22,14 @@ from .checks import (
     selftest_report,
     serving_since_check,
     serving_since_report,
-    startup_checks,
 )
 from .epochs import Baselines, EpochSettings
 from .inference.api import Inference
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
-from .inference.serving import ServingSettings, fetch_serving
+from .inference.serving import ServingSettings
 from .memory import IdentityFiles, Memory, MemoryLink
-from .server import LoopServer
+from .sessions import Sessions
 from .store import SessionStore
 from .subagents import Subagents
 from .tools import (
@@ -60,13 +48,12 @@ from .turn import Loop, TurnSettings
 log = logging.getLogger("loopd")
 
 DEFAULT_SYSTEM = Path(__file__).with_name("system.md")
-StartupCheck = Callable[[], Awaitable[tuple[bool, str]]]
 ServingSource = Callable[[], Awaitable[ServingSettings]]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Role:
-    """Everything ``serve`` wires together, built from the config."""
+class LoopParts:
+    """What ``build`` makes from the config, before any check: what ``sockets.serve`` runs."""
 
     config: Config
     source: Path  # the config file, named in errors
@@ -82,7 +69,7 @@ class Role:
                          memory=self.memory)
 
 
-def build_role(config: Config, config_path: Path, tools: str | None = None) -> Role:
+def build(config: Config, config_path: Path, tools: str | None = None) -> LoopParts:
     choice = tools or config.loop.tools
     memory = memory_for(config)
     port: ToolPort
@@ -101,7 +88,7 @@ def build_role(config: Config, config_path: Path, tools: str | None = None) -> R
             registry = with_memory_tools(registry)
         registry = with_builtin(registry, [DELEGATE_SCHEMA])  # brokerd decides, loopd runs it
         port = BrokerPort(config.served("broker").path)
-    return Role(
+    return LoopParts(
         config=config, source=config_path, system=system_path(config, config_path),
         registry=registry, port=port, memory=memory,
     )
@@ -122,93 +109,59 @@ def system_path(config: Config, config_path: Path) -> Path:
     return beside if beside.is_file() else DEFAULT_SYSTEM
 
 
-async def serve(config: Config, config_path: Path, *, tools: str | None = None) -> int:
-    """The real thing: the inference client over inferproxy's socket, then ``run``."""
-    role = build_role(config, config_path, tools)
-    client = InferenceClient(config.inference, socket=config.served("infer").path)
-    notifier = Notifier()
-    status = 0
-
-    async def main() -> None:
-        nonlocal status
-        status = await run(role, client, lambda: startup_checks(client, role.baselines),
-                           notifier=notifier, serving=lambda: fetch_serving(client))
-
-    try:
-        await run_until_signalled(main(), on_stop=notifier.stopping)
-    finally:
-        await client.aclose()
-        await role.memory.aclose()
-    return status
-
-
-async def check(config: Config, config_path: Path, which: str) -> int:
+async def run_report(config: Config, config_path: Path, which: str) -> int:
     """``loopd selftest`` / ``budget`` / ``serving``: one named report on stdout; 0 if it
     passed."""
-    role = build_role(config, config_path)
-    client = InferenceClient(config.inference, socket=config.served("infer").path)
+    parts = build(config, config_path)
+    client = inference_client(config)
     try:
         if which == "selftest":
             report = await selftest_report(client)
         elif which == "serving":
             report = await serving_since_check(client, SessionStore(config.paths.home))
         else:
-            report = await budget_report(client, role.baselines, identity_required=isinstance(
-                role.memory, MemoryLink))
+            report = await budget_report(client, parts.baselines, identity_required=isinstance(
+                parts.memory, MemoryLink))
     finally:
         await client.aclose()
-        await role.memory.aclose()
+        await parts.memory.aclose()
     print(report.text())
     return 0 if report.ok else 1
 
 
-async def run(
-    role: Role, inference: Inference, checks: StartupCheck, *,
-    notifier: Notifier | None = None, stop: asyncio.Event | None = None,
-    serving: ServingSource | None = None,
-) -> int:
-    """Check, then serve until cancelled (by ``serve``'s signal handling) or until ``stop`` is
-    set. Returns the exit status: 1 if a check failed.
-
-    ``serving`` reads the server's serving settings: once at start, for the per-slot context
-    compaction needs when ``[inference.serving] per_slot_context`` is not set, and to name what
-    changed since the latest session began; then for each new session's record."""
-    served = role.config.served("loop")
-    group = served.gid(role.source)
-    remove_stale_socket(served.path)  # before the checks: clients see "not running" meanwhile
-    ok, report = await checks()
-    print(report, file=sys.stderr)
-    if not ok:
-        print("loopd: the self-test failed; not starting", file=sys.stderr)
-        return 1
+async def sessions(parts: LoopParts, inference: Inference,
+                   serving: ServingSource | None = None) -> Sessions:
+    """The sessions loop.sock serves, after the start-up checks passed: the turn loop, the
+    session store (what a crash left half-created removed), the epochs' settings (the per-slot
+    context from ``serving`` when the config does not set it, and what changed since the latest
+    session began printed), and the subagents a delegate call's child runs as."""
     loop = Loop(
-        inference=inference, tools=ToolRunner(role.registry, role.port),
-        settings=TurnSettings.from_config(role.config), now=now_rfc3339,
+        inference=inference, tools=ToolRunner(parts.registry, parts.port),
+        settings=TurnSettings.from_config(parts.config), now=now_rfc3339,
     )
-    store = SessionStore(role.config.paths.home)
+    store = SessionStore(parts.config.paths.home)
     for name in store.remove_staging():
         log.warning("removed %s: a session whose creation a crash interrupted", name)
     settings = await _served_now(serving, store)
     epochs = EpochSettings.from_config(
-        role.config, served_context=None if settings is None else settings.per_slot_context
+        parts.config, served_context=None if settings is None else settings.per_slot_context
     )
     if epochs.compact_at_tokens is None:
         log.warning("the per-slot context is unknown ([inference.serving] per_slot_context is "
                     "not set and the server did not say): sessions are never compacted, and end "
                     "with session_full when their slot is full")
-    server = LoopServer(
-        store=store, loop=loop, new_baseline=role.baselines,
-        slots=role.config.inference.slots, memory=role.memory, epochs=epochs, serving=serving,
+    served = Sessions(
+        store=store, loop=loop, new_baseline=parts.baselines,
+        slots=parts.config.inference.slots, memory=parts.memory, epochs=epochs, serving=serving,
     )
-    if isinstance(role.port, BrokerPort):
-        role.port.children = Subagents(server)  # an allowed delegate call's child runs here
-    async with listening(served.path, server.handle, mode=served.mode, group=group):
-        (notifier or Notifier()).ready(f"serving {served.path}")
-        log.info("serving on %s", served.path)
-        if stop is None:
-            await wait_forever()
-        await stop.wait()
-    return 0
+    if isinstance(parts.port, BrokerPort):
+        parts.port.children = Subagents(served)  # an allowed delegate call's child runs here
+    return served
+
+
+def inference_client(config: Config) -> InferenceClient:
+    """The inference client, over inferproxy's socket."""
+    return InferenceClient(config.inference, socket=config.served("infer").path)
 
 
 async def _served_now(serving: ServingSource | None, store: SessionStore) -> ServingSettings | None:

@@ -1,10 +1,10 @@
-"""loop.sock: channels drive turns, one connection per turn (M2b design, section 6).
+"""The sessions loopd serves: one turn at a time each, its final frame whatever happens (M2b
+design, section 6). sockets.py reads the channel's ``turn`` and writes what ``Sessions.run``
+answers; a subagent's turn (subagents.py) comes here too, with no socket.
 
-The channel sends one ``turn``; loopd answers with ``turn_event`` frames in order and one final
-frame, ``turn_done`` or ``error``. Each connection is its own asyncio task. A registry of
-per-session locks answers a second turn on a busy session with ``session_busy`` at once; the
-lock is released before the final frame is sent, whichever frame that is, so a channel that sends
-its next turn on reading it is never refused.
+A registry of per-session locks answers a second turn on a busy session with ``session_busy`` at
+once; the lock is released before the final frame is returned, whichever frame that is, so a
+channel that sends its next turn on reading it is never refused.
 
 Open sessions are kept (their records mirror the log) so a turn does not re-read its log. Before
 a kept session is used its log's size is checked; a log that changed under it is read again.
@@ -21,25 +21,16 @@ doctor`` can name what changed since. A server that cannot say leaves no record;
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from bxcore.config.inference import SlotSection
-from bxcore.errors import (
-    ErrorCode,
-    FrameError,
-    LocalProtocolError,
-    StreamEnded,
-    StreamTimeout,
-    WireError,
-)
+from bxcore.errors import ErrorCode, WireError
 from bxcore.frames import Frame
-from bxcore.framestream import FrameStream, answer_our_bug
 from bxcore.protocol import loop as wire
-from bxcore.protocol.loop import Turn, TurnEvent, TurnEventBody
+from bxcore.protocol.loop import Turn
 
 from .epochs import BaselineSource, EpochSettings, close_epoch, needs_compaction, open_epoch
 from .errors import LoopError, SessionBusy, SessionExists
@@ -52,12 +43,10 @@ from .turn import Loop, run_turn
 
 log = logging.getLogger("loopd")
 
-TURN_READ_TIMEOUT = 30.0  # seconds for a channel to send its turn after connecting
-EVENT_WRITE_TIMEOUT = 30.0  # seconds for a channel to take one event frame
 KEPT_SESSIONS = 64  # open sessions kept in memory; the least recently used is dropped
 
 
-class LoopServer:
+class Sessions:
     def __init__(
         self, *, store: SessionStore, loop: Loop, new_baseline: BaselineSource,
         slots: SlotSection, memory: Memory | None = None,
@@ -74,28 +63,6 @@ class LoopServer:
         self._kept: OrderedDict[str, Session] = OrderedDict()
         self._kept_max = kept_sessions
         self._serving = serving
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One channel connection: read its turn, run it, answer."""
-        stream = FrameStream(reader, writer, wire.TO_LOOPD, sends=wire.FROM_LOOPD)
-        try:
-            final = await self._answer(stream)
-            await stream.write(final)
-        except LocalProtocolError as exc:  # ours: logged as a bug, the channel told ``internal``
-            await answer_our_bug(stream, exc, log)
-        except (StreamEnded, StreamTimeout) as exc:
-            log.info("channel went away: %s", exc)
-        finally:
-            await stream.close()
-
-    async def _answer(self, stream: FrameStream) -> Frame:
-        try:
-            frame = await stream.read(timeout=TURN_READ_TIMEOUT)
-            turn = frame.parse(Turn)
-        except FrameError as exc:
-            return error_frame(ErrorCode.BAD_FRAME, str(exc))
-        channel = _Channel(stream)
-        return await self.run(turn, channel.send)
 
     async def run(self, turn: Turn, events: EventSink, *, rounds: int | None = None) -> Frame:
         """The final frame for one turn. The session's lock is held only inside. ``rounds``
@@ -203,27 +170,6 @@ class LoopServer:
         self._kept.move_to_end(session.id)
         while len(self._kept) > self._kept_max:
             self._kept.popitem(last=False)
-
-
-class _Channel:
-    """Events to one channel. A channel that went away gets no more events; its turn runs on,
-    so what it appended is whole."""
-
-    def __init__(self, stream: FrameStream):
-        self._stream = stream
-        self._gone = False
-
-    async def send(self, event: TurnEventBody) -> None:
-        if self._gone:
-            return
-        frame = Frame.of(wire.TURN_EVENT, TurnEvent(event=event), final=False)
-        try:
-            await self._stream.write(frame, timeout=EVENT_WRITE_TIMEOUT)
-        except LocalProtocolError as exc:  # ours, not the channel's: the turn runs on
-            log.error("our bug, not the channel's: an event was not sent: %s", exc, exc_info=exc)
-        except (StreamEnded, StreamTimeout) as exc:
-            log.info("channel stopped taking events: %s", exc)
-            self._gone = True
 
 
 def error_frame(code: ErrorCode, message: str) -> Frame:

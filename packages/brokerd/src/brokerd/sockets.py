@@ -1,5 +1,6 @@
 """The socket shells: ``broker.sock`` (loopd's tool calls) and ``approve.sock`` (local
-``bxctl approve``/``deny``). One connection per request; each frame read takes its own timeout.
+``bxctl approve``/``deny``), bound by ``serve``. One connection per request; each frame read takes
+its own timeout; what a call does is calls.py's.
 
 On approve.sock the approver is whoever the kernel says is connected (SO_PEERCRED), written as
 ``local:<uid>``, or ``local:socket(uid <uid>)`` when ``local:socket`` admits any peer
@@ -17,21 +18,23 @@ from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 
 from bxcore import daemon
-from bxcore.config.broker import LOCAL_SOCKET
+from bxcore.config import Config
+from bxcore.config.broker import LOCAL_SOCKET, LOCAL_UID
+from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
 from bxcore.errors import BoxmakerError, ErrorCode, FrameError, LocalProtocolError, WireError
 from bxcore.frames import Frame, Kinds
 from bxcore.framestream import FrameStream, answer_our_bug
-from bxcore.peers import overflow_uid
+from bxcore.peers import PeerPolicy, overflow_uid
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.protocol import delegate as delegate_wire
 from bxcore.tools import ToolRequest
 
 from .approvals import local_approver
+from .calls import Broker
 from .errors import ApprovalError
-from .service import Broker
 
-log = logging.getLogger("brokerd.server")
+log = logging.getLogger("brokerd.sockets")
 
 REQUEST_TIMEOUT = 30.0  # seconds for a client to send its one request frame
 
@@ -172,3 +175,38 @@ def handlers(broker: Broker, overflow: int | None = None) -> tuple[Handler, Hand
         await handle_approval(broker, stream, peer_uid(writer), overflow)
 
     return tool_call, approval
+
+
+def local_uids(approvers: list[str]) -> frozenset[int]:
+    """The uids ``local:<uid>`` approvers name."""
+    return frozenset(int(a.removeprefix("local:")) for a in approvers if LOCAL_UID.fullmatch(a))
+
+
+async def serve(broker: Broker, config: Config, source: str | Path = "config") -> None:
+    """broker.sock and approve.sock, bound with their modes and groups, until SIGTERM or
+    SIGINT; READY=1 once both are bound. ``source`` (the config file) names it in errors."""
+    served = config.served("broker"), config.served("approve")
+    groups = [each.gid(source) for each in served]
+    notifier = Notifier()
+    section_approvers = config.broker.approvers
+
+    async def main() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            tables = ((broker_wire.TO_BROKERD, broker_wire.FROM_BROKERD),
+                      (approval_wire.TO_APPROVE_SOCKET, approval_wire.FROM_APPROVE_SOCKET))
+            for each, group, (kinds, sends), handle in zip(
+                served, groups, tables, handlers(broker), strict=True
+            ):
+                handler = connection(each.path, kinds, handle, sends)
+                # approve.sock also admits the uids its local:<uid> approvers name.
+                extra = local_uids(section_approvers) if each.name == "approve" else frozenset()
+                await stack.enter_async_context(listening(
+                    each.path, handler, mode=each.mode, group=group,
+                    peers=PeerPolicy(uids=extra, group=group),
+                ))
+            notifier.ready(f"serving {served[0].path}")
+            log.info("serving %s and %s", served[0].path, served[1].path)
+            await wait_forever()
+
+    await run_until_signalled(main(), on_stop=notifier.stopping)
+    log.info("stopped")

@@ -1,17 +1,18 @@
-"""memoryd's request handling: one frame in, one final frame out. No sockets here (server.py
-has them), so tests drive it with frames alone."""
+"""memoryd's request handling: one frame in, one final frame out, and the Honcho sync loop. No
+sockets here (sockets.py has them) and no building from the config (wiring.py), so tests drive it
+with frames alone."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 
 from bxcore.config import Config
-from bxcore.errors import ErrorCode, FrameError, WireError
+from bxcore.errors import BoxmakerError, ErrorCode, FrameError, WireError
 from bxcore.frames import Frame, describe_validation
 from bxcore.protocol import memory as proto
-from bxcore.secrets import SecretStore
 from bxcore.tools import ToolResponse, plain_response
 from pydantic import TypeAdapter, ValidationError
 
@@ -31,28 +32,23 @@ _MEMORY_ARGS: TypeAdapter[proto.MemoryArgs] = TypeAdapter(proto.MemoryArgs)
 
 
 class MemoryService:
-    def __init__(self, config: Config, *, honcho: HonchoClient | None = None):
+    """What memory.sock and memory-owner.sock answer, over the parts wiring.build makes."""
+
+    def __init__(self, *, config: Config, layout: Layout, writer: MemoryWriter,
+                 index: RecallIndex, state: StateDb, honcho: HonchoClient | None = None,
+                 sync: HonchoSync | None = None):
         self.config = config
         self.settings = config.memory
-        self.layout = Layout(config.paths.home)
-        self.layout.ensure()
-        self.writer = MemoryWriter(
-            self.layout, stage_identity_writes=self.settings.stage_identity_writes,
-            identity_ceiling=self.settings.identity_ceiling,
-        )
-        self.index = RecallIndex(self.layout.recall_db, self.layout.sessions, self.settings.ceiling)
-        self.state = StateDb(self.layout.state_db)
+        self.layout = layout
+        self.writer = writer
+        self.index = index
+        self.state = state
         self.retriever = FtsRetriever(self.index, self.state,
                                       snippet_chars=self.settings.snippet_chars)
         self.snapshots = SnapshotCache(self.layout)
         self.sync_wanted = asyncio.Event()
         self.honcho = honcho
-        self.sync: HonchoSync | None = None
-        if honcho is None and self.settings.honcho is not None:
-            self.honcho = make_honcho_client(config)
-        if self.honcho is not None and self.settings.honcho is not None:
-            self.sync = HonchoSync(self.layout, self.state, self.honcho, self.settings.honcho,
-                                   self.settings.ceiling, self.taint_of)
+        self.sync = sync
 
     async def aclose(self) -> None:
         if self.honcho is not None:
@@ -66,6 +62,24 @@ class MemoryService:
     def catch_up(self) -> int:
         self.index.reopen_if_replaced()
         return self.index.catch_up(self.taint_of, read_notes(self.layout.notes))
+
+    async def sync_forever(self) -> None:
+        """Catch up with Honcho every ``sync_interval``, or sooner when a turn or a write kicks
+        it; at once if no Honcho is configured."""
+        if self.sync is None or self.config.memory.honcho is None:
+            return
+        interval = self.config.memory.honcho.sync_interval
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.sync_wanted.wait(), interval)
+            self.sync_wanted.clear()
+            try:
+                report = await self.sync.sync_once()
+            except BoxmakerError as exc:
+                log.error("Honcho sync failed: %s", exc)
+                continue
+            if report.written or report.outage:
+                log.info("Honcho sync: %s", report)
 
     async def handle(self, frame: Frame) -> Frame:
         try:
@@ -169,14 +183,6 @@ class MemoryService:
             "status": "ok", "content": json.dumps(body, ensure_ascii=False, sort_keys=True),
             "class": self.settings.ceiling, "untrusted": not trusted, "truncated": False,
         })
-
-
-def make_honcho_client(config: Config) -> HonchoClient:
-    honcho = config.memory.honcho
-    assert honcho is not None
-    key = SecretStore(config.secrets).get(honcho.key_secret) if honcho.key_secret else None
-    return HonchoClient(honcho.url, key, request_timeout=honcho.request_timeout,
-                        chat_liveness=honcho.chat_liveness)
 
 
 def failed(text: str) -> ToolResponse:

@@ -2,14 +2,14 @@
 memory-owner.sock (``owner_mode``, ``owner_group``: the owner's undo, accept, reject, reindex),
 READY=1 once both are bound, SIGTERM ends it.
 
-One task group: the listener and the Honcho sync loop, cancelled by bxcore.daemon on SIGTERM or
-SIGINT. One connection per request; each read and write has its own timeout.
+One task group: the listeners and the Honcho sync loop (handling.py), cancelled by bxcore.daemon
+on SIGTERM or SIGINT. One connection per request; each read and write has its own timeout; what
+a frame asks is answered by handling.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -26,19 +26,14 @@ from bxcore.protocol.memory import (
     TO_MEMORYD_OWNER,
 )
 
-from .service import MemoryService
+from .handling import MemoryService
 
 log = logging.getLogger("memoryd")
 READ_TIMEOUT = 30.0
 
 
-def socket_path(config: Config) -> Path:
-    return config.served("memory").path
-
-
-async def serve(config: Config, source: str | Path = "config") -> None:
+async def serve(service: MemoryService, config: Config, source: str | Path = "config") -> None:
     """Until SIGTERM or SIGINT; ``source`` (the config file) names it in errors."""
-    service = MemoryService(config)
     served, owners = config.served("memory"), config.served("memory-owner")
     group, owners_group = served.gid(source), owners.gid(source)
     notifier = Notifier()
@@ -62,7 +57,7 @@ async def serve(config: Config, source: str | Path = "config") -> None:
         ):
             notifier.ready()
             log.info("memoryd listening on %s and %s", served.path, owners.path)
-            group_of_tasks.create_task(_sync_loop(service))
+            group_of_tasks.create_task(service.sync_forever())
             await wait_forever()
 
     try:
@@ -84,21 +79,3 @@ async def _connection(stream: FrameStream, handle: Callable[[Frame], Awaitable[F
         log.warning("connection dropped: %s", exc)
     finally:
         await stream.close()
-
-
-async def _sync_loop(service: MemoryService) -> None:
-    """Catch up with Honcho every ``sync_interval``, or sooner when a turn or a write kicks it."""
-    if service.sync is None or service.config.memory.honcho is None:
-        return
-    interval = service.config.memory.honcho.sync_interval
-    while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(service.sync_wanted.wait(), interval)
-        service.sync_wanted.clear()
-        try:
-            report = await service.sync.sync_once()
-        except BoxmakerError as exc:
-            log.error("Honcho sync failed: %s", exc)
-            continue
-        if report.written or report.outage:
-            log.info("Honcho sync: %s", report)

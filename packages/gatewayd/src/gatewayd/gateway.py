@@ -1,4 +1,6 @@
-"""gatewayd assembled: the WebSocket, the queue's dispatcher and gateway.sock in one task group.
+"""gatewayd's logic: posts routed into the queue, the queue's dispatcher delivering turns to
+loopd, the owner's !approve/!deny answered; the WebSocket and gateway.sock (sockets.py) run
+beside them in one task group.
 
     Mattermost ──ws──> route ──> queue (SQLite) ──> dispatcher ──loop.sock──> loopd
         ^                 └──> !approve/!deny ──> approvals <──gateway.sock── brokerd
@@ -12,82 +14,28 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bxcore.config import Config
-from bxcore.secrets import Secret, SecretStore
-
-from .approval_server import ApprovalServer
-from .approvals import ApprovalBook, Forward
-from .errors import MattermostError, SetupError
+from .approvals import Forward, PostedApprovals
+from .errors import MattermostError
 from .events import Event, Posted
 from .models import Post
+from .owner_posts import OwnerPosts
 from .owner_threads import OwnerThreads, owner_of
 from .queue import Item, Queue
 from .rest import MattermostClient
-from .routing import Command, Ignore, Refuse, Turn, load_allowlist, route
+from .routing import Command, Ignore, Refuse, TurnPost, route
+from .sockets import ApprovalServer
 from .stream import backoff_delay
-from .turns import Outcome, TurnRunner
+from .turns import TurnOutcome, TurnRunner
 from .websocket import MattermostSocket
+
+if TYPE_CHECKING:
+    from .wiring import Settings
 
 log = logging.getLogger("gatewayd")
 
 CATCH_UP_SLACK_MS = 60_000  # read this far behind the newest post seen: clocks and races
-
-
-@dataclass(frozen=True, kw_only=True)
-class Settings:
-    """What gatewayd needs from the config file, resolved and checked once at start."""
-
-    server: str
-    token: Secret
-    allowlist: frozenset[str]
-    channels: frozenset[str]
-    state: Path
-    gateway_socket: Path
-    loop_socket: Path
-    edit_interval: float
-    retries: int
-    request_timeout: float
-    reconnect: tuple[float, float]
-    ping_interval: float
-    redeliver: tuple[float, float]
-    tool_choice: tuple[str, ...] = ()
-    gateway_socket_mode: int = 0o600  # [gateway] mode: brokerd connects
-    gateway_socket_group: int | None = None  # [gateway] group, as a gid
-    owner: str | None = None  # [gateway] owner (default: the allowlist's only user)
-
-    @classmethod
-    def from_config(cls, config: Config, secrets: SecretStore | None = None,
-                    source: str | Path = "config") -> Settings:
-        section = config.gateway
-        served = config.served("gateway")
-        if section.server is None:
-            raise SetupError("gateway.server: not set (the Mattermost server's URL)")
-        if section.allowlist is None:
-            raise SetupError("gateway.allowlist: not set (a file of allowed user ids)")
-        store = secrets or SecretStore(config.secrets)
-        store.warn_plaintext()
-        return cls(
-            server=section.server,
-            token=store.get(section.token_secret),
-            allowlist=load_allowlist(section.allowlist),
-            owner=section.owner,
-            channels=frozenset(section.channels),
-            state=section.state or config.paths.home / "gateway",
-            gateway_socket=served.path,
-            gateway_socket_mode=served.mode,
-            gateway_socket_group=served.gid(source),
-            loop_socket=config.loop_socket,
-            edit_interval=section.edit_interval,
-            retries=section.retries,
-            request_timeout=section.request_timeout,
-            reconnect=(section.reconnect_min, section.reconnect_max),
-            ping_interval=section.ping_interval,
-            redeliver=(section.redeliver_min, section.redeliver_max),
-            tool_choice=tuple(section.tool_choice),
-        )
 
 
 class Gateway:
@@ -98,13 +46,14 @@ class Gateway:
             timeout=settings.request_timeout,
         )
         self.queue = Queue(settings.state / "queue.sqlite3")
-        self.book = ApprovalBook()
+        self.book = PostedApprovals()
         self.threads = OwnerThreads(self.rest, owner_of(settings.owner, settings.allowlist))
         self.runner = TurnRunner(self.rest, self.queue, settings.loop_socket,
                                  edit_interval=settings.edit_interval,
                                  tool_choice=settings.tool_choice)
-        self.approvals = ApprovalServer(settings.gateway_socket, self.book, self.rest, self.say,
-                                        threads=self.threads, mode=settings.gateway_socket_mode,
+        posts = OwnerPosts(self.book, self.rest, self.say, threads=self.threads)
+        self.approvals = ApprovalServer(settings.gateway_socket, posts,
+                                        mode=settings.gateway_socket_mode,
                                         group=settings.gateway_socket_group)
         self.socket = MattermostSocket(
             settings.server, settings.token, on_event=self.on_event, on_catch_up=self.catch_up,
@@ -165,7 +114,7 @@ class Gateway:
         elif isinstance(decision, Refuse):
             log.info("post %s from user %s in channel %s refused: %s", post.id, post.user_id,
                      post.channel_id, decision.reason)
-        elif isinstance(decision, Turn):
+        elif isinstance(decision, TurnPost):
             if self.queue.offer(_item(post, decision.session, decision.resume)):
                 log.info("post %s queued for session %s", post.id, decision.session)
                 self._wake.set()
@@ -210,8 +159,8 @@ class Gateway:
                 outcome = await self.runner.deliver(item)
             except MattermostError as exc:
                 log.warning("post %s: Mattermost failed during delivery: %s", item.post_id, exc)
-                outcome = Outcome.DOWN
-            if outcome is not Outcome.DELIVERED:
+                outcome = TurnOutcome.DOWN
+            if outcome is not TurnOutcome.DELIVERED:
                 low, high = self.settings.redeliver
                 delay = backoff_delay(item.attempts + 1, minimum=low, maximum=high)
                 self.queue.defer(item.post_id, time.time() + delay)

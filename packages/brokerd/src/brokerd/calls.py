@@ -32,7 +32,7 @@ from .runner import Runner
 from .sandbox import ToolSettings
 from .taint import Taint, TaintStore
 
-log = logging.getLogger("brokerd.service")
+log = logging.getLogger("brokerd.calls")
 
 T = TypeVar("T")
 Notify = Callable[[ToolWaiting], Awaitable[None]]

@@ -1,5 +1,6 @@
-"""``brokerd serve``: build the broker from the config, bind its sockets, tell systemd it is
-ready, and run until SIGTERM or SIGINT.
+"""brokerd's parts, built from the config: the sandbox backend, the audit log, taint, the
+approval desk, the runner, the grants, and the Broker (calls.py) over them. No socket is opened
+here: sockets.py binds broker.sock and approve.sock.
 
 State under ``[paths] home``: ``audit/`` (the hash-chained log), ``broker/sessions/`` (taint)
 and ``egress/`` (every consult payload, when ``[consult]`` is configured).
@@ -9,7 +10,6 @@ starts, denies every call, and says so loudly.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
 import os
@@ -18,15 +18,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bxcore.config import Config, served_sockets
-from bxcore.config.broker import LOCAL_UID
-from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
-from bxcore.peers import PeerPolicy
-from bxcore.protocol.approval import FROM_APPROVE_SOCKET, TO_APPROVE_SOCKET
-from bxcore.protocol.broker import FROM_BROKERD, TO_BROKERD
 from bxcore.secrets import SecretStore
 
 from .approvals import ApprovalBook, ApprovalDesk
 from .audit import AuditLog, entries
+from .calls import Broker
 from .egresslog import CONSULT, ConsultEgress
 from .grantstore import GrantStore, real_path
 from .memory import MemoryClient
@@ -35,8 +31,6 @@ from .provenance import ProvenanceStore
 from .runner import Runner
 from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
 from .sandbox._workspace import default_scratch_root
-from .server import connection, handlers
-from .service import Broker
 from .taint import TaintStore, reconcile
 
 log = logging.getLogger("brokerd")
@@ -78,11 +72,6 @@ def backend_for(config: Config) -> Sandbox:
     toolkit = section.toolkit_dir or _installed_toolkit()
     return BubblewrapSandbox(toolkit_dir=toolkit, scratch_root=section.scratch,
                              sandbox_uid=section.sandbox_uid)
-
-
-def local_uids(approvers: list[str]) -> frozenset[int]:
-    """The uids ``local:<uid>`` approvers name."""
-    return frozenset(int(a.removeprefix("local:")) for a in approvers if LOCAL_UID.fullmatch(a))
 
 
 def harness_paths(config: Config, environ: Mapping[str, str]) -> tuple[Protected, ...]:
@@ -140,33 +129,3 @@ def build(config: Config, backend: Sandbox) -> Broker:
                   secrets=secrets, clock=now,
                   configured={CONSULT: consult.settings} if consult is not None else None,
                   floor=config.memory.identity_ceiling)
-
-
-async def serve(config: Config, backend: Sandbox, source: str | Path = "config") -> None:
-    """Until SIGTERM or SIGINT; ``source`` (the config file) names it in errors."""
-    broker = build(config, backend)
-    served = config.served("broker"), config.served("approve")
-    groups = [each.gid(source) for each in served]
-    notifier = Notifier()
-    section_approvers = config.broker.approvers
-
-    async def main() -> None:
-        async with contextlib.AsyncExitStack() as stack:
-            for each, group, (kinds, sends), handle in zip(
-                served, groups,
-                ((TO_BROKERD, FROM_BROKERD), (TO_APPROVE_SOCKET, FROM_APPROVE_SOCKET)),
-                handlers(broker), strict=True,
-            ):
-                handler = connection(each.path, kinds, handle, sends)
-                # approve.sock also admits the uids its local:<uid> approvers name.
-                extra = local_uids(section_approvers) if each.name == "approve" else frozenset()
-                await stack.enter_async_context(listening(
-                    each.path, handler, mode=each.mode, group=group,
-                    peers=PeerPolicy(uids=extra, group=group),
-                ))
-            notifier.ready(f"serving {served[0].path}")
-            log.info("serving %s and %s", served[0].path, served[1].path)
-            await wait_forever()
-
-    await run_until_signalled(main(), on_stop=notifier.stopping)
-    log.info("stopped")
