@@ -127,11 +127,15 @@ def loopd_process(infer_socket: Path) -> Iterator[Loopd]:
 
 
 def answered(h, loopd: Loopd, root: str, turns: int) -> bool:
-    """The thread's ``turns``-th placeholder holds the ``turns``-th answer in loopd's log."""
+    """The thread's ``turns``-th placeholder holds the ``turns``-th answer in loopd's log, and
+    the log has that completion's usage too: the placeholder's streamed edits can show the whole
+    answer before loopd has appended the usage record that follows the assistant record."""
     records = loopd.records(f"mm-{root}")
     answers = [r["content"] or NO_ANSWER for r in records if r["type"] == "assistant"]
+    usages = [r for r in records if r["type"] == "usage"]
     placeholders = [p["message"] for p in h.thread(root) if p["user_id"] == h.bot]
-    return len(answers) >= turns and placeholders[turns - 1:turns] == [answers[turns - 1]]
+    return (len(answers) >= turns and len(usages) >= turns
+            and placeholders[turns - 1:turns] == [answers[turns - 1]])
 
 
 def test_dms_through_the_real_loopd_and_llama_server(fake, inference):
