@@ -21,8 +21,8 @@ from bxcore import daemon
 from bxcore.config import Config
 from bxcore.config.broker import LOCAL_SOCKET, LOCAL_UID
 from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
-from bxcore.errors import BoxmakerError, ErrorCode, FrameError, LocalProtocolError, WireError
-from bxcore.frames import Frame, Kinds
+from bxcore.errors import BoxmakerError, ErrorCode, FrameError, LocalProtocolError
+from bxcore.frames import Frame, Kinds, error_frame
 from bxcore.framestream import FrameStream, answer_our_bug
 from bxcore.peers import PeerPolicy, overflow_uid
 from bxcore.protocol import approval as approval_wire
@@ -39,10 +39,6 @@ log = logging.getLogger("brokerd.sockets")
 REQUEST_TIMEOUT = 30.0  # seconds for a client to send its one request frame
 
 Handler = Callable[[FrameStream, asyncio.StreamWriter], Awaitable[None]]
-
-
-def error_frame(code: ErrorCode, message: str) -> Frame:
-    return Frame.of(broker_wire.ERROR, WireError(code=code, message=message), final=True)
 
 
 def peer_uid(writer: asyncio.StreamWriter) -> int:

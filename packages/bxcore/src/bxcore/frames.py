@@ -32,7 +32,14 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .canonical import canonical_json, to_jsonable
-from .errors import FrameError, FrameTooLarge, IncompleteFrame, LocalProtocolError
+from .errors import (
+    ErrorCode,
+    FrameError,
+    FrameTooLarge,
+    IncompleteFrame,
+    LocalProtocolError,
+    WireError,
+)
 
 MAX_FRAME = 16 * 1024 * 1024  # bytes of JSON after the length prefix
 _PREFIX = struct.Struct(">I")
@@ -223,3 +230,11 @@ def _check_unicode(value: Any) -> None:
         canonical_json(value)
     except ValueError:
         raise FrameError("frame has a string that is not Unicode (a lone surrogate)") from None
+
+
+ERROR = "error"  # the one refusal kind: every socket's protocol names it so
+
+
+def error_frame(code: ErrorCode, message: str) -> Frame:
+    """The final frame that refuses: the code and a message naming what was wrong."""
+    return Frame.of(ERROR, WireError(code=code, message=message), final=True)

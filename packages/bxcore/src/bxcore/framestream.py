@@ -37,7 +37,7 @@ from .errors import (
     WireError,
 )
 from .frameconn import CHUNK, Deadline, FrameConnection, Receive
-from .frames import MAX_FRAME, Frame, Kinds
+from .frames import MAX_FRAME, Frame, Kinds, error_frame
 
 ERROR = "error"  # the kind of every socket's error frame (a WireError)
 
@@ -210,8 +210,7 @@ async def answer_their_fault(stream: FrameStream, exc: RemoteProtocolError,
     caller then closes the connection (the decoder stays in its ERROR state)."""
     log.warning("the peer's fault: %s", exc)
     with contextlib.suppress(BoxmakerError, LocalProtocolError):
-        await stream.write(Frame.of(ERROR, WireError(code=ErrorCode.BAD_FRAME, message=str(exc)),
-                                    final=True))
+        await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
 
 
 async def answer_our_bug(stream: FrameStream, exc: LocalProtocolError,

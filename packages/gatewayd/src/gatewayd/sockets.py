@@ -23,14 +23,12 @@ from bxcore.errors import (
     LocalProtocolError,
     StreamEnded,
     StreamTimeout,
-    WireError,
 )
-from bxcore.frames import Frame
+from bxcore.frames import Frame, error_frame
 from bxcore.framestream import FrameStream, answer_our_bug
 from bxcore.protocol.approval import (
     APPROVAL_ANSWER,
     APPROVAL_REQUEST,
-    ERROR,
     FROM_GATEWAYD,
     NOTICE_POSTED,
     OWNER_NOTICE,
@@ -121,7 +119,7 @@ class ApprovalServer:
 async def _error(stream: FrameStream, code: ErrorCode, message: str) -> None:
     log.warning("gateway.sock: %s: %s", code.value, message)
     with contextlib.suppress(StreamEnded):
-        await stream.write(Frame.of(ERROR, WireError(code=code, message=message), final=True))
+        await stream.write(error_frame(code, message))
 
 
 async def serve(gateway: Gateway) -> None:

@@ -27,8 +27,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from bxcore.config.inference import SlotSection
-from bxcore.errors import ErrorCode, WireError
-from bxcore.frames import Frame
+from bxcore.errors import ErrorCode
+from bxcore.frames import Frame, error_frame
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
 
@@ -170,7 +170,3 @@ class Sessions:
         self._kept.move_to_end(session.id)
         while len(self._kept) > self._kept_max:
             self._kept.popitem(last=False)
-
-
-def error_frame(code: ErrorCode, message: str) -> Frame:
-    return Frame.of(wire.ERROR, WireError(code=code, message=message), final=True)

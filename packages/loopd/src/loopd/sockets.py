@@ -27,7 +27,7 @@ from bxcore.daemon import (
     wait_forever,
 )
 from bxcore.errors import ErrorCode, FrameError, LocalProtocolError, StreamEnded, StreamTimeout
-from bxcore.frames import Frame
+from bxcore.frames import Frame, error_frame
 from bxcore.framestream import FrameStream, answer_our_bug
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnEvent, TurnEventBody
@@ -37,7 +37,7 @@ from .checks import startup_checks
 from .inference.api import Inference
 from .inference.client import InferenceClient
 from .inference.serving import fetch_serving
-from .sessions import Sessions, error_frame
+from .sessions import Sessions
 from .wiring import LoopParts, ServingSource
 
 log = logging.getLogger("loopd")

@@ -8,7 +8,8 @@
     │   │                   notes.md, a journal entry that does not parse); names the file
     │   └── CommandRefused  an owner's undo, accept or reject cannot be done (the file changed
     │                       since, nothing to undo, notes.md is append-only, no such staged edit)
-    ├── TaintFileError      brokerd's broker/sessions/<id>.json is unreadable; names the file
+    ├── SessionTaintUnreadable  brokerd's broker/sessions/<id>.json, as memoryd reads it; names
+    │                       the file (bxcore's TaintFileError, in memoryd's tree)
     ├── IndexCorrupt        the recall index cannot be opened or migrated; names the file
     └── HonchoError         a request to Honcho did not succeed
         ├── HonchoUnavailable   connection refused, timed out, no bytes for too long, or 5xx
@@ -42,7 +43,7 @@ class CommandRefused(StoreError):
     pass
 
 
-class TaintFileError(MemorydError):
+class SessionTaintUnreadable(MemorydError):
     pass
 
 

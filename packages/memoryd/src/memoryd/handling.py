@@ -10,8 +10,8 @@ import json
 import logging
 
 from bxcore.config import Config
-from bxcore.errors import BoxmakerError, ErrorCode, FrameError, WireError
-from bxcore.frames import Frame, describe_validation
+from bxcore.errors import BoxmakerError, ErrorCode, FrameError
+from bxcore.frames import Frame, describe_validation, error_frame
 from bxcore.protocol import memory as proto
 from bxcore.tools import ToolResponse, plain_response
 from pydantic import TypeAdapter, ValidationError
@@ -190,4 +190,4 @@ def failed(text: str) -> ToolResponse:
 
 
 def _error(code: ErrorCode, message: str) -> Frame:
-    return Frame.of(proto.ERROR, WireError(code=code, message=message), final=True)
+    return error_frame(code, message)

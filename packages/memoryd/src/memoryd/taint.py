@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bxcore.errors import TaintFileError as _Unreadable
+from bxcore.errors import TaintFileError
 from bxcore.taint import read_taint
 from bxcore.tools import DataClass
 
-from .errors import TaintFileError
+from .errors import SessionTaintUnreadable
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,6 @@ CLEAN = SessionTaint()
 def read_taint_file(directory: Path, session: str) -> SessionTaint:
     try:
         taint = read_taint(directory, session)
-    except _Unreadable as exc:
-        raise TaintFileError(str(exc)) from None
+    except TaintFileError as exc:
+        raise SessionTaintUnreadable(str(exc)) from None
     return SessionTaint(taint.highest or DataClass.PUBLIC, taint.untrusted)

@@ -24,6 +24,7 @@ from pydantic import Field
 
 from .._base import Model, Text
 from ..errors import WireError
+from ..frames import ERROR as ERROR  # re-exported: each protocol names its error kind
 from ..frames import kind_table
 from ..ids import SessionId
 
@@ -34,7 +35,6 @@ APPROVAL_PENDING = "approval_pending"
 APPROVAL_ACK = "approval_ack"
 OWNER_NOTICE = "owner_notice"
 NOTICE_POSTED = "notice_posted"
-ERROR = "error"
 
 
 

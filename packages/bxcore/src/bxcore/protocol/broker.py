@@ -14,6 +14,7 @@ from pydantic import model_validator
 
 from .._base import Count, Model, Text
 from ..errors import WireError
+from ..frames import ERROR as ERROR  # re-exported: each protocol names its error kind
 from ..frames import kind_table
 from ..tools import ToolRequest, ToolResponse
 from . import delegate
@@ -21,7 +22,6 @@ from . import delegate
 TOOL_CALL = "tool_call"
 TOOL_WAITING = "tool_waiting"
 TOOL_RESPONSE = "tool_response"
-ERROR = "error"
 
 
 

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from .._base import Count, Flag, Model, Text
 from ..errors import WireError
+from ..frames import ERROR as ERROR  # re-exported: each protocol names its error kind
 from ..frames import kind_table
 from ..ids import SessionId
 from ..tools import DataClass
@@ -20,7 +21,6 @@ from .broker import ToolWaiting
 TURN = "turn"
 TURN_EVENT = "turn_event"
 TURN_DONE = "turn_done"
-ERROR = "error"
 
 
 SessionKind = Literal["main", "background"]

@@ -27,6 +27,7 @@ from pydantic import Field
 from .._base import Count, Flag, Model, Text
 from ..chat import ToolSchema
 from ..errors import WireError
+from ..frames import ERROR as ERROR  # re-exported: each protocol names its error kind
 from ..frames import kind_table
 from ..ids import SessionId
 from ..records import LogRecord
@@ -40,7 +41,6 @@ MEMORY_CALL = "memory_call"
 TOOL_RESPONSE = "tool_response"
 MEMORY_COMMAND = "memory_command"
 COMMAND_DONE = "command_done"
-ERROR = "error"
 
 
 IdentityName = Literal["soul.md", "memory.md", "user.md"]
