@@ -11,21 +11,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from bxctl.stack.notify import NotifyListener
 from bxctl.stack.processes import Started, alive, stop
+from support.bxctl import bxctl
 from support.llama import llama_paths, require_llama
-
-REPO = Path(__file__).resolve().parents[2]
-BXCTL = str(Path(sys.executable).parent / "bxctl")
-
-
-def bxctl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([BXCTL, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, check=False)
 
 
 @pytest.mark.real_server

@@ -15,8 +15,6 @@ The tiny model does not pick tools by itself reliably, so the tool turns pass ``
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,18 +24,12 @@ from bxcore.records import Assistant, SessionStart, ToolResult
 from bxcore.taint import read_taint
 from bxctl.scheduler import RESCAN
 from loopd.store import SessionStore
+from support.bxctl import bxctl
 from support.llama import llama_paths, require_llama
 
 pytestmark = pytest.mark.real_server
 
-REPO = Path(__file__).resolve().parents[2]
-BXCTL = str(Path(sys.executable).parent / "bxctl")
 NOTE = "The spare key is under the blue flowerpot."
-
-
-def bxctl(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([BXCTL, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, check=False)
 
 
 def grants(directory: Path, notes: Path) -> Path:

@@ -106,6 +106,10 @@ max_tokens = 512
 # the default 60 s while it is still working.
 liveness_timeout = 900
 
+[inference.sampling]
+# Greedy: a small model's tool calls are most reliable so, and a turn is reproducible.
+temperature = 0
+
 [inference.serving]
 slot_count = 2
 per_slot_context = 4096
