@@ -32,6 +32,26 @@ def is_session_id(value: str) -> bool:
 
 SessionId = Annotated[str, AfterValidator(check_session_id)]
 
+_ORIGIN = re.compile(r"[a-z][a-z0-9_-]{0,31}:[A-Za-z0-9._:-]{1,95}")
+
+
+def check_origin(value: str) -> str:
+    """A turn's origin, its idempotency key: ``<channel>:<id>``, e.g. ``mattermost:<post_id>``.
+
+    The channel is 1-32 characters of ``a-z0-9_-`` starting with a letter; the id 1-95 of
+    ``A-Za-z0-9._:-``; at most 128 in all. It is written to the session log, never to a prompt.
+    """
+    if not isinstance(value, str) or not _ORIGIN.fullmatch(value):
+        raise ValueError(
+            "an origin is '<channel>:<id>': a channel of 1-32 lowercase letters, digits, '-' "
+            "and '_' starting with a letter, then an id of 1-95 letters, digits and '._:-'; "
+            f"got {value!r}"
+        )
+    return value
+
+
+Origin = Annotated[str, AfterValidator(check_origin)]
+
 
 def new_session_id(now: datetime | None = None) -> str:
     """A fresh id from the time and a random suffix, e.g. ``20261130-074512-3f9a1c2b``."""

@@ -10,9 +10,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, TypeAdapter
 
-from ._base import Count, Flag, Model, Text
+from ._base import Count, Flag, Model, OptionalKeys, Text
 from .chat import ToolCall
-from .ids import SessionId
+from .ids import Origin, SessionId
 from .tools import DataClass
 from .util import is_rfc3339
 
@@ -35,10 +35,17 @@ class SessionStart(Model):
     baseline: Text  # sha256 of the epoch's baseline file, algorithm-tagged
 
 
-class User(Model):
+class User(OptionalKeys):
+    """``origin`` is the channel's idempotency key for the turn this message opened (loop.sock's
+    ``Turn.origin``): metadata, never replayed into a prompt. A log written before it existed,
+    and a turn without one, has no ``origin`` key at all, so those lines keep their bytes."""
+
     type: Literal["user"] = "user"
     time: Time
     content: Text
+    origin: Origin | None = None
+
+    OMITTED_WHEN_NONE = ("origin",)
 
 
 class Assistant(Model):

@@ -4,6 +4,11 @@ One loop.sock connection per turn (bxcore.protocol.loop): send ``turn``, read fr
 final. The placeholder is posted at once (and remembered in the queue, so a retry edits the same
 post), edited as events arrive, and replaced by the answer; the rest of a long answer follows as
 further replies in the thread.
+
+Every delivery of a post names it with ``origin = mattermost:<post_id>``: a post is marked
+delivered only once loopd's first frame arrives, so a crash just after the ``turn`` was written
+delivers it again on restart, and loopd answers that resend with the first turn's answer instead
+of running it twice (exactly once end to end; docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -113,7 +118,8 @@ class TurnRunner:
         self, stream: FrameStream, item: Item, placeholder: str, resume: bool
     ) -> TurnOutcome:
         turn = Turn.model_validate({"session": item.session, "content": item.content,
-                                    "resume": resume, "tool_choice": self._tool_choice})
+                                    "resume": resume, "tool_choice": self._tool_choice,
+                                    "origin": f"mattermost:{item.post_id}"})
         view = TurnView()
         throttle = Throttle(self._edit_interval)
         throttle.due(self._clock())  # the placeholder itself was the first write

@@ -14,6 +14,10 @@ memoryd); a session due for compaction is compacted (epochs.py), and a closed on
 epoch. After the turn, whatever it ended with, the records it appended are reported to memoryd in
 the background, so the final frame never waits for memoryd.
 
+A turn whose ``origin`` the session's log already holds (a channel's resend, origins.py) is not
+run again: it is answered, inside the lock and before any compaction, with the earlier turn's
+``turn_done``, or ``bad_request`` if that turn ended without an answer.
+
 A new session, and each new epoch, records the serving settings it begins under (``serving``,
 read from the server; inference contract 10) beside its logs, so the self-test and ``bxctl
 doctor`` can name what changed since. A server that cannot say leaves no record; the turn runs.
@@ -38,6 +42,7 @@ from .inference.api import EventSink
 from .inference.errors import InferenceError
 from .inference.serving import ServingSettings
 from .memory import IdentityFiles, Memory
+from .origins import Taken, taken
 from .store import Session, SessionStore
 from .turn import Loop, run_turn
 
@@ -86,6 +91,9 @@ class Sessions:
     async def _run_locked(self, turn: Turn, events: EventSink, loop: Loop) -> Frame:
         try:
             session = await self._session_for(turn)
+            earlier = taken(session.records, turn.origin) if turn.origin is not None else None
+            if earlier is not None:  # before compaction could move its turn out of this epoch
+                return _taken_frame(turn, earlier)
             session = await self._current_epoch(session, events, thinking=turn.thinking)
             done = await self._turn(session, turn, events, loop)
         except LoopError as exc:
@@ -106,7 +114,8 @@ class Sessions:
         start = len(session.records)
         try:
             return await run_turn(
-                loop, session, turn.content, events, turn.tool_choice, thinking=turn.thinking
+                loop, session, turn.content, events, turn.tool_choice, thinking=turn.thinking,
+                origin=turn.origin,
             )
         finally:
             self._report(session, start)
@@ -170,3 +179,16 @@ class Sessions:
         self._kept.move_to_end(session.id)
         while len(self._kept) > self._kept_max:
             self._kept.popitem(last=False)
+
+
+def _taken_frame(turn: Turn, earlier: Taken) -> Frame:
+    """A resent turn is not run again: its earlier answer, or an error saying it has none."""
+    log.info("session %s: origin %s was taken at line %d; not run again",
+             turn.session, turn.origin, earlier.line)
+    if earlier.answer is not None:
+        return Frame.of(wire.TURN_DONE, earlier.answer, final=True)
+    return error_frame(
+        ErrorCode.BAD_REQUEST,
+        f"session {turn.session}: the turn from {turn.origin} was already taken (log line "
+        f"{earlier.line}) and ended without an answer; it is not run twice",
+    )

@@ -10,11 +10,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .._base import Count, Flag, Model, Text
+from .._base import Count, Flag, Model, OptionalKeys, Text
 from ..errors import WireError
 from ..frames import ERROR as ERROR  # re-exported: each protocol names its error kind
 from ..frames import kind_table
-from ..ids import SessionId
+from ..ids import Origin, SessionId
 from ..tools import DataClass
 from .broker import ToolWaiting
 
@@ -27,7 +27,7 @@ SessionKind = Literal["main", "background"]
 ToolChoice = Literal["auto", "required", "none"]
 
 
-class Turn(Model):
+class Turn(OptionalKeys):
     """``resume: false`` requires that the session does not exist; ``true`` that it does.
 
     ``session_kind`` picks the session's slot: ``main`` for conversations, ``background`` for
@@ -43,6 +43,12 @@ class Turn(Model):
     # after the list. Lets a channel (or a test with a small model) steer tool use; it is a
     # request parameter, not part of the prompt, so requests still extend one another.
     tool_choice: list[ToolChoice] = Field(default_factory=list, max_length=64)
+    # The channel's idempotency key (``mattermost:<post_id>``): a turn whose origin the
+    # session's log already holds is not run again; loopd answers with that turn's answer
+    # (docs/protocol.md). None (bxctl chat, which never resends) runs every turn.
+    origin: Origin | None = None
+
+    OMITTED_WHEN_NONE = ("origin",)
 
 
 class Queued(Model):

@@ -70,14 +70,15 @@ class Loop:
 
 async def run_turn(
     loop: Loop, session: Session, content: str, events: EventSink,
-    tool_choice: Sequence[str] = (), *, thinking: bool = True,
+    tool_choice: Sequence[str] = (), *, thinking: bool = True, origin: str | None = None,
 ) -> TurnDone:
     """Run one turn to its answer. Raises TurnEnded when a limit or the model server stops it.
 
     ``tool_choice`` applies to the turn's completions in order, then the server's default;
-    ``thinking`` false asks the server not to think in any of them."""
+    ``thinking`` false asks the server not to think in any of them; ``origin`` (the channel's
+    idempotency key) is written with the user message, in the same append."""
     core = TurnCore(loop.settings, tool_choice=tool_choice, thinking=thinking)
-    shell = _Shell(loop, session, events)
+    shell = _Shell(loop, session, events, origin)
     action = core.send(TurnStarted(content=content, open_calls=open_calls(session.records)))
     try:
         while True:
@@ -97,17 +98,19 @@ async def run_turn(
 class _Shell:
     """The I/O of one turn's actions."""
 
-    def __init__(self, loop: Loop, session: Session, events: EventSink):
+    def __init__(self, loop: Loop, session: Session, events: EventSink, origin: str | None):
         self._loop = loop
         self._session = session
         self._events = events
+        self._origin = origin
         self.last: Completion | None = None  # the latest completion: Finish's answer
         self.failure: InferenceError | None = None
 
     async def do(self, action: Action) -> CoreEvent:
         match action:
             case RecordUser():
-                self._session.append(User(time=self._loop.now(), content=action.content))
+                self._session.append(User(time=self._loop.now(), content=action.content,
+                                          origin=self._origin))
                 return UserRecorded()
             case RequestCompletion():
                 return await self._complete(action)
