@@ -263,3 +263,33 @@ def test_the_honcho_address_comes_from_config_and_the_key_from_the_secret_store(
         assert client._http.headers["Authorization"] == "Bearer jwt-value"
     finally:
         run(client.aclose())
+
+
+def listing(pages: object, items: list[dict]) -> tuple[HonchoClient, list[int]]:
+    """A client whose server answers every page of a listing alike; and the pages it asked."""
+    asked: list[int] = []
+
+    def answer_page(request: httpx.Request) -> httpx.Response:
+        asked.append(int(request.url.params["page"]))
+        return httpx.Response(200, json={"items": items, "pages": pages, "page": asked[-1]})
+
+    return HonchoClient("http://honcho.test", transport=httpx.MockTransport(answer_page)), asked
+
+
+async def listed(client: HonchoClient) -> list[dict]:
+    return [message async for message in client.list_messages("bx", "s1")]
+
+
+def test_an_empty_page_ends_a_listing_whatever_pages_it_claims():
+    # Found by the long fuzz run: {"items": [], "pages": <huge>} had memoryd page on for ever.
+    client, asked = listing(10**18, [])
+    assert run(listed(client)) == []
+    assert asked == [1]
+
+
+def test_a_listing_claiming_more_pages_than_memoryd_reads_is_refused():
+    message = {"id": "m1", "content": "hi", "peer_id": "owner", "metadata": {}}
+    client, asked = listing(10**18, [message])
+    with pytest.raises(HonchoBadResponse, match="more than the 10,000"):
+        run(listed(client))
+    assert asked == [1]

@@ -20,6 +20,9 @@ from .sse import ChatStreamDecoder
 
 MAX_CONTENT = 25_000  # characters per message, the spec's MessageCreate limit
 PAGE_SIZE = 100
+# A listing ends at its last page, at an empty page, or here: a server claiming more pages
+# than this (a million messages in one session) is refused rather than paged through forever.
+MAX_PAGES = 10_000
 
 
 @contextlib.contextmanager
@@ -128,6 +131,11 @@ class HonchoClient:
             pages = result.get("pages")
             if not (pages is None or (isinstance(pages, int) and not isinstance(pages, bool))):
                 raise HonchoBadResponse("Honcho list messages: 'pages' is not a number")
+            if not result["items"]:
+                return  # an empty page ends the listing, whatever 'pages' claims
+            if pages is not None and pages > MAX_PAGES:
+                raise HonchoBadResponse(f"Honcho list messages: {pages:,} pages, more than the "
+                                        f"{MAX_PAGES:,} memoryd reads")
             for item in result["items"]:
                 yield _message(item, "list messages")
             if page >= (pages or 0):
