@@ -50,25 +50,13 @@ def test_the_tools_array_is_the_core_tools_then_find_tool_and_call_tool():
 )
 async def test_find_tool_searches_name_and_description_ignoring_case(query, found):
     content, tools = await run("find_tool", json.dumps({"query": query}))
-    if found:  # the schemas, then the call_tool call that runs the first, its arguments blank
+    if found:
         listing, suffix = content.split("\n")
         assert [s["name"] for s in json.loads(listing)] == found
-        inner = {"echo": '{"name": "echo", "arguments": {"text": "<text>"}}',
-                 "weather": '{"name": "weather", "arguments": {}}'}[found[0]]
-        assert suffix == (
-            f'To run it, call call_tool: {{"name": "call_tool", "arguments": {inner}}}')
-    else:  # what there is instead, so a small model has somewhere to go
-        assert content.split("\n") == [
-            "No tool matches.",
-            "The tools find_tool finds, by name or by a word of their description:",
-            "echo: Echo: returns its text argument unchanged.",
-            f"weather: {WEATHER.description}",
-        ]
+        assert suffix == "Call it with call_tool."
+    else:
+        assert content == "No tool matches."
     assert tools.requests == []
-
-
-def test_find_tool_with_nothing_to_find_says_only_that():
-    assert Registry([]).find_tool_text("read") == "No tool matches."
 
 
 @pytest.mark.parametrize(
@@ -212,12 +200,3 @@ async def test_broker_port_answers_failed_when_brokerd_is_not_running(tmp_path):
     response = await BrokerPort(tmp_path / "absent.sock").call(request, Events())
     assert response.status == "failed"
     assert "not running" in response.content
-
-
-def test_find_tool_prefers_names_to_descriptions():
-    read = ToolSchema(name="fs.read", description="Read a text file.", parameters={})
-    memory = ToolSchema(name="memory", description="Write memory, if the session has not read "
-                        "untrusted content.", parameters={})
-    registry = Registry([read, memory])
-    assert registry.search("read") == [read]  # not also memory, whose description says "read"
-    assert registry.search("untrusted") == [memory]  # no name has it: the descriptions count

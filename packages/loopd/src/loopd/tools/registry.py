@@ -7,7 +7,6 @@ Core tools have their schema in the epoch's fixed ``tools`` array, together with
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,21 +22,19 @@ from ..errors import RegistryError
 FIND_TOOL = ToolSchema(
     name="find_tool",
     description=(
-        "Find the tools that are not in this list by one word of what you want to do: read (a "
-        "file or note), list (a directory), write, fetch (a web page), run (a command), recall "
-        "(memory). Returns the tools that match and their arguments; then run one with "
-        "call_tool."
+        "Search the tools that are not in this list, by words of their name or description. "
+        "Returns the schemas of the tools that match."
     ),
     parameters={
         "type": "object",
-        "properties": {"query": {"type": "string", "description": "One word, such as read."}},
+        "properties": {"query": {"type": "string", "description": "A word to look for."}},
         "required": ["query"],
     },
     core=True,
 )
 CALL_TOOL = ToolSchema(
     name="call_tool",
-    description="Run a tool that find_tool returned: its name, and its arguments as an object.",
+    description="Call a tool that find_tool found, by its name, with its arguments.",
     parameters={
         "type": "object",
         "properties": {
@@ -49,10 +46,8 @@ CALL_TOOL = ToolSchema(
     core=True,
 )
 LOOP_TOOLS = (FIND_TOOL, CALL_TOOL)
-FOUND_SUFFIX = "To run it, call call_tool:"
+FOUND_SUFFIX = "Call it with call_tool."
 NOTHING_FOUND = "No tool matches."
-# What follows NOTHING_FOUND: a small model given only "no" has nowhere to go (docs/decisions.md)
-NOTHING_FOUND_LISTING = "The tools find_tool finds, by name or by a word of their description:"
 
 _SCHEMAS = TypeAdapter(list[ToolSchema])
 
@@ -85,41 +80,25 @@ class Registry:
         return schema is not None and not schema.core
 
     def search(self, query: str) -> list[ToolSchema]:
-        """Tools outside the tools array whose name contains ``query``, ignoring case; if none
-        does, those whose description does. A name is the closer match: "read" finds fs.read,
-        not also every tool whose description mentions reading, which a small model then picks
-        (docs/decisions.md). Core tools are left out: the model has them already, and
-        call_tool refuses them."""
+        """Tools outside the tools array whose name or description contains ``query``,
+        ignoring case. Core tools are left out: the model has them already, and call_tool
+        refuses them."""
         needle = query.casefold()
-        others = [s for s in self._schemas.values() if not s.core]
-        by_name = [s for s in others if needle in s.name.casefold()]
-        return by_name or [s for s in others if needle in s.description.casefold()]
+        return [
+            s for s in self._schemas.values()
+            if not s.core and (needle in s.name.casefold() or needle in s.description.casefold())
+        ]
 
     def find_tool_text(self, query: str) -> str:
-        """What ``find_tool`` answers: the schemas as JSON text and how to call them; when
-        nothing matches, the name and description of every tool it could have found."""
+        """What ``find_tool`` answers: the schemas as JSON text and how to call them."""
         found = self.search(query)
         if not found:
-            others = [s for s in self._schemas.values() if not s.core]
-            if not others:
-                return NOTHING_FOUND
-            lines = [f"{s.name}: {s.description}" for s in others]
-            return "\n".join([NOTHING_FOUND, NOTHING_FOUND_LISTING, *lines])
+            return NOTHING_FOUND
         listing = canonical_text(
             [{"name": s.name, "description": s.description, "parameters": s.parameters}
              for s in found]
         )
-        return f"{listing}\n{FOUND_SUFFIX} {example_call(found[0])}"
-
-
-def example_call(schema: ToolSchema) -> str:
-    """The ``call_tool`` call that runs ``schema``, each required argument a placeholder: a small
-    model asked for a found tool writes that tool's name, which the tools array does not hold,
-    unless it is shown the call_tool call to copy (docs/decisions.md)."""
-    properties = schema.parameters.get("properties", {})
-    required = [name for name in schema.parameters.get("required", []) if name in properties]
-    inner = {"name": schema.name, "arguments": {name: f"<{name}>" for name in required}}
-    return json.dumps({"name": CALL_TOOL.name, "arguments": inner})  # in the order a call has
+        return f"{listing}\n{FOUND_SUFFIX}"
 
 
 def load_registry(path: Path) -> Registry:
