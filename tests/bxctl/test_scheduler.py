@@ -5,12 +5,14 @@ process runs ``bxctl job run`` on schedule: each run a new background-slot sessi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -107,31 +109,48 @@ def test_a_schedule_that_never_elapses_again_is_never_due():
     assert plan.due(T0 + timedelta(days=9999)) == [] and plan.wait(T0, 42) == 42
 
 
+def directories(tmp_path: Path) -> Path:
+    """The scheduler's jobs directory and the run directory the fake loopd listens in."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "jobs").mkdir()
+    return tmp_path / "jobs"
+
+
+@contextlib.contextmanager
+def real_scheduler(tmp_path: Path, *args: str) -> Iterator[Path]:
+    """``bxctl scheduler`` over ``tmp_path/jobs`` until the block ends; yields its log file."""
+    config = tmp_path / "config.toml"
+    config.write_text(f'[paths]\nhome = "{tmp_path}/home"\nrun = "{tmp_path}/run"\n'
+                      f'[broker]\njobs = "{tmp_path / "jobs"}"\n')
+    log_path = tmp_path / "scheduler.log"
+    with log_path.open("wb") as log:
+        scheduler = subprocess.Popen([BXCTL, "scheduler", "--config", str(config), *args],
+                                     stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        try:
+            yield log_path
+        finally:
+            os.killpg(scheduler.pid, signal.SIGTERM)
+            scheduler.wait(timeout=30)
+
+
+def wait_for_turns(loopd: FakeLoopd, count: int) -> None:
+    deadline = time.monotonic() + 120  # a bound on waiting, not a speed check
+    while len(loopd.turns) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 @needs_systemd_analyze
 def test_a_real_scheduler_runs_bxctl_job_run_on_schedule(tmp_path):
     """Every 2 seconds by systemd's calendar: the fake loopd sees the job's turns, each on a
     new background session, and none before the scheduler started."""
-    jobs = tmp_path / "jobs"
-    jobs.mkdir()
+    jobs = directories(tmp_path)
     (jobs / "tick.toml").write_text('ask = "What time is it?"\nschedule = "*:*:0/2"\n')
     (jobs / "broken.toml").write_text('ask = "x"\nschedule = "every morning"\n')
-    config = tmp_path / "config.toml"
-    config.write_text(f'[paths]\nhome = "{tmp_path}/home"\nrun = "{tmp_path}/run"\n'
-                      f'[broker]\njobs = "{jobs}"\n')
-    (tmp_path / "run").mkdir()
-    log = (tmp_path / "scheduler.log").open("wb")
-    with FakeLoopd(tmp_path / "run" / "loop.sock", [[done("It is morning.")]] * 2) as loopd:
-        scheduler = subprocess.Popen([BXCTL, "scheduler", "--config", str(config)],
-                                     stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        try:
-            deadline = time.monotonic() + 120  # a bound on waiting, not a speed check
-            while len(loopd.turns) < 2 and time.monotonic() < deadline:
-                time.sleep(0.2)
-        finally:
-            os.killpg(scheduler.pid, signal.SIGTERM)
-            scheduler.wait(timeout=30)
-    text = (tmp_path / "scheduler.log").read_text()
+    with FakeLoopd(tmp_path / "run" / "loop.sock", [[done("It is morning.")]] * 2) as loopd, \
+            real_scheduler(tmp_path) as log:
+        wait_for_turns(loopd, 2)
+    text = log.read_text()
     assert len(loopd.turns) == 2, text
     assert [t.content for t in loopd.turns] == ["What time is it?"] * 2
     assert all(t.session.startswith("job-tick-") and t.session_kind == "background"
@@ -139,3 +158,18 @@ def test_a_real_scheduler_runs_bxctl_job_run_on_schedule(tmp_path):
     assert loopd.turns[0].session != loopd.turns[1].session
     assert "job tick exited 0" in text and "It is morning." in text
     assert "schedule 'every morning' is not run" in text or "job broken refused" in text
+
+
+@needs_systemd_analyze
+def test_a_job_added_while_it_runs_is_picked_up_without_waiting_for_the_rescan(tmp_path):
+    """The full rescan is an hour away: only the look at the directory's files can find the
+    job written after the scheduler said ready."""
+    jobs = directories(tmp_path)
+    with FakeLoopd(tmp_path / "run" / "loop.sock", [[done("Hello.")]]) as loopd, \
+            real_scheduler(tmp_path, "--rescan", "3600") as log:
+        deadline = time.monotonic() + 60  # a bound on waiting, not a speed check
+        while "scheduling 0 job(s)" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (jobs / "late.toml").write_text('ask = "Hello?"\nschedule = "*:*:0/2"\n')
+        wait_for_turns(loopd, 1)
+    assert [t.content for t in loopd.turns] == ["Hello?"], log.read_text()

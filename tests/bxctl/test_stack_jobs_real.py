@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from bxcore.records import Assistant, SessionStart, ToolResult
 from bxcore.taint import read_taint
-from bxctl.scheduler import RESCAN
 from loopd.store import SessionStore
 from support.bxctl import bxctl
 from support.llama import llama_paths, require_llama
@@ -30,6 +29,7 @@ from support.llama import llama_paths, require_llama
 pytestmark = pytest.mark.real_server
 
 NOTE = "The spare key is under the blue flowerpot."
+JOB_DELAY = 10  # seconds from writing the job to its schedule: it must not be due on writing
 
 
 def grants(directory: Path, notes: Path) -> Path:
@@ -69,10 +69,10 @@ def test_a_job_runs_by_its_schedule_and_a_subagents_answer_and_taint_reach_its_p
     try:
         assert up.returncode == 0, up.stderr
         assert "up: scheduler" in up.stderr
-        # A job added while the stack runs, due once, after the scheduler's next read of the
-        # directory (every 60 s): UTC, written as systemd's calendar takes it.
-        when = (datetime.now(UTC) + timedelta(seconds=RESCAN + 30)).replace(
-            microsecond=0)
+        # A job added while the stack runs, due once, soon (the scheduler sees a new file within
+        # a second): UTC, written as systemd's calendar takes it. It runs on the background slot
+        # while the parent's turns go on on the main one.
+        when = (datetime.now(UTC) + timedelta(seconds=JOB_DELAY)).replace(microsecond=0)
         (state / "jobs" / "hello.toml").write_text(
             'ask = "Say hello in one short sentence."\n'
             f'schedule = "{when:%Y-%m-%d %H:%M:%S} UTC"\n')

@@ -13,6 +13,7 @@ started again, which is the point of this suite.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -107,9 +108,10 @@ class FaultStack:
         for directory in (root / "home", root / "run", self.grants, self.logs):
             directory.mkdir(parents=True, exist_ok=True)
         registry_file(root / "registry.json")
-        self.config.write_text(
-            render_config(root, model_socket, self.grants, extra_config, inference,
-                          approval_timeout, approvers))
+        self._render = functools.partial(render_config, root, model_socket, self.grants,
+                                         extra_config, approval_timeout=approval_timeout,
+                                         approvers=approvers)
+        self.config.write_text(self._render(inference=inference))
         self.env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET",)}
         self.env.update(env or {})
         self.tracer = tracer  # a command prefix per role, e.g. strace's (the egress test)
@@ -151,6 +153,13 @@ class FaultStack:
         if self._listener.wait_ready({proc.pid}, READY_WAIT, lambda: proc.poll() is None) is None:
             raise RuntimeError(f"{role} did not get ready:\n{self.log(role)}")
         return started
+
+    def restart(self, role: str, *, inference: dict[str, object]) -> Started:
+        """Stop ``role`` and start it again on a config with these ``[inference]`` settings
+        (the roles already running keep the config they read)."""
+        stop([self.running.pop(role)], grace=10.0)
+        self.config.write_text(self._render(inference=inference))
+        return self.start(role)
 
     def kill(self, role: str) -> None:
         """SIGKILL the role's whole process group, as a power cut would, and reap it."""

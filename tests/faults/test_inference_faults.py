@@ -28,10 +28,13 @@ pytestmark = pytest.mark.real_server
 
 RETRIES = 2
 # A cold prompt on this 2-core CPU is silent between progress events for well over 20 s, so the
-# timeouts are generous; the stall cases wait them out once each.
+# timeouts are generous while prompts may be cold (the first turn, the model's reload).
 INFERENCE = {"model": "qwen-tools", "retries": RETRIES, "retry_backoff": 0.2,
              "liveness_timeout": 120, "first_byte_timeout": 60, "waiting_notice": 2,
              "max_tokens": 24}
+# The stall cases wait a timeout out, so they run last, on short ones: by then the session's
+# prompt is in the slot and each turn reads a few new tokens (loopd restarted on them).
+WARM = {**INFERENCE, "liveness_timeout": 10, "first_byte_timeout": 10}
 
 # fault -> what must end the turn: "done" (a retry cures it) or words of the error message
 CASES = [
@@ -42,6 +45,8 @@ CASES = [
     ([status(500)], "HTTP 500"),
     ([GARBAGE_SSE], "SSE line is not UTF-8"),
     ([GARBAGE], "done"),  # not HTTP: a protocol error, retried like a cut
+]
+STALLS = [
     ([STALL_AFTER], "liveness_timeout"),
     ([STALL_BEFORE], "first_byte_timeout"),
 ]
@@ -60,7 +65,8 @@ def test_every_fault_ends_the_turn_clearly_and_the_session_goes_on(short_dir):
             first = stack.turn("f", "Say hello in one word.", resume=False)[-1]
             assert first.kind == "turn_done", first
             retries_seen, wrong = [], []
-            for number, (faults, expected) in enumerate(CASES):
+
+            def case(number, faults, expected):
                 proxy.faults = list(faults)
                 frames = stack.turn("f", f"Say the number {number}.", resume=True, timeout=400)
                 end = frames[-1]
@@ -80,14 +86,20 @@ def test_every_fault_ends_the_turn_clearly_and_the_session_goes_on(short_dir):
                 after = stack.turn("f", "Say yes.", resume=True)[-1]
                 assert after.kind == "turn_done", (faults, after, stack.log("loopd"))
 
-            assert wrong == [], "\n".join(map(str, wrong))
+            for number, (faults, expected) in enumerate(CASES):
+                case(number, faults, expected)
             unload_model(server, "qwen-tools")
             frames = stack.turn("f", "Say hello again.", resume=True)
             assert frames[-1].kind == "turn_done", frames[-1]
             lost = events_of(frames, "cache_loss")
-            print(f"inference faults: {len(CASES)} cases, {proxy.tally.chats} chat requests, "
-                  f"injected {proxy.tally.injected}, retries per case {retries_seen}, "
-                  f"cache_loss after unload: {lost}")
+
+            stack.restart("loopd", inference=WARM)
+            for number, (faults, expected) in enumerate(STALLS, start=len(CASES)):
+                case(number, faults, expected)
+            assert wrong == [], "\n".join(map(str, wrong))
+            print(f"inference faults: {len(CASES) + len(STALLS)} cases, "
+                  f"{proxy.tally.chats} chat requests, injected {proxy.tally.injected}, "
+                  f"retries per case {retries_seen}, cache_loss after unload: {lost}")
 
 
 def _alive(stack, role) -> bool:

@@ -6,8 +6,9 @@ on the background slot; brokerd decides each call against the grants of that mom
 goes to the owner). When a schedule elapses is systemd's answer (``systemd-analyze calendar
 --base-time``), so a schedule means here what it means to the timer. Like a timer without
 ``Persistent=``, a run missed while the stack was down is not made up, and runs do not overlap:
-jobs due together run one after the other. The jobs directory (``[broker] jobs``) is read again
-every ``RESCAN`` seconds, so a job added, changed or removed is picked up without a restart.
+jobs due together run one after the other. A job added, changed or removed is picked up without a
+restart: the jobs directory (``[broker] jobs``) is looked at every ``POLL`` seconds (names, sizes
+and times only) and read again when that changed, and every ``RESCAN`` seconds in any case.
 
 The core (``next_elapse``, ``Plan``) is pure; ``run`` is the shell around it.
 """
@@ -33,7 +34,8 @@ from .roles import config_option, default_config, role_command, run_role
 
 log = logging.getLogger("bxctl.scheduler")
 
-RESCAN = 60.0  # seconds between reads of the jobs directory
+RESCAN = 60.0  # seconds between reads of the jobs directory, changed or not
+POLL = 1.0  # seconds between looks at the jobs directory (a stat of each file, no parsing)
 _ELAPSE = re.compile(
     r"^\s*(Next elapse|\(in UTC\)): (?:\w+ )?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: (\S+))?\s*$")
 
@@ -129,10 +131,26 @@ def _calendar(schedule: str, after: datetime) -> datetime | None:
         return None
 
 
+JobFiles = frozenset[tuple[str, int, int]]
+
+
+def job_files(jobs_dir: Path) -> JobFiles:
+    """What a job file's change would change: each one's name, size and modification time."""
+    found = set()
+    for path in jobs_dir.glob("*.toml") if jobs_dir.is_dir() else []:
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # removed between the listing and the stat
+            continue
+        found.add((path.name, stat.st_size, stat.st_mtime_ns))
+    return frozenset(found)
+
+
 def run(config_path: Path, *, rescan: float = RESCAN, notifier: Notifier | None = None) -> None:
     """Until SIGTERM: run each job when it is due."""
     jobs_dir = load_config(config_path).broker.jobs_dir()
     plan = Plan(calendar=_calendar)
+    seen = job_files(jobs_dir)
     plan.update(read_schedules(jobs_dir, config_path), datetime.now(UTC))
     (notifier or Notifier()).ready(f"{len(plan.schedules)} job(s) from {jobs_dir}")
     log.info("scheduling %d job(s) from %s", len(plan.schedules), jobs_dir)
@@ -145,10 +163,12 @@ def run(config_path: Path, *, rescan: float = RESCAN, notifier: Notifier | None 
                                   check=False)
             log.info("job %s exited %d\n%s%s", name, done.returncode, done.stderr, done.stdout)
             plan.ran(name, datetime.now(UTC))
-        if time.monotonic() - scanned >= rescan:
+        now_seen = job_files(jobs_dir)
+        if now_seen != seen or time.monotonic() - scanned >= rescan:
+            seen = now_seen
             plan.update(read_schedules(jobs_dir, config_path), datetime.now(UTC))
             scanned = time.monotonic()
-        time.sleep(plan.wait(datetime.now(UTC), rescan))
+        time.sleep(plan.wait(datetime.now(UTC), min(rescan, POLL)))
 
 
 @click.command("scheduler")
