@@ -75,14 +75,15 @@ def _installed(directory: Path, install: list[list[str]], env: dict[str, str] | 
 class Hermes:
     name = "Hermes Agent"
     version = HERMES_VERSION
-    # Its file tools only (`-t file`: read_file, write_file, patch, search_files): the default
-    # 18 tools make a first request of about 13,000 tokens, which this 2-core machine processes
-    # in 15 minutes under load. Fewer tools only make the peer cheaper.
+    # Trimmed (`--trimmed-peers`): its file tools only (`-t file`: read_file, write_file, patch,
+    # search_files). Its default tools make a first request of about 13,000 tokens, which a
+    # loaded 2-core machine processes in 15 minutes; fewer tools only make the peer cheaper.
     TOOLSETS = "file"
     MAX_TURNS = 3  # tool-calling iterations per turn
 
-    def __init__(self, cache: Path):
+    def __init__(self, cache: Path, *, trimmed: bool = False):
         self.root = cache / f"hermes-agent-{HERMES_VERSION}"
+        self.tool_args = ["-t", self.TOOLSETS] if trimmed else []
         self.sessions: dict[int, str] = {}
         self.env: dict[str, str] = {}
 
@@ -102,10 +103,11 @@ class Hermes:
             f"  api_key: none\n  context_length: 65536\n  max_tokens: {max_tokens}\n"
         )
         self.env = {**os.environ, "HOME": str(home), "HERMES_HOME": str(state)}
-        return f"`hermes chat -Q -t {self.TOOLSETS} --max-turns {self.MAX_TURNS}`"
+        command = " ".join(["hermes chat -Q", *self.tool_args, f"--max-turns {self.MAX_TURNS}"])
+        return f"`{command}`" + ("" if self.tool_args else ", its default tools")
 
     def turn(self, session: int, text: str, workdir: Path, timeout: float) -> PeerTurn:
-        argv = [str(self.root / "bin" / "hermes"), "chat", "-Q", "-t", self.TOOLSETS,
+        argv = [str(self.root / "bin" / "hermes"), "chat", "-Q", *self.tool_args,
                 "--max-turns", str(self.MAX_TURNS), "-q", text]
         if session in self.sessions:
             argv[2:2] = ["--resume", self.sessions[session]]
@@ -126,12 +128,13 @@ class OpenClaw:
     name = "OpenClaw"
     version = OPENCLAW_VERSION
     PROVIDER = "bench"
-    # Its `read` and `exec` tools only (`tools.allow`; the default catalogue is larger, see
-    # Hermes.TOOLSETS for why). With `tools.profile: "minimal"` beside it, OpenClaw refused:
-    # "No callable tools remain after resolving explicit tool allowlist".
+    # Trimmed: its `read` and `exec` tools only (`tools.allow`; the default catalogue is larger,
+    # see Hermes.TOOLSETS). With `tools.profile: "minimal"` beside it, OpenClaw refused: "No
+    # callable tools remain after resolving explicit tool allowlist".
     TOOLS = ["read", "exec"]
 
-    def __init__(self, cache: Path):
+    def __init__(self, cache: Path, *, trimmed: bool = False):
+        self.trimmed = trimmed
         self.node = cache / f"node-{NODE_VERSION}"
         self.root = cache / f"openclaw-{OPENCLAW_VERSION}"
         self.env: dict[str, str] = {}
@@ -159,9 +162,9 @@ class OpenClaw:
 
     def configure(self, home: Path, *, base_url: str, model: str, max_tokens: int) -> str:
         (home / ".openclaw").mkdir(parents=True)
-        config = {
+        config: dict[str, object] = {
             "agents": {"defaults": {"model": {"primary": f"{self.PROVIDER}/{model}"}}},
-            "tools": {"allow": self.TOOLS},
+            **({"tools": {"allow": self.TOOLS}} if self.trimmed else {}),
             "models": {"mode": "merge", "providers": {self.PROVIDER: {
                 "baseUrl": base_url, "apiKey": "none", "api": "openai-completions",
                 "timeoutSeconds": 3600,
@@ -173,7 +176,8 @@ class OpenClaw:
         (home / ".openclaw" / "openclaw.json").write_text(json.dumps(config, indent=2))
         self.env = {**os.environ, "HOME": str(home),
                     "PATH": f"{self.node_bin}:{os.environ.get('PATH', '')}"}
-        return f"`openclaw agent --local --json`, `tools.allow` {', '.join(self.TOOLS)}"
+        tools = f"`tools.allow` {', '.join(self.TOOLS)}" if self.trimmed else "its default tools"
+        return f"`openclaw agent --local --json`, {tools}"
 
     def turn(self, session: int, text: str, workdir: Path, timeout: float) -> PeerTurn:
         argv = [str(self.node_bin / "node"), str(self.package / "openclaw.mjs"), "agent",

@@ -11,8 +11,9 @@ bare-JSON tool template) serves every harness in turn, all through one recording
   its granted ``fs.read``; loopd restarted between two turns.
 - **Hermes Agent** and **OpenClaw** (``peer_harnesses.py``): installed into their own
   environments under ``~/.cache/boxmaker/peers/`` (pinned, cached, never project
-  dependencies), pointed at the proxy's loopback port, each with its own file tools; every turn
-  is one run of their command line, so each turn starts the harness afresh.
+  dependencies), pointed at the proxy's loopback port, each with its own default tools (its file
+  tools only with ``--trimmed-peers``); every turn is one run of their command line, so each
+  turn starts the harness afresh.
 
 The same scripted conversation (``STEPS``) goes through each: two sessions, file reads, a
 question needing the time, and a restart between two turns. Per request, ``request_diff.py``
@@ -154,7 +155,7 @@ def prepare_peer(peer: Hermes | OpenClaw, key: str, directory: Path, port: int,
     return True
 
 
-def run(chosen: list[str], minutes: float) -> PeersRun:
+def run(chosen: list[str], minutes: float, trimmed: bool) -> PeersRun:
     """The conversation turn by turn, each turn through every harness in ``chosen`` (as
     cache_bench does): the figures of all of them grow together, and a time limit stops them all
     at the same turn. After every turn the recording so far is kept in ``LAST_RUN``."""
@@ -199,7 +200,9 @@ def run(chosen: list[str], minutes: float) -> PeersRun:
             if "boxmaker" in chosen:
                 drivers["boxmaker"] = BoxmakerDriver(stack, recorder)
                 harnesses["boxmaker"].setup = "the local stack (`bxctl up`'s code), loop.sock"
-            for key, peer in (("hermes", Hermes(CACHE)), ("openclaw", OpenClaw(CACHE))):
+            peers = (("hermes", Hermes(CACHE, trimmed=trimmed)),
+                     ("openclaw", OpenClaw(CACHE, trimmed=trimmed)))
+            for key, peer in peers:
                 if key in chosen and prepare_peer(peer, key, directory, port, harnesses[key]):
                     drivers[key] = PeerDriver(peer, key, notes[0].parent, recorder)
             for number, step in enumerate(script, 1):
@@ -242,6 +245,9 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print, do not write the doc")
     parser.add_argument("--minutes", type=float, default=60.0,
                         help="start no turn after this many minutes (the section says so)")
+    parser.add_argument("--trimmed-peers", action="store_true",
+                        help="run the peers with their file tools only, not their defaults "
+                             "(cheaper for them: for a machine too slow for their prompts)")
     parser.add_argument("--again", action="store_true",
                         help=f"write the section from the last run's {LAST_RUN.name}, no run")
     args = parser.parse_args()
@@ -249,7 +255,8 @@ def main() -> None:
     unknown = sorted(set(chosen) - set(HARNESSES))
     if unknown:
         raise SystemExit(f"--harnesses: unknown {unknown}; known: {', '.join(HARNESSES)}")
-    outcome = load_outcome(LAST_RUN) if args.again else run(chosen, args.minutes)
+    outcome = (load_outcome(LAST_RUN) if args.again
+               else run(chosen, args.minutes, args.trimmed_peers))
     text = render(outcome)
     print(text if args.no_write else write_section("peers", text))
 

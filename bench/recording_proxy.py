@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import socketserver
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -98,12 +99,20 @@ class _Handler(BaseHTTPRequestHandler):
                               seconds=time.perf_counter() - start))
 
 
-class _TcpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+class _Quiet:
+    """A client dropping its idle keep-alive connection (Node's pool does) is not an error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionResetError):
+            super().handle_error(request, client_address)  # type: ignore[misc]
+
+
+class _TcpServer(_Quiet, socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+class _UnixServer(_Quiet, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
