@@ -176,6 +176,22 @@ def test_limit_a_repeated_call_is_not_run_and_the_model_gets_one_more_completion
     assert isinstance(after, RequestCompletion)
 
 
+def test_limit_the_same_arguments_in_other_whitespace_or_key_order_are_a_repeat():
+    core = TurnCore(TurnSettings())
+    start(core)
+    run_round(core, calls(("find_tool", '{"query": "read", "n": 1}')))
+    ran, _ = run_round(core, calls(("find_tool", '{"n":1,"query":"read"}'), first=2))
+    assert [a.text for a in ran] == [REPEATED]
+
+
+def test_limit_arguments_that_are_not_json_are_compared_as_text():
+    core = TurnCore(TurnSettings())
+    start(core)
+    run_round(core, calls(("echo", "{broken")))
+    ran, _ = run_round(core, calls(("echo", "{broken"), ("echo", "{broken "), first=2))
+    assert [type(a) for a in ran] == [RecordNotRun, RunTool]
+
+
 def test_limit_the_same_name_with_other_arguments_is_no_repeat():
     core = TurnCore(TurnSettings())
     start(core)

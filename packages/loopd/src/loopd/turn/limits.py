@@ -5,8 +5,10 @@ whether the turn goes on. A stopped turn keeps what it appended.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
+from bxcore.canonical import canonical_text
 from bxcore.chat import ToolCall
 from bxcore.config import Config
 
@@ -52,7 +54,7 @@ class Limits:
             return RecordNotRun(call=call, text=STOPPED)
         if not self._settings.repeat_detection:
             return RunTool(call=call)
-        key = (call.function.name, call.function.arguments)
+        key = (call.function.name, same_arguments_key(call.function.arguments))
         if key not in self._seen:
             self._seen.add(key)
             return RunTool(call=call)
@@ -68,3 +70,13 @@ class Limits:
         if self._stopped is None and self.rounds >= self._settings.tool_iterations:
             self._stopped = f"{self.rounds} rounds of tool calls, the limit of one turn"
         return self._stopped
+
+
+def same_arguments_key(arguments: str) -> str:
+    """Arguments as compared for a repeat: JSON text in one form, so that other whitespace or
+    key order is the same call (a small model writes the same call both ways); text that is not
+    JSON as it is."""
+    try:
+        return canonical_text(json.loads(arguments))
+    except ValueError:  # not JSON, or a value canonical JSON refuses (NaN): compared as text
+        return arguments
