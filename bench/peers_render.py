@@ -189,6 +189,7 @@ def verdict_sentences(outcome: PeersRun, by: dict[str, Totals], all_rows: list[R
             f"{harness.name}: {firsts:,} of its {t.processed:,} processed tokens ({share:.0f}%) "
             f"were the first requests of its sessions, {t.reread:,} re-read earlier prompts; "
             f"{t.extending} of its {t.later} later requests strictly extended the previous one.")
+    said.append(_reads_sentence(outcome, by))
     if box is None:
         return said
     done = max(len(h.turns) for h in outcome.harnesses)
@@ -205,6 +206,24 @@ def verdict_sentences(outcome: PeersRun, by: dict[str, Totals], all_rows: list[R
         f"(at most {box.max_turn_reread} in one turn) in {done} turns, {across} and in "
         f"{sessions} session{'s' if sessions > 1 else ''}: the \"0 re-read tokens in "
         f"every turn\" goal is {'met' if zero else 'NOT met'}.")
+    return said
+
+
+def _reads_sentence(outcome: PeersRun, by: dict[str, Totals]) -> str:
+    """How many tool results each harness sent back, beside the file-read turns run: with none,
+    its answers to those turns did not come from the files."""
+    done = max((len(h.turns) for h in outcome.harnesses), default=0)
+    reads = sum(1 for step in outcome.steps[:done] if step.read)
+    counted = [(h.name, by[h.key].tool_results) for h in outcome.harnesses
+               if not h.failure and by[h.key].requests]
+    listed = "; ".join(f"{name}: {results}" for name, results in counted)
+    none = [name for name, results in counted if results == 0]
+    said = f"Of the {reads} file-read turns run, tool results sent back: {listed}."
+    if none:
+        whose = "their" if len(none) > 1 else "its"
+        said += (f" {', '.join(none)}: no file read in this run, so {whose}"
+                 " answers to those turns did not come from the notes, and the tokens compared"
+                 " are of prompts and answers without them.")
     return said
 
 
