@@ -14,7 +14,6 @@ import threading
 import time
 
 import pytest
-from bxcore.sched import SHORTEST_SLICE_NS, current_slice_ns, request_slice
 
 from .harness import (
     ThreadedUpstream,
@@ -43,20 +42,6 @@ def test_bytes_go_both_ways_and_a_half_close_reaches_the_upstream():
         client.close()
         assert proxy.stop()[0] == 0
     assert not upstream.errors
-
-
-def test_it_runs_with_the_shortest_time_slice_the_kernel_grants():
-    """Each chunk wakes it while llama-server's threads hold the cores: a short slice lets it run
-    at once. Where this kernel refuses a test process the slice, it refuses inferproxy too."""
-    in_a_thread: list[str | None] = []
-    probe = threading.Thread(target=lambda: in_a_thread.append(request_slice()))
-    probe.start()
-    probe.join()
-    if in_a_thread[0] is not None:
-        pytest.skip(f"this kernel gives no custom slice: {in_a_thread[0]}")
-    with ThreadedUpstream(answer_after_eof) as upstream, running_proxy(upstream.address) as proxy:
-        assert current_slice_ns(proxy.process.pid) == SHORTEST_SLICE_NS
-        assert proxy.stop()[0] == 0
 
 
 def test_a_large_transfer_arrives_whole_in_both_directions():
