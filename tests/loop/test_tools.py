@@ -54,9 +54,18 @@ async def test_find_tool_searches_name_and_description_ignoring_case(query, foun
         listing, suffix = content.split("\n")
         assert [s["name"] for s in json.loads(listing)] == found
         assert suffix == "Call it with call_tool."
-    else:
-        assert content == "No tool matches."
+    else:  # what there is instead, so a small model has somewhere to go
+        assert content.split("\n") == [
+            "No tool matches.",
+            "The tools find_tool finds, by name or by a word of their description:",
+            "echo: Echo: returns its text argument unchanged.",
+            f"weather: {WEATHER.description}",
+        ]
     assert tools.requests == []
+
+
+def test_find_tool_with_nothing_to_find_says_only_that():
+    assert Registry([]).find_tool_text("read") == "No tool matches."
 
 
 @pytest.mark.parametrize(
@@ -200,3 +209,12 @@ async def test_broker_port_answers_failed_when_brokerd_is_not_running(tmp_path):
     response = await BrokerPort(tmp_path / "absent.sock").call(request, Events())
     assert response.status == "failed"
     assert "not running" in response.content
+
+
+def test_find_tool_prefers_names_to_descriptions():
+    read = ToolSchema(name="fs.read", description="Read a text file.", parameters={})
+    memory = ToolSchema(name="memory", description="Write memory, if the session has not read "
+                        "untrusted content.", parameters={})
+    registry = Registry([read, memory])
+    assert registry.search("read") == [read]  # not also memory, whose description says "read"
+    assert registry.search("untrusted") == [memory]  # no name has it: the descriptions count

@@ -48,6 +48,8 @@ CALL_TOOL = ToolSchema(
 LOOP_TOOLS = (FIND_TOOL, CALL_TOOL)
 FOUND_SUFFIX = "Call it with call_tool."
 NOTHING_FOUND = "No tool matches."
+# What follows NOTHING_FOUND: a small model given only "no" has nowhere to go (docs/decisions.md)
+NOTHING_FOUND_LISTING = "The tools find_tool finds, by name or by a word of their description:"
 
 _SCHEMAS = TypeAdapter(list[ToolSchema])
 
@@ -80,20 +82,26 @@ class Registry:
         return schema is not None and not schema.core
 
     def search(self, query: str) -> list[ToolSchema]:
-        """Tools outside the tools array whose name or description contains ``query``,
-        ignoring case. Core tools are left out: the model has them already, and call_tool
-        refuses them."""
+        """Tools outside the tools array whose name contains ``query``, ignoring case; if none
+        does, those whose description does. A name is the closer match: "read" finds fs.read,
+        not also every tool whose description mentions reading, which a small model then picks
+        (docs/decisions.md). Core tools are left out: the model has them already, and
+        call_tool refuses them."""
         needle = query.casefold()
-        return [
-            s for s in self._schemas.values()
-            if not s.core and (needle in s.name.casefold() or needle in s.description.casefold())
-        ]
+        others = [s for s in self._schemas.values() if not s.core]
+        by_name = [s for s in others if needle in s.name.casefold()]
+        return by_name or [s for s in others if needle in s.description.casefold()]
 
     def find_tool_text(self, query: str) -> str:
-        """What ``find_tool`` answers: the schemas as JSON text and how to call them."""
+        """What ``find_tool`` answers: the schemas as JSON text and how to call them; when
+        nothing matches, the name and description of every tool it could have found."""
         found = self.search(query)
         if not found:
-            return NOTHING_FOUND
+            others = [s for s in self._schemas.values() if not s.core]
+            if not others:
+                return NOTHING_FOUND
+            lines = [f"{s.name}: {s.description}" for s in others]
+            return "\n".join([NOTHING_FOUND, NOTHING_FOUND_LISTING, *lines])
         listing = canonical_text(
             [{"name": s.name, "description": s.description, "parameters": s.parameters}
              for s in found]
