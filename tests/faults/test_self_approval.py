@@ -25,7 +25,7 @@ from .test_hostile_model import write_grant
 
 pytestmark = pytest.mark.sandbox
 
-APPROVAL_TIMEOUT = 20.0  # the bot's answer must be seen (and ignored) well before expiry
+APPROVAL_TIMEOUT = 10.0  # the bot's answer is seen (and ignored) within milliseconds of its post
 WAIT = 120.0  # a hang guard, not a speed check
 APPROVE_HINT = re.compile(r"!approve (\S+?)`")
 
