@@ -91,8 +91,9 @@ def bench_config(layout: StackLayout, grants: Path, settings: StackSettings) -> 
     if settings.summary_tokens is not None:
         text = _substitute(text, r'^tools = "broker"$',
                            f'tools = "broker"\nsummary_tokens = {settings.summary_tokens}')
-    if settings.temperature is not None:
-        text += f"\n[inference.sampling]\ntemperature = {settings.temperature}\n"
+    if settings.temperature is not None:  # the local stack's [inference.sampling] has one
+        text = _substitute(text, r"^temperature = [\d.]+$",
+                           f"temperature = {settings.temperature}")
     if settings.system is not None:
         system = layout.state / "system.md"
         system.write_text(settings.system)
