@@ -43,6 +43,7 @@ from loopd.inference.client import InferenceClient
 from loopd.log import encode_record
 from loopd.replay import messages
 from loopd.sessions import Sessions
+from loopd.sockets import handler
 from loopd.store import SessionStore
 from loopd.tools import FakeTools, Registry, ToolRunner
 from loopd.turn import Loop
@@ -161,10 +162,13 @@ async def measure(records: int) -> Result:
         direct = httpx.AsyncClient(transport=httpx.MockTransport(direct_fake.handle),
                                    base_url="http://llama")
         loop = Loop(inference=client, tools=ToolRunner(registry, FakeTools()))
-        server = Sessions(store=SessionStore(home), loop=loop, new_baseline=lambda: baseline,
-                            slots=SlotSection())
+        async def same_baseline(_session: str, _epoch: int, _summary: str | None) -> Baseline:
+            return baseline
+
+        server = Sessions(store=SessionStore(home), loop=loop, new_baseline=same_baseline,
+                          slots=SlotSection())
         path = home / "loop.sock"
-        listener = await asyncio.start_unix_server(server.handle, path=str(path))
+        listener = await asyncio.start_unix_server(handler(server), path=str(path))
         try:
             cold = await boxmaker_turn(path, fake, 0)
             await direct_in(direct, direct_fake, body)  # the direct client's warm-up
