@@ -27,9 +27,6 @@ import threading
 import time
 from pathlib import Path
 
-# before tests/ joins the path: it has an inferproxy package of its own (the proxy's tests)
-from inferproxy.proxy import SEND_BUFFER
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -37,6 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import report  # noqa: E402
 from bxcore.chat import SystemMessage, UserMessage  # noqa: E402
 from bxcore.config import InferenceSection  # noqa: E402
+from inferproxy.proxy import SEND_BUFFER  # noqa: E402
 from loopd.inference import ChatRequest, InferenceClient  # noqa: E402
 from support.llama import SMOL, proxied, start_single  # noqa: E402
 

@@ -48,7 +48,7 @@ CONTEXT_FULL = "exceed_context_size_error"
 # llama-server closes a connection idle for 5 s (it answers "Keep-Alive: timeout=5"), and httpx's
 # pool also keeps one for 5 s: with equal limits the pool reuses a connection just as the server
 # closes it, and the close reaches us late through inferproxy on a busy machine. Giving up idle
-# connections much sooner leaves the close seconds to arrive (tests/inferproxy/test_keepalive.py).
+# connections much sooner leaves the close seconds to arrive (tests/proxy/test_keepalive.py).
 KEEPALIVE_EXPIRY = 2.0
 # What a request sent into a connection the server had already closed ends in: EOF instead of a
 # response ("Server disconnected without sending a response"), or a reset. A GET is idempotent,
