@@ -24,7 +24,12 @@ def definition(files: list[bytes]) -> tuple[bool, int]:
     """The chain rule as records.py states it, record by record (the slow, obvious way)."""
     previous, count = GENESIS, 0
     for data in files:
-        for raw in data.splitlines():
+        # A record ends at "\n" alone (splitlines would also end one at "\r", so a "\r" put
+        # before a record's "\n" would pass unseen)
+        lines = data.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        for raw in lines:
             try:
                 body = json.loads(raw)
             except ValueError:
@@ -121,3 +126,13 @@ def test_a_log_that_ends_in_a_torn_line_fails(tmp_path):
     files[-1] = files[-1][:-5]
     assert check(files)[0] is False
     assert len(log_files(tmp_path)) >= 1
+
+
+def test_a_carriage_return_before_a_records_newline_breaks_the_chain(tmp_path):
+    """Found by the property above: the definition once split lines as splitlines does, and
+    took a record followed by "\r\n" for the record itself."""
+    files = write(tmp_path, ["a", "b"])
+    end = files[0].index(b"\n")
+    files[0] = files[0][:end] + b"\r" + files[0][end:]
+    whole, head = check(files)
+    assert (whole, head.count) == definition(files) == (False, 0)
