@@ -192,6 +192,15 @@ def test_limit_arguments_that_are_not_json_are_compared_as_text():
     assert [type(a) for a in ran] == [RecordNotRun, RunTool]
 
 
+def test_limit_arguments_nested_past_the_parsers_depth_are_compared_as_text():
+    deep = "[" * 100_000  # json.loads raises RecursionError, not ValueError
+    core = TurnCore(TurnSettings())
+    start(core)
+    run_round(core, calls(("echo", deep)))
+    ran, _ = run_round(core, calls(("echo", deep), first=2))
+    assert [a.text for a in ran] == [REPEATED]
+
+
 def test_limit_the_same_name_with_other_arguments_is_no_repeat():
     core = TurnCore(TurnSettings())
     start(core)

@@ -78,5 +78,6 @@ def same_arguments_key(arguments: str) -> str:
     JSON as it is."""
     try:
         return canonical_text(json.loads(arguments))
-    except ValueError:  # not JSON, or a value canonical JSON refuses (NaN): compared as text
+    except (ValueError, RecursionError):  # not JSON, NaN, or nested past the parser's depth
+        # (a model's arguments are untrusted): compared as text
         return arguments
