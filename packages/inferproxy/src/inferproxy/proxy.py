@@ -201,7 +201,8 @@ class Proxy:
             log.error("upstream %s unreachable: %s", self._upstream.address, exc)
             return
         for sock in (client, upstream):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            with contextlib.suppress(OSError):  # a refusal leaves the default: slower, not broken
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         pumps = [_Pump(client, upstream), _Pump(upstream, client)]
         try:
             for pump in pumps:
