@@ -8,9 +8,11 @@ local stack's config says, so the turn is the same on every run. No ``tool_choic
 the model decides to use the tools itself.
 
 Not met yet, so a strict expected failure: a pass fails the suite until the mark goes. No model
-found in a PyPI package does it (docs/decisions.md, "Why the 1.5B did not read the note"):
-the default 0.5B answers without calling a tool; the 1.5B ``coder`` reads the note through
-``find_tool`` and ``call_tool`` but then calls tools again instead of answering.
+found in a PyPI package does it reliably (docs/decisions.md, "Why the 1.5B did not read the
+note" and "The coder template shows past calls in <tool_call> tags"): the default 0.5B answers
+without calling a tool; the 1.5B ``coder`` reads the note and answers with its code word in
+some runs (1 of 3 through the whole stack) and not in others, each step near a tie that the
+session marker or the note's path tips.
 """
 
 from __future__ import annotations

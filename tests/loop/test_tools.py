@@ -54,10 +54,11 @@ async def test_find_tool_searches_name_and_description_ignoring_case(query, foun
         listing, suffix = content.split("\n")
         assert [s["name"] for s in json.loads(listing)] == found
         assert suffix == "Call it with call_tool."
-    else:  # what there is instead, so a small model has somewhere to go
+    else:  # what find_tool searches and what there is, so a small model has somewhere to go
         assert content.split("\n") == [
-            "No tool matches.",
-            "The tools find_tool finds, by name or by a word of their description:",
+            f"No tool matches {json.dumps(query)}: find_tool searches the names and descriptions "
+            "of tools, not files or text. Call find_tool again with a word from one of these "
+            "tools:",
             "echo: Echo: returns its text argument unchanged.",
             f"weather: {WEATHER.description}",
         ]

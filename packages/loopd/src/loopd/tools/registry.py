@@ -7,6 +7,7 @@ Core tools have their schema in the epoch's fixed ``tools`` array, together with
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,8 +49,13 @@ CALL_TOOL = ToolSchema(
 LOOP_TOOLS = (FIND_TOOL, CALL_TOOL)
 FOUND_SUFFIX = "Call it with call_tool."
 NOTHING_FOUND = "No tool matches."
-# What follows NOTHING_FOUND: a small model given only "no" has nowhere to go (docs/decisions.md)
-NOTHING_FOUND_LISTING = "The tools find_tool finds, by name or by a word of their description:"
+# A search that found nothing, when there are tools to find, says what find_tool searches and
+# lists every tool it could have found: given only "no", a small model has nowhere to go, and
+# the 1.5B took find_tool for a search of the note it was asked about (docs/decisions.md).
+NOTHING_MATCHES = (
+    "No tool matches {query}: find_tool searches the names and descriptions of tools, not files "
+    "or text. Call find_tool again with a word from one of these tools:"
+)
 
 _SCHEMAS = TypeAdapter(list[ToolSchema])
 
@@ -94,14 +100,16 @@ class Registry:
 
     def find_tool_text(self, query: str) -> str:
         """What ``find_tool`` answers: the schemas as JSON text and how to call them; when
-        nothing matches, the name and description of every tool it could have found."""
+        nothing matches, the query, what find_tool searches, and the name and description of
+        every tool it could have found."""
         found = self.search(query)
         if not found:
             others = [s for s in self._schemas.values() if not s.core]
             if not others:
                 return NOTHING_FOUND
             lines = [f"{s.name}: {s.description}" for s in others]
-            return "\n".join([NOTHING_FOUND, NOTHING_FOUND_LISTING, *lines])
+            head = NOTHING_MATCHES.format(query=json.dumps(query, ensure_ascii=False))
+            return "\n".join([head, *lines])
         listing = canonical_text(
             [{"name": s.name, "description": s.description, "parameters": s.parameters}
              for s in found]
