@@ -11,7 +11,7 @@ Not met yet, so a strict expected failure: a pass fails the suite until the mark
 found in a PyPI package does it reliably (docs/decisions.md, "Why the 1.5B did not read the
 note" and "The coder template shows past calls in <tool_call> tags"): the default 0.5B answers
 without calling a tool; the 1.5B ``coder`` reads the note and answers with its code word in
-some runs (1 of 3 through the whole stack) and not in others, each step near a tie that the
+some runs (1 of 8 through the whole stack) and not in others, each step near a tie that the
 session marker or the note's path tips.
 """
 
