@@ -65,6 +65,14 @@ async def test_find_tool_searches_name_and_description_ignoring_case(query, foun
     assert tools.requests == []
 
 
+async def test_a_missed_query_no_channel_can_carry_comes_back_escaped():
+    """The miss repeats the model's query, which may hold a lone surrogate (JSON's "\\ud800"):
+    it comes back as text every channel carries, not as a crash."""
+    content, _ = await run("find_tool", '{"query": "x\\ud800"}')
+    assert content.startswith('No tool matches "x\\ud800": ')  # escaped, one backslash
+    content.encode("utf-8")  # raises on a surrogate
+
+
 def test_find_tool_with_nothing_to_find_says_only_that():
     assert Registry([]).find_tool_text("read") == "No tool matches."
 

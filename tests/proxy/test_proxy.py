@@ -12,8 +12,11 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
+from inferproxy.proxy import SEND_BUFFER
+from support.requires import require
 
 from .harness import (
     ThreadedUpstream,
@@ -209,3 +212,38 @@ def test_a_missing_config_file_is_exit_1_naming_it(tmp_path):
         timeout=60,
     )
     assert result.returncode == 1 and "nope.toml: no such config file" in result.stderr
+
+
+def echo_until_eof(conn: socket.socket) -> None:
+    while data := conn.recv(4096):
+        conn.sendall(data)
+
+
+def proxy_send_buffers(pid: int) -> list[int]:
+    """The send buffer (``tb`` of ss's ``skmem``) of each connected Unix socket ``pid`` holds."""
+    listing = subprocess.run(["ss", "-xmpH", "state", "connected"], capture_output=True,
+                             text=True, check=True).stdout
+    # ss prints a socket's skmem on the line after it, or on the same line; join then split
+    entries = listing.replace("\n\t", " ").replace("\n ", " ").splitlines()
+    return [int(entry.split(",tb")[1].split(",")[0]) for entry in entries
+            if f"pid={pid}," in entry and "skmem:" in entry]
+
+
+def test_each_forwarded_connection_asks_for_a_send_buffer_as_large_as_a_pipe():
+    """Asked 1 MiB (SEND_BUFFER), the kernel grants twice what it allows, capped at wmem_max;
+    either way more than its default, on both of the proxy's sockets of the connection."""
+    require("ss")
+    wmem_max = int(Path("/proc/sys/net/core/wmem_max").read_text())
+    default = int(Path("/proc/sys/net/core/wmem_default").read_text())
+    with ThreadedUpstream(echo_until_eof) as upstream, running_proxy(upstream.address) as proxy:
+        before = proxy_send_buffers(proxy.process.pid)
+        client = proxy.connect()
+        client.sendall(b"ping")
+        assert client.recv(4) == b"ping"  # both of the proxy's sockets are set up by now
+        during = proxy_send_buffers(proxy.process.pid)
+        client.close()
+        assert proxy.stop()[0] == 0
+    # the sockets it held before (the event loop's own pair, the notify socket) keep the default
+    assert set(before) == {default}
+    assert sorted(during) == sorted([*before, *[2 * min(SEND_BUFFER, wmem_max)] * 2])
+    assert 2 * min(SEND_BUFFER, wmem_max) > default

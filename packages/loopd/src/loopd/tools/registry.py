@@ -108,6 +108,8 @@ class Registry:
             if not others:
                 return NOTHING_FOUND
             lines = [f"{s.name}: {s.description}" for s in others]
+            # json.dumps, not canonical_text: a query may hold a lone surrogate, which
+            # canonical_text refuses; loopd escapes it when it carries the result
             head = NOTHING_MATCHES.format(query=json.dumps(query, ensure_ascii=False))
             return "\n".join([head, *lines])
         listing = canonical_text(
