@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from bxcore.daemon import (
     Notifier,
+    accepting,
     bind_unix_socket,
     listening,
     run_until_signalled,
@@ -204,6 +205,29 @@ def test_listening_serves_and_removes_its_socket_on_exit(sock_dir):
 
     assert asyncio.run(scenario()) == b"ping"
     assert not path.exists()
+
+
+def test_accepting_hands_over_each_connection_as_a_non_blocking_socket(sock_dir):
+    """inferproxy's listener: no stream or task, the bare socket, ready to splice."""
+    path = sock_dir / "infer.sock"
+    taken: list[socket.socket] = []
+
+    async def scenario() -> None:
+        async with accepting(path, taken.append, mode=0o660):
+            assert mode_of(path) == 0o660
+            clients = [await asyncio.open_unix_connection(str(path)) for _ in range(2)]
+            for _ in range(1000):  # the loop runs the accepting callback (bound: 10 s)
+                if len(taken) == len(clients):
+                    break
+                await asyncio.sleep(0.01)
+            for _, writer in clients:
+                writer.close()
+
+    asyncio.run(scenario())
+    assert [conn.getblocking() for conn in taken] == [False, False]
+    assert not path.exists()
+    for conn in taken:
+        conn.close()
 
 
 def test_listening_leaves_a_successors_socket_alone(sock_dir):

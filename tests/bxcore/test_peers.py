@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 import pytest
+from bxcore import peers
 from bxcore.peers import Listener, Peer, PeerPolicy, admit
 
 ROLE, OWNER, TOOL, OVERFLOW, GROUP = 1000, 1001, 1879048192, 65534, 2000
@@ -30,3 +34,18 @@ def test_who_is_admitted(who, me, policy, admitted):
     assert (refused is None) is admitted
     if refused is not None:
         assert f"uid {who.uid}" in refused
+
+
+def test_a_peer_its_uid_admits_is_checked_without_reading_its_groups(monkeypatch):
+    """``check_peer`` reads /proc/<pid>/status only when the uid and primary group do not
+    admit the peer: every connection is checked, and inferproxy takes one per completion."""
+    reads = []
+    monkeypatch.setattr(peers, "_supplementary", lambda pid: reads.append(pid) or frozenset())
+    me = Listener(uid=os.geteuid(), in_user_namespace=False, overflow_uid=OVERFLOW)
+    one, other = socket.socketpair()
+    with one, other:
+        _, refused = peers.check_peer(one, me, PeerPolicy(group=GROUP))
+        assert refused is None and reads == []  # its uid is the listener's
+        stranger = Listener(uid=ROLE, in_user_namespace=False, overflow_uid=OVERFLOW)
+        _, refused = peers.check_peer(one, stranger, PeerPolicy(group=GROUP))
+    assert refused is not None and reads == [os.getpid()]  # neither uid nor primary group

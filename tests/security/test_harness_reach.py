@@ -17,15 +17,18 @@ loopd, over a scripted model):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import socket
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from brokerd.audit import entries
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
-from bxcore.daemon import listening
+from bxcore.daemon import accepting, listening
 from bxcore.frames import Frame
 from bxcore.framestream import SyncFrameSocket
 from bxcore.peers import PeerPolicy
@@ -51,11 +54,13 @@ except OSError as exc:
 """
 
 
-def probe(path: Path, *, as_uid: int | None, wait: float) -> str:
-    """Connect to ``path`` (as ``as_uid``, or as the test) and wait: CLOSED if the role hung
-    up, OPEN if it waited for a request (what it does for a peer it admits)."""
+def probe(path: Path, *, as_uid: int | None, wait: float, groups: tuple[int, ...] = ()) -> str:
+    """Connect to ``path`` (as ``as_uid`` with ``groups`` as its supplementary groups, or as the
+    test) and wait: CLOSED if the role hung up, OPEN if it waited for a request (what it does
+    for a peer it admits)."""
+    more = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
     prefix = [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}",
-                                        "--clear-groups", "--"]
+                                        more, "--"]
     done = subprocess.run([*prefix, "/usr/bin/python3", "-c", PROBE, str(path), str(wait)],
                           capture_output=True, text=True, timeout=wait + 60, check=True)
     return done.stdout.strip()
@@ -123,28 +128,59 @@ def test_no_socket_answers_the_uid_a_root_brokerds_tools_run_as(short_dir):
         assert sandbox in ("REFUSED", "CLOSED"), (role, seen)
 
 
+async def holding_open(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read()  # hold the connection open until the peer leaves
+    writer.close()
+
+
+@contextlib.asynccontextmanager
+async def wide_listener(kind: str, path: Path, peers: PeerPolicy) -> AsyncIterator[None]:
+    """A listener of ``kind`` whose mode admits everyone, holding each admitted connection open:
+    ``listening`` (streams, every role but one) or ``accepting`` (bare sockets, inferproxy)."""
+    if kind == "listening":
+        async with listening(path, holding_open, mode=0o666, peers=peers):
+            yield
+        return
+    held: list[socket.socket] = []
+    try:
+        async with accepting(path, held.append, mode=0o666, peers=peers):
+            yield
+    finally:
+        for conn in held:
+            conn.close()
+
+
+# a group no user of this machine is in: only the probe's supplementary groups can name it
+PEER_GROUP = 4242
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another uid needs root")
-def test_the_peer_check_alone_refuses_a_uid_the_socket_does_not_list(short_dir, caplog):
-    """Every role's listener (bxcore.daemon.listening), with its mode wider than any config
-    allows, so only the SO_PEERCRED check stands between the socket and the peer."""
+@pytest.mark.parametrize("kind", ["listening", "accepting"])
+def test_the_peer_check_alone_refuses_a_uid_the_socket_does_not_list(kind, short_dir, caplog):
+    """Every role's listener (bxcore.daemon's ``listening`` and ``accepting``), with its mode
+    wider than any config allows, so only the SO_PEERCRED check stands between the socket and
+    the peer. A uid the socket does not list is closed unanswered, one it lists is served, and
+    so is one in the socket's group only by a supplementary group (read from /proc only when the
+    uid and primary group do not admit it)."""
     short_dir.chmod(0o755)  # in /tmp, which every uid may pass (pytest's tmp_path is 0700)
     path = short_dir / "wide.sock"
 
-    async def handler(reader, writer):
-        await reader.read()  # hold the connection open until the peer leaves
-        writer.close()
-
-    async def serve(peers: PeerPolicy, sandbox_wait: float) -> list[str]:
+    async def serve(peers: PeerPolicy, sandbox_wait: float, groups: tuple[int, ...] = ()
+                    ) -> list[str]:
         # A refused peer is closed at once (30 s is only a bound); an admitted one is kept
         # waiting for its request, which ADMITTED_WAIT shows.
-        async with listening(path, handler, mode=0o666, peers=peers):
-            return [await asyncio.to_thread(probe, path, as_uid=uid, wait=wait)
+        async with wide_listener(kind, path, peers):
+            return [await asyncio.to_thread(probe, path, as_uid=uid, wait=wait, groups=groups)
                     for uid, wait in ((DEFAULT_SANDBOX_UID, sandbox_wait),
                                       (None, ADMITTED_WAIT))]
 
     refused = asyncio.run(serve(PeerPolicy(), 30))
     listed = asyncio.run(serve(PeerPolicy(uids=frozenset({DEFAULT_SANDBOX_UID})),
                                ADMITTED_WAIT))
+    grouped = asyncio.run(serve(PeerPolicy(group=PEER_GROUP), ADMITTED_WAIT, (PEER_GROUP,)))
+    outside = asyncio.run(serve(PeerPolicy(group=PEER_GROUP), 30, (PEER_GROUP + 1,)))
     assert refused == ["CLOSED", "OPEN"]
     assert listed == ["OPEN", "OPEN"]
+    assert grouped == ["OPEN", "OPEN"]
+    assert outside == ["CLOSED", "OPEN"]
     assert f"refused a connection from uid {DEFAULT_SANDBOX_UID}" in caplog.text

@@ -235,21 +235,24 @@ def proxied(upstream: Path) -> Iterator[Path]:
     config.write_text(
         f'[inferproxy]\nsocket = "{directory / "infer.sock"}"\nupstream = "unix:{upstream}"\n'
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "inferproxy", "serve", "--config", str(config)],
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-    )
+    log = directory / "inferproxy.log"  # a file, not a pipe nobody reads until the end: a
+    # pipe fills after 64 KiB of log lines and then stops the proxy mid-run
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "inferproxy", "serve", "--config", str(config)],
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         deadline = time.monotonic() + READY_WAIT
         while not (directory / "infer.sock").is_socket():
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"inferproxy did not start: {process.stderr.read()!r}")
+                raise RuntimeError(f"inferproxy did not start: {log.read_text()!r}")
             time.sleep(0.05)
         yield directory / "infer.sock"
     finally:
         process.terminate()
-        process.communicate(timeout=STOP_WAIT)
+        process.wait(timeout=STOP_WAIT)
         shutil.rmtree(directory, ignore_errors=True)
 
 

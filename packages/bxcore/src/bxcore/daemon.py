@@ -22,10 +22,10 @@ The socket (``bind_unix_socket``):
 
 The umask is process-wide: bind before starting threads that create files.
 
-Every connection ``listening`` accepts is checked against its peer first (``bxcore.peers``):
-the socket's own uid, its group and any ``peers.uids`` (or, in a container, the overflow uid
-the socket's directory gates). A refused peer is logged and closed before the role's handler
-sees it.
+Every connection ``listening`` (or ``accepting``) takes is checked against its peer first
+(``bxcore.peers``): the socket's own uid, its group and any ``peers.uids`` (or, in a container,
+the overflow uid the socket's directory gates). A refused peer is logged and closed before the
+role's handler sees it.
 
 Stopping (``run_until_signalled``): the first SIGTERM or SIGINT cancels the role's main
 coroutine, whose ``finally`` blocks and ``async with`` exits then run (close the listener, remove
@@ -43,19 +43,20 @@ import os
 import signal
 import socket
 import stat
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
 import sdnotify  # type: ignore[import-untyped]
 
 from .errors import DaemonError
-from .peers import PeerPolicy, admit, listener, peer_of
+from .peers import Peer, PeerPolicy, check_peer, listener
 
 log = logging.getLogger("bxcore.daemon")
 
 DEFAULT_MODE = 0o600  # the owner only: a single-user local stack
 BACKLOG = 128
+ACCEPT_RETRY = 1.0  # seconds to pause accepting after EMFILE and the like, as asyncio does
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
@@ -163,6 +164,22 @@ def _finish_before_listen(path: Path, mode: int, gid: int | None, group: object)
         os.chmod(path, mode)
 
 
+@contextlib.contextmanager
+def _bound(
+    path: Path, mode: int, group: str | int | None, peers: PeerPolicy | None
+) -> Iterator[tuple[socket.socket, PeerPolicy]]:
+    """The listening socket and the policy its connections are checked against; on exit the
+    socket is closed and its file removed (if it is still ours)."""
+    sock = bind_unix_socket(path, mode=mode, group=group)
+    identity = path.lstat()
+    policy = peers or PeerPolicy(group=None if group is None else resolve_group(group))
+    try:
+        yield sock, policy
+    finally:
+        sock.close()
+        _unlink_if_same(path, identity)
+
+
 @contextlib.asynccontextmanager
 async def listening(
     path: Path,
@@ -176,22 +193,58 @@ async def listening(
     """Serve ``handler`` on a socket bound by ``bind_unix_socket``, to the peers ``peers`` admits
     (default: the socket's uid and group); on exit stop accepting and remove the socket file.
     Connections already open are left to their handlers."""
-    sock = bind_unix_socket(path, mode=mode, group=group)
-    identity = path.lstat()
-    policy = peers or PeerPolicy(group=None if group is None else resolve_group(group))
-    try:
+    with _bound(path, mode, group, peers) as (sock, policy):
         server = await asyncio.start_unix_server(gate_peers(path, handler, policy), sock=sock,
                                                  limit=limit)
-    except BaseException:
-        sock.close()
-        _unlink_if_same(path, identity)
-        raise
-    try:
-        yield server
-    finally:
-        server.close()
-        await server.wait_closed()
-        _unlink_if_same(path, identity)
+        try:
+            yield server
+        finally:
+            server.close()
+            await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def accepting(
+    path: Path,
+    on_connection: Callable[[socket.socket], None],
+    *,
+    mode: int = DEFAULT_MODE,
+    group: str | int | None = None,
+    peers: PeerPolicy | None = None,
+) -> AsyncIterator[None]:
+    """``listening`` for a role that wants each admitted connection as a bare non-blocking
+    socket, handed to ``on_connection`` from the accepting callback: no transport, stream or
+    task is made for it. inferproxy takes one connection per completion and splices it, and
+    asyncio's server machinery was most of its cost per connection (docs/decisions.md)."""
+    loop = asyncio.get_running_loop()
+    me = listener()
+    with _bound(path, mode, group, peers) as (sock, policy):
+        sock.setblocking(False)
+
+        def ready() -> None:
+            for _ in range(BACKLOG):  # then let the loop run other callbacks
+                try:
+                    conn, _ = sock.accept()
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as exc:  # out of descriptors or memory: pause, as asyncio does
+                    log.error("%s: cannot accept: %s; retrying in %g s", path, exc, ACCEPT_RETRY)
+                    loop.remove_reader(sock.fileno())
+                    loop.call_later(ACCEPT_RETRY, loop.add_reader, sock.fileno(), ready)
+                    return
+                conn.setblocking(False)
+                peer, refused = check_peer(conn, me, policy)
+                if refused is not None:
+                    _log_refusal(path, peer, refused)
+                    conn.close()
+                    continue
+                on_connection(conn)
+
+        loop.add_reader(sock.fileno(), ready)
+        try:
+            yield
+        finally:
+            loop.remove_reader(sock.fileno())
 
 
 def gate_peers(path: Path, handler: Handler, policy: PeerPolicy) -> Handler:
@@ -199,16 +252,19 @@ def gate_peers(path: Path, handler: Handler, policy: PeerPolicy) -> Handler:
     me = listener()
 
     async def gated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = peer_of(writer.get_extra_info("socket"))
-        refused = admit(peer, me, policy)
+        peer, refused = check_peer(writer.get_extra_info("socket"), me, policy)
         if refused is not None:
-            log.warning("%s: refused a connection from uid %d (pid %d): %s", path, peer.uid,
-                        peer.pid, refused)
+            _log_refusal(path, peer, refused)
             writer.close()
             return
         await handler(reader, writer)
 
     return gated
+
+
+def _log_refusal(path: Path, peer: Peer, reason: str) -> None:
+    log.warning("%s: refused a connection from uid %d (pid %d): %s", path, peer.uid, peer.pid,
+                reason)
 
 
 def _unlink_if_same(path: Path, identity: os.stat_result) -> None:
@@ -326,6 +382,7 @@ __all__ = [
     "BACKLOG",
     "DEFAULT_MODE",
     "Notifier",
+    "accepting",
     "bind_unix_socket",
     "check_socket_directory",
     "gate_peers",

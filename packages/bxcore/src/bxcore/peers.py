@@ -70,10 +70,28 @@ def admit(peer: Peer, me: Listener, policy: PeerPolicy) -> str | None:
     return f"uid {peer.uid} is neither this role's uid nor allowed on this socket"
 
 
-def peer_of(sock: socket.socket) -> Peer:
+def peer_of(sock: socket.socket, *, supplementary: bool = True) -> Peer:
+    """The peer of a connected socket; its supplementary groups only when asked, since they
+    are read from ``/proc/<pid>/status``."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", creds)
-    return Peer(pid=pid, uid=uid, groups=frozenset({gid}) | _supplementary(pid))
+    more = _supplementary(pid) if supplementary else frozenset()
+    return Peer(pid=pid, uid=uid, groups=frozenset({gid}) | more)
+
+
+def check_peer(sock: socket.socket, me: Listener, policy: PeerPolicy) -> tuple[Peer, str | None]:
+    """The peer of ``sock`` and why ``admit`` refuses it (None: admitted).
+
+    The supplementary groups are read only when the uid and primary group do not admit the peer
+    already: more groups can only admit, never refuse, so the answer is the same, and the usual
+    connection (a role's own uid) costs no file read. inferproxy checks one connection per
+    completion."""
+    peer = peer_of(sock, supplementary=False)
+    refused = admit(peer, me, policy)
+    if refused is not None and policy.group is not None:
+        peer = peer_of(sock)
+        refused = admit(peer, me, policy)
+    return peer, refused
 
 
 def listener() -> Listener:
@@ -107,4 +125,6 @@ def _supplementary(pid: int) -> frozenset[int]:
     return frozenset()
 
 
-__all__ = ["Listener", "Peer", "PeerPolicy", "admit", "listener", "overflow_uid", "peer_of"]
+__all__ = [
+    "Listener", "Peer", "PeerPolicy", "admit", "check_peer", "listener", "overflow_uid", "peer_of",
+]

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
-from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
+from bxcore.daemon import Notifier, accepting, run_until_signalled, wait_forever
 
-from .proxy import CHUNK
 from .wiring import ProxyParts
 
 
@@ -22,8 +21,7 @@ async def serve(parts: ProxyParts) -> None:
     async def main() -> None:
         async with (
             parts.proxy.cutting_connections_on_exit(),
-            listening(served.path, parts.proxy.handle, mode=served.mode, group=parts.group,
-                      limit=CHUNK),
+            accepting(served.path, parts.proxy.take, mode=served.mode, group=parts.group),
             asyncio.TaskGroup() as tasks,
         ):
             notifier.ready()
