@@ -141,18 +141,21 @@ def _drain(path: Path) -> float:
     return received / elapsed
 
 
-def throughput(rounds: int) -> tuple[list[float], list[float]]:
-    """(direct bytes/s, proxied bytes/s) of ``rounds`` 256 MiB one-way transfers each, the two
-    sides alternating so that load from other work hits both alike."""
+def side_by_side(
+    count: int, serve_one: Callable[[socket.socket], None], measure: Callable[[Path], float]
+) -> tuple[list[float], list[float]]:
+    """(direct, proxied) figures of ``count`` connections each to a local upstream that serves
+    each with ``serve_one``, ``measure`` taken of each connection, the two sides alternating
+    so that load from other work hits both alike."""
     directory = Path(tempfile.mkdtemp(prefix="bx-bench-"))
     upstream = directory / "up.sock"
-    thread = _upstream(upstream, 2 * rounds, _stream_a_transfer)
+    thread = _upstream(upstream, 2 * count, serve_one)
     direct: list[float] = []
     through: list[float] = []
     with proxied(upstream) as proxy:
-        for _ in range(rounds):
-            direct.append(_drain(upstream))
-            through.append(_drain(proxy))
+        for _ in range(count):
+            direct.append(measure(upstream))
+            through.append(measure(proxy))
     thread.join()
     upstream.unlink()
     directory.rmdir()
@@ -169,24 +172,6 @@ def _one_connection(path: Path) -> float:
         while client.recv(1 << 16):
             pass
     return time.perf_counter() - start
-
-
-def connections(count: int) -> tuple[list[float], list[float]]:
-    """(direct, proxied) seconds of ``count`` connections each to a local upstream that answers
-    at once, alternately: the proxy's own cost per completion, with no model on the cores."""
-    directory = Path(tempfile.mkdtemp(prefix="bx-bench-"))
-    upstream = directory / "up.sock"
-    thread = _upstream(upstream, 2 * count, _answer_a_request)
-    direct: list[float] = []
-    through: list[float] = []
-    with proxied(upstream) as proxy:
-        for _ in range(count):
-            direct.append(_one_connection(upstream))
-            through.append(_one_connection(proxy))
-    thread.join()
-    upstream.unlink()
-    directory.rmdir()
-    return direct, through
 
 
 def ms(value: float) -> str:
@@ -310,8 +295,10 @@ def main() -> None:
     args = parser.parse_args()
     with start_single(SMOL) as server, proxied(server.socket) as proxy:
         results = asyncio.run(latency(server.socket, proxy, args.pairs))
-    direct, through = throughput(args.rounds)
-    per_connection = connections(args.connections)
+    # bytes/s of 256 MiB one-way transfers; then the proxy's own cost per completion, with no
+    # model on the cores: connections to an upstream that answers at once
+    direct, through = side_by_side(args.rounds, _stream_a_transfer, _drain)
+    per_connection = side_by_side(args.connections, _answer_a_request, _one_connection)
     body = "## Inference path (`bench/inference_bench.py`)\n\n" + render(
         results, args.pairs, direct, through, per_connection
     )
