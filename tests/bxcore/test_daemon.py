@@ -5,6 +5,7 @@ SIGTERM or SIGINT cancels the main coroutine and its cleanup runs."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import socket
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from bxcore import daemon
 from bxcore.daemon import (
     Notifier,
     accepting,
@@ -228,6 +230,46 @@ def test_accepting_hands_over_each_connection_as_a_non_blocking_socket(sock_dir)
     assert not path.exists()
     for conn in taken:
         conn.close()
+
+
+def test_accepting_pauses_when_out_of_descriptors_and_then_takes_the_connection(
+    sock_dir, monkeypatch, caplog
+):
+    """EMFILE from accept() pauses accepting (as asyncio's server does) instead of spinning on
+    a listener that stays readable; the waiting connection is taken once it can be."""
+    path = sock_dir / "infer.sock"
+    taken: list[socket.socket] = []
+
+    class OutOfDescriptorsOnce(socket.socket):
+        failed = False
+
+        def accept(self):  # type: ignore[override]
+            if not OutOfDescriptorsOnce.failed:
+                OutOfDescriptorsOnce.failed = True
+                raise OSError(errno.EMFILE, "Too many open files")
+            return super().accept()
+
+    bind_for_real = daemon.bind_unix_socket
+
+    def bind(path: Path, **options) -> socket.socket:
+        return OutOfDescriptorsOnce(fileno=bind_for_real(path, **options).detach())
+
+    monkeypatch.setattr(daemon, "ACCEPT_RETRY", 0.05)
+    monkeypatch.setattr(daemon, "bind_unix_socket", bind)
+
+    async def scenario() -> None:
+        async with accepting(path, taken.append):
+            _, writer = await asyncio.open_unix_connection(str(path))
+            for _ in range(1000):  # bound: 10 s
+                if taken:
+                    break
+                await asyncio.sleep(0.01)
+            writer.close()
+
+    asyncio.run(scenario())
+    assert OutOfDescriptorsOnce.failed and len(taken) == 1
+    assert "cannot accept: [Errno 24] Too many open files; retrying in 0.05 s" in caplog.text
+    taken[0].close()
 
 
 def test_listening_leaves_a_successors_socket_alone(sock_dir):

@@ -50,7 +50,7 @@ from typing import Any, NoReturn
 import sdnotify  # type: ignore[import-untyped]
 
 from .errors import DaemonError
-from .peers import Peer, PeerPolicy, check_peer, listener
+from .peers import Listener, Peer, PeerPolicy, check_peer, listener
 
 log = logging.getLogger("bxcore.daemon")
 
@@ -218,6 +218,7 @@ async def accepting(
     asyncio's server machinery was most of its cost per connection (docs/decisions.md)."""
     loop = asyncio.get_running_loop()
     me = listener()
+    retries: list[asyncio.TimerHandle] = []
     with _bound(path, mode, group, peers) as (sock, policy):
         sock.setblocking(False)
 
@@ -230,21 +231,35 @@ async def accepting(
                 except OSError as exc:  # out of descriptors or memory: pause, as asyncio does
                     log.error("%s: cannot accept: %s; retrying in %g s", path, exc, ACCEPT_RETRY)
                     loop.remove_reader(sock.fileno())
-                    loop.call_later(ACCEPT_RETRY, loop.add_reader, sock.fileno(), ready)
+                    retries.append(loop.call_later(ACCEPT_RETRY, loop.add_reader, sock.fileno(),
+                                                   ready))
                     return
-                conn.setblocking(False)
-                peer, refused = check_peer(conn, me, policy)
-                if refused is not None:
-                    _log_refusal(path, peer, refused)
-                    conn.close()
-                    continue
-                on_connection(conn)
+                if _admitted(path, conn, me, policy):
+                    on_connection(conn)
 
         loop.add_reader(sock.fileno(), ready)
         try:
             yield
         finally:
+            for retry in retries:
+                retry.cancel()
             loop.remove_reader(sock.fileno())
+
+
+def _admitted(path: Path, conn: socket.socket, me: Listener, policy: PeerPolicy) -> bool:
+    """Whether ``accepting`` hands ``conn`` on, made non-blocking; if not, it is closed."""
+    try:
+        conn.setblocking(False)
+        peer, refused = check_peer(conn, me, policy)
+    except OSError as exc:  # the peer is gone already
+        log.warning("%s: cannot check a connection's peer: %s", path, exc)
+        conn.close()
+        return False
+    if refused is not None:
+        _log_refusal(path, peer, refused)
+        conn.close()
+        return False
+    return True
 
 
 def gate_peers(path: Path, handler: Handler, policy: PeerPolicy) -> Handler:

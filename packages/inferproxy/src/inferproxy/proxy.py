@@ -143,6 +143,9 @@ class Upstream:
                 sock.close()
                 error = exc if isinstance(exc, OSError) else OSError("timeout")
                 continue
+            except BaseException:  # cancelled: the proxy is stopping
+                sock.close()
+                raise
             return sock
         raise error
 
