@@ -40,9 +40,12 @@ _HASH_KEY = b',"hash":"'
 # send an honest log to the slow path, and its head would be counted short.
 _KINDS = b"|".join(re.escape(get_args(kind.model_fields["kind"].annotation)[0].encode())
                    for kind in get_args(Entry))
+# The plain members never take "seq" itself (canonical keys are unique): without that
+# look-ahead the loop took seq and time as members, failed at the end of the record and
+# backtracked, four times the cost of the rest of the match.
 _LINK = re.compile(rb',"hash":"sha256:([0-9a-f]{64})","kind":"(?:' + _KINDS + rb')",'
                    rb'"prev":"(sha256:[0-9a-f]{64})",'
-                   rb'(?:"[a-z0-9_]+":(?:"(?:[^"\\]|\\.)*"|null|-?[0-9]+|true|false),)*'
+                   rb'(?:(?!"seq":)"[a-z0-9_]+":(?:"(?:[^"\\]|\\.)*"|null|-?[0-9]+|true|false),)*'
                    rb'"seq":([1-9][0-9]{0,18}),')
 _HASH_MEMBER = len(b',"hash":"sha256:"') + 64
 
