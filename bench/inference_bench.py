@@ -163,8 +163,7 @@ def side_by_side(
 
 
 def _one_connection(path: Path) -> float:
-    """Seconds to connect, send a request and read the answer to its end: what each completion
-    does (llama-server closes the connection after a streamed answer)."""
+    """Seconds to connect, send a request and read the answer to its end."""
     start = time.perf_counter()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
         client.connect(str(path))
@@ -257,9 +256,7 @@ end. SmolLM2-135M in a single-model llama-server on a Unix socket; the inference
 streaming, `max_tokens` 8, cached prompts) straight to it twice (two clients) and through
 inferproxy, {pairs} rounds of the three, the order rotating. *added*: the per-round difference,
 proxied minus the first direct client; the two direct clients' difference is what the same
-figure shows with no proxy at all. Each completion is a connection of its own (llama-server
-closes it after a streamed answer), so the first event waits for the proxy to accept it and
-connect upstream.
+figure shows with no proxy at all.
 
 | Latency per request (ms) | p50 | p95 |
 |---|---|---|
@@ -272,7 +269,7 @@ grants {send_buffer(SEND_BUFFER) // 1024:,} KiB, where the direct path keeps the
 ({send_buffer(None) // 1024:,} KiB): the proxy's larger buffers move more per wake-up, so the
 proxied path can be the faster one.
 
-The proxy's own cost per completion, with no model on the cores: {len(alone):,} connections
+The proxy's own cost per connection, with no model on the cores: {len(alone):,} connections
 each way to a local upstream that answers at once (connect, a {len(REQUEST)}-byte request, the
 answer read to its end), alternately.
 
@@ -295,7 +292,7 @@ def main() -> None:
     args = parser.parse_args()
     with start_single(SMOL) as server, proxied(server.socket) as proxy:
         results = asyncio.run(latency(server.socket, proxy, args.pairs))
-    # bytes/s of 256 MiB one-way transfers; then the proxy's own cost per completion, with no
+    # bytes/s of 256 MiB one-way transfers; then the proxy's own cost per connection, with no
     # model on the cores: connections to an upstream that answers at once
     direct, through = side_by_side(args.rounds, _stream_a_transfer, _drain)
     per_connection = side_by_side(args.connections, _answer_a_request, _one_connection)

@@ -218,11 +218,12 @@ async def accepting(
     asyncio's server machinery was most of its cost per connection (docs/decisions.md)."""
     loop = asyncio.get_running_loop()
     me = listener()
-    retries: list[asyncio.TimerHandle] = []
+    retry: asyncio.TimerHandle | None = None  # at most one: accepting stops until it runs
     with _bound(path, mode, group, peers) as (sock, policy):
         sock.setblocking(False)
 
         def ready() -> None:
+            nonlocal retry
             for _ in range(BACKLOG):  # then let the loop run other callbacks
                 try:
                     conn, _ = sock.accept()
@@ -231,8 +232,7 @@ async def accepting(
                 except OSError as exc:  # out of descriptors or memory: pause, as asyncio does
                     log.error("%s: cannot accept: %s; retrying in %g s", path, exc, ACCEPT_RETRY)
                     loop.remove_reader(sock.fileno())
-                    retries.append(loop.call_later(ACCEPT_RETRY, loop.add_reader, sock.fileno(),
-                                                   ready))
+                    retry = loop.call_later(ACCEPT_RETRY, loop.add_reader, sock.fileno(), ready)
                     return
                 if _admitted(path, conn, me, policy):
                     on_connection(conn)
@@ -241,7 +241,7 @@ async def accepting(
         try:
             yield
         finally:
-            for retry in retries:
+            if retry is not None:
                 retry.cancel()
             loop.remove_reader(sock.fileno())
 

@@ -26,6 +26,7 @@ uid and pid, and the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import struct
@@ -70,28 +71,35 @@ def admit(peer: Peer, me: Listener, policy: PeerPolicy) -> str | None:
     return f"uid {peer.uid} is neither this role's uid nor allowed on this socket"
 
 
-def peer_of(sock: socket.socket, *, supplementary: bool = True) -> Peer:
-    """The peer of a connected socket; its supplementary groups only when asked, since they
-    are read from ``/proc/<pid>/status``."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", creds)
-    more = _supplementary(pid) if supplementary else frozenset()
-    return Peer(pid=pid, uid=uid, groups=frozenset({gid}) | more)
+def peer_of(sock: socket.socket) -> Peer:
+    """The peer of a connected socket, with its supplementary groups."""
+    return _with_supplementary(_credentials(sock))
 
 
 def check_peer(sock: socket.socket, me: Listener, policy: PeerPolicy) -> tuple[Peer, str | None]:
     """The peer of ``sock`` and why ``admit`` refuses it (None: admitted).
 
-    The supplementary groups are read only when the uid and primary group do not admit the peer
-    already: more groups can only admit, never refuse, so the answer is the same, and the usual
-    connection (a role's own uid) costs no file read. inferproxy checks one connection per
-    completion."""
-    peer = peer_of(sock, supplementary=False)
+    The supplementary groups are read (from ``/proc/<pid>/status``) only when the uid and
+    primary group do not admit the peer already: more groups can only admit, never refuse, so
+    the answer is the same, and the usual connection (a role's own uid) costs no file read.
+    inferproxy checks one connection per completion."""
+    peer = _credentials(sock)
     refused = admit(peer, me, policy)
     if refused is not None and policy.group is not None:
-        peer = peer_of(sock)
+        peer = _with_supplementary(peer)
         refused = admit(peer, me, policy)
     return peer, refused
+
+
+def _credentials(sock: socket.socket) -> Peer:
+    """SO_PEERCRED: pid, uid and the primary group only."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", creds)
+    return Peer(pid=pid, uid=uid, groups=frozenset({gid}))
+
+
+def _with_supplementary(peer: Peer) -> Peer:
+    return dataclasses.replace(peer, groups=peer.groups | _supplementary(peer.pid))
 
 
 def listener() -> Listener:

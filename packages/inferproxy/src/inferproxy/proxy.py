@@ -139,13 +139,12 @@ class Upstream:
             sock.setblocking(False)
             try:
                 await _connect(loop, sock, address)
-            except (OSError, TimeoutError) as exc:
+            except BaseException as exc:  # also when cancelled: the proxy is stopping
                 sock.close()
+                if not isinstance(exc, OSError | TimeoutError):
+                    raise
                 error = exc if isinstance(exc, OSError) else OSError("timeout")
                 continue
-            except BaseException:  # cancelled: the proxy is stopping
-                sock.close()
-                raise
             return sock
         raise error
 
@@ -166,8 +165,7 @@ async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, address
 class Proxy:
     def __init__(self, upstream: Upstream):
         self._upstream = upstream
-        self._handlers: set[asyncio.Task[None]] = set()
-        self.active = 0
+        self._handlers: set[asyncio.Task[None]] = set()  # one per open connection
         self.total = 0
 
     @contextlib.asynccontextmanager
@@ -185,7 +183,6 @@ class Proxy:
         """Forward one accepted connection (``accepting``'s callback) in a task of its own."""
         task = asyncio.get_running_loop().create_task(self._forward(client))
         self._handlers.add(task)
-        self.active += 1
         self.total += 1
         # a callback, not a finally: it also runs for a task cancelled before it started
         task.add_done_callback(functools.partial(self._ended, client))
@@ -193,9 +190,8 @@ class Proxy:
     def _ended(self, client: socket.socket, task: asyncio.Task[None]) -> None:
         client.close()
         self._handlers.discard(task)
-        self.active -= 1
         # DEBUG: a line per completion at INFO took a tenth of the proxy's time
-        log.debug("connections: %d open, %d since start", self.active, self.total)
+        log.debug("connections: %d open, %d since start", len(self._handlers), self.total)
 
     async def _forward(self, client: socket.socket) -> None:
         try:
