@@ -190,6 +190,8 @@ def verdict_sentences(outcome: PeersRun, by: dict[str, Totals], all_rows: list[R
             f"were the first requests of its sessions, {t.reread:,} re-read earlier prompts; "
             f"{t.extending} of its {t.later} later requests strictly extended the previous one.")
     said.append(_reads_sentence(outcome, by))
+    if forced := _forced_sentence(all_rows):
+        said.append(forced)
     if box is None:
         return said
     done = max(len(h.turns) for h in outcome.harnesses)
@@ -225,6 +227,29 @@ def _reads_sentence(outcome: PeersRun, by: dict[str, Totals]) -> str:
                  " answers to those turns did not come from the notes, and the tokens compared"
                  " are of prompts and answers without them.")
     return said
+
+
+def _forced_sentence(all_rows: list[Row]) -> str:
+    """Of Boxmaker's completions asked for a tool call (``tool_choice`` ``required``), how many
+    the server answered with one: a call is answered by a later request of the same turn that
+    carries more tool results; text ends the turn's tool round there."""
+    mine = [r for r in all_rows if r.harness == "boxmaker"]
+    asked = called = 0
+    for index, row in enumerate(mine):
+        if row.request.body.get("tool_choice") != "required":
+            continue
+        asked += 1
+        results = _tool_messages(row.request.body)
+        called += any(_tool_messages(later.request.body) > results for later in mine[index + 1:]
+                      if (later.session, later.turn) == (row.session, row.turn))
+    if not asked:
+        return ""
+    said = (f"Boxmaker asked for a tool call (`required`) in {asked} completion"
+            f"{'s' if asked > 1 else ''}; the server answered {called} with a call")
+    if called == asked:
+        return said + "."
+    return (said + f" and {asked - called} with text: this llama-server's `required` grammar "
+            "lets text come before a call, so a model may answer in text instead.")
 
 
 def _restart_sentence(box: Totals | None, restarts: int) -> str:

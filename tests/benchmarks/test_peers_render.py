@@ -71,3 +71,30 @@ def test_a_peer_that_could_not_be_installed_is_reported_with_its_error():
     text = render(outcome(exchanges("boxmaker", 500, 40), exchanges("hermes", 5000, 400),
                           failed=f"npm install failed in {Path.home()}/x"))
     assert "OpenClaw could not be run here: npm install failed in ~/x." in text
+
+
+def forced_turn(*, called):
+    """Boxmaker's first turn asks for a call; the server answers it with one (the turn's next
+    request carries its result) or with text (the turn has no next request)."""
+    ask = [SYSTEM, {"role": "user", "content": "read"}]
+    made = [Exchange("boxmaker|1|1", "POST", "/v1/chat/completions",
+                     {"messages": ask, "tool_choice": "required"}, 200,
+                     {"cache_n": 0, "prompt_n": 500}, 1.0)]
+    if called:
+        result = [*ask, {"role": "assistant", "content": ""}, {"role": "tool", "content": "x"}]
+        made.append(Exchange("boxmaker|1|1", "POST", "/v1/chat/completions",
+                             {"messages": result, "tool_choice": "none"}, 200,
+                             {"cache_n": 500, "prompt_n": 30}, 1.0))
+    return made
+
+
+def test_a_required_completion_answered_with_text_is_counted_and_said():
+    text = render(outcome(forced_turn(called=False), exchanges("hermes", 5000, 400)))
+    assert ("Boxmaker asked for a tool call (`required`) in 1 completion; the server answered "
+            "0 with a call and 1 with text") in text
+
+
+def test_a_required_completion_answered_with_a_call_is_counted():
+    text = render(outcome(forced_turn(called=True), exchanges("hermes", 5000, 400)))
+    assert ("Boxmaker asked for a tool call (`required`) in 1 completion; the server answered "
+            "1 with a call.") in text

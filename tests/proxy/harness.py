@@ -4,17 +4,17 @@ made of plain threads, so the proxy is tested exactly as systemd runs it."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from support.inferproxy import start_proxy, write_config
 
 READY_TIMEOUT = 30.0  # seconds to wait for READY=1; a limit on waiting, not a measurement
 
@@ -67,26 +67,6 @@ class RunningProxy:
 def short_tempdir() -> Path:
     """Unix socket paths must fit in 108 bytes; pytest's tmp_path may not."""
     return Path(tempfile.mkdtemp(prefix="bx-proxy-"))
-
-
-def write_config(directory: Path, upstream: str, **extra: object) -> Path:
-    lines = ["[inferproxy]", f'socket = "{directory / "infer.sock"}"', f'upstream = "{upstream}"']
-    for key, value in extra.items():
-        rendered = str(value).lower() if isinstance(value, bool) else repr(value)
-        lines.append(f"{key} = {rendered}")
-    path = directory / "config.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def start_proxy(config: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "inferproxy", "serve", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from inferproxy.proxy import SEND_BUFFER
+from support.inferproxy import start_proxy, write_config
 from support.requires import require
 
 from .harness import (
@@ -23,8 +24,6 @@ from .harness import (
     read_all,
     running_proxy,
     short_tempdir,
-    start_proxy,
-    write_config,
 )
 
 MIB = 1 << 20

@@ -37,7 +37,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -47,6 +46,8 @@ from typing import Any
 import httpx
 import pytest
 from loopd.inference.client import KEEPALIVE_EXPIRY, closed_before_answering
+
+from support.inferproxy import start_proxy, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 SERVING = REPO / "serving"
@@ -231,18 +232,8 @@ def proxied(upstream: Path) -> Iterator[Path]:
     """A real inferproxy forwarding a new socket to the Unix socket ``upstream`` (a server's
     ``.socket``); yields the proxy's socket path."""
     directory = Path(tempfile.mkdtemp(prefix="bx-proxy-"))
-    config = directory / "config.toml"
-    config.write_text(
-        f'[inferproxy]\nsocket = "{directory / "infer.sock"}"\nupstream = "unix:{upstream}"\n'
-    )
-    log = directory / "inferproxy.log"  # a file, not a pipe nobody reads until the end: a
-    # pipe fills after 64 KiB of log lines and then stops the proxy mid-run
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "inferproxy", "serve", "--config", str(config)],
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-        )
+    log = directory / "inferproxy.log"
+    process = start_proxy(write_config(directory, f"unix:{upstream}"), log=log)
     try:
         deadline = time.monotonic() + READY_WAIT
         while not (directory / "infer.sock").is_socket():
