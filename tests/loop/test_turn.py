@@ -264,6 +264,17 @@ async def test_tool_choice_applies_to_the_turns_completions_in_order(tmp_path):
     assert [r.tool_choice for r in inference.requests] == ["required", "none", None]
 
 
+async def test_a_required_completion_answered_with_text_ends_the_turn_and_is_logged(
+        tmp_path, caplog):
+    session = new_session(tmp_path)
+    inference = ScriptedInference([say("I would read it.")])
+    with caplog.at_level("WARNING", logger="loopd"):
+        done = await run_turn(make_loop(inference), session, "read", Events(), ["required"])
+    assert done.content == "I would read it."
+    assert ("session s1: a completion asked for a tool call (tool_choice required) came back "
+            "as text") in caplog.text
+
+
 # --- cancellation, and the resume after a crash ---------------------------------------------
 
 class StallingTools(FakeTools):

@@ -24,6 +24,7 @@ usable. A cancelled turn writes nothing more (``Abandon``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +57,8 @@ from .events import (
     completed,
 )
 from .limits import TurnSettings
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +137,10 @@ class _Shell:
             self.failure = exc
             return CompletionFailed(code=_inference_code(exc), message=str(exc))
         await record_completion(self._loop, session, completion, self._events)
+        if action.tool_choice == "required" and not completion.tool_calls:
+            # said, not hidden: the server's grammar may let text come before a call
+            _log.warning("session %s: a completion asked for a tool call (tool_choice required) "
+                         "came back as text, which answers the turn", session.id)
         self.last = completion
         return completed(completion.tool_calls, completion.reasoning_tokens)
 
