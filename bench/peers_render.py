@@ -111,6 +111,61 @@ def totals(mine: list[Row]) -> Totals:
     )
 
 
+def _completions(exchanges: list[Any], key: str) -> list[Any]:
+    return [e for e in exchanges if e.method == "POST" and e.path.endswith(CHAT)
+            and e.label.split("|")[0] == key]
+
+
+def _left_in_cache(exchanges: list[Any], untimed: Any) -> int:
+    """What an untimed completion left in its slot's cache: how many more tokens the next
+    timed completion of its harness and session found cached than the timed ones before it
+    had left there (the server processed its prompt, but says so only in timings)."""
+    harness, session, _ = untimed.label.split("|")
+    same = [e for e in exchanges if e.method == "POST" and e.path.endswith(CHAT) and e.timings
+            and e.label.split("|")[:2] == [harness, session]]
+    at = exchanges.index(untimed)
+    before = [e for e in same if exchanges.index(e) < at]
+    after = [e for e in same if exchanges.index(e) > at]
+    if not after:
+        return 0
+    left = (int(before[-1].timings.get("cache_n", 0)) + int(before[-1].timings.get("prompt_n", 0))
+            if before else 0)
+    return max(0, int(after[0].timings.get("cache_n", 0)) - left)
+
+
+def _uncounted(outcome: PeersRun, key: str) -> tuple[int, int]:
+    """A harness's completions without timings, and the tokens they left in the cache."""
+    untimed = [e for e in _completions(outcome.exchanges, key) if not e.timings]
+    return len(untimed), sum(_left_in_cache(outcome.exchanges, e) for e in untimed)
+
+
+def _abandoned_sentences(outcome: PeersRun) -> list[str]:
+    """A harness's completions that it left before their end (counted: the proxy read them to
+    the end), and any that came back without the server's timings (not counted)."""
+    said = []
+    for harness in outcome.harnesses:
+        mine = _completions(outcome.exchanges, harness.key)
+        left = [e for e in mine if getattr(e, "client_left", False) and e.timings]
+        if left:
+            when = ", ".join(f"{e.seconds:.0f} s" for e in left)
+            one = len(left) == 1
+            said.append(f"{harness.name} closed its connection before the end of {len(left)} "
+                        f"answer{'' if one else 's'} (after {when}); the proxy read "
+                        f"{'it to its' if one else 'them to their'} end, so "
+                        f"{'its' if one else 'their'} tokens are counted.")
+        untimed = [e for e in mine if not e.timings]
+        if untimed:
+            what = "; ".join(f"status {e.status} after {e.seconds:.0f} s, ending "
+                             f"{_cell(getattr(e, 'tail', '')[-120:])!r}" for e in untimed)
+            cached = sum(_left_in_cache(outcome.exchanges, e) for e in untimed)
+            said.append(f"{harness.name}: {len(untimed)} completion"
+                        f"{'s' if len(untimed) > 1 else ''} came back without the server's "
+                        f"timings and {'are' if len(untimed) > 1 else 'is'} not counted ({what}); "
+                        f"the next completions found {cached:,} more tokens in the cache than "
+                        "the counted ones had left there.")
+    return said
+
+
 def _tool_messages(body: dict[str, Any]) -> int:
     messages = body.get("messages")
     return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool") \
@@ -177,10 +232,18 @@ def verdict_sentences(outcome: PeersRun, by: dict[str, Totals], all_rows: list[R
         peer = by[harness.key]
         ratio = peer.processed / box.processed if box.processed else float("inf")
         met = "met" if ratio >= GOAL_RATIO else "NOT met"
+        (box_n, box_cached), (peer_n, peer_cached) = (_uncounted(outcome, "boxmaker"),
+                                                      _uncounted(outcome, harness.key))
+        caveat = ""
+        if box_n or peer_n:
+            with_cached = (peer.processed + peer_cached) / (box.processed + box_cached) \
+                if box.processed + box_cached else float("inf")
+            caveat = (f" ({box_n} of Boxmaker's and {peer_n} of its completions not counted, "
+                      f"below; with the tokens they left in the cache, {with_cached:.1f}x)")
         said.append(
             f"{harness.name} processed {peer.processed:,} prompt tokens over the turns run, "
             f"Boxmaker {box.processed:,}: {ratio:.1f}x as many, so the ≥{GOAL_RATIO:.0f}x goal "
-            f"is {met} against it.")
+            f"is {met} against it{caveat}.")
     for harness in [h for h in outcome.harnesses if not h.failure and by[h.key].requests]:
         t = by[harness.key]
         firsts = sum(t.first_per_session)
@@ -189,6 +252,7 @@ def verdict_sentences(outcome: PeersRun, by: dict[str, Totals], all_rows: list[R
             f"{harness.name}: {firsts:,} of its {t.processed:,} processed tokens ({share:.0f}%) "
             f"were the first requests of its sessions, {t.reread:,} re-read earlier prompts; "
             f"{t.extending} of its {t.later} later requests strictly extended the previous one.")
+    said += _abandoned_sentences(outcome)
     said.append(_reads_sentence(outcome, by))
     if forced := _forced_sentence(all_rows):
         said.append(forced)

@@ -11,7 +11,9 @@ Each request is read whole, sent on to the server's Unix socket, and its answer 
 it arrives (chunked), so a streamed answer streams through. The request body, the answer's
 status and llama-server's ``timings`` (from the body or the last event of the stream) are kept
 with the label that was current when the request arrived. The benchmark drives one harness at
-a time, so one current label is enough.
+a time, so one current label is enough. A harness that gives up on an answer (its own timeout)
+leaves the server's work done all the same: the answer is then read to its end, unsent, so its
+timings count, and the exchange says the harness left.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import httpx
 from request_diff import timings_of
 
+TAIL = 300  # characters of an answer without timings kept, to say what came instead
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
               "proxy-authorization", "proxy-authenticate", "host", "content-length",
               "accept-encoding"}
@@ -43,6 +46,8 @@ class Exchange:
     status: int
     timings: dict[str, Any] | None
     seconds: float
+    client_left: bool = False  # the harness closed its connection before the answer ended
+    tail: str = ""  # the answer's last characters, kept when it has no timings
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -83,20 +88,34 @@ class _Handler(BaseHTTPRequestHandler):
                     self.send_header(key, value)
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+            left = False
             for chunk in response.iter_raw():
                 answer += chunk
-                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
+                left = left or not self._send(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            left = left or not self._send(b"0\r\n\r\n")
             kind = response.headers.get("content-type", "")
         try:
             parsed = json.loads(body) if body else None
         except ValueError:
             parsed = None
-        recorder.add(Exchange(label=label, method=self.command, path=self.path, body=parsed,
-                              status=response.status_code, timings=timings_of(kind, bytes(answer)),
-                              seconds=time.perf_counter() - start))
+        timings = timings_of(kind, bytes(answer))
+        recorder.add(Exchange(
+            label=label, method=self.command, path=self.path, body=parsed,
+            status=response.status_code, timings=timings, seconds=time.perf_counter() - start,
+            client_left=left,
+            tail="" if timings else bytes(answer[-TAIL:]).decode("utf-8", "replace"),
+        ))
+
+    def _send(self, data: bytes) -> bool:
+        """Pass ``data`` on to the harness; False once it has gone. The answer is then still
+        read to its end: the server processed the prompt all the same, and its timings come
+        last."""
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        return True
 
 
 class _Quiet:

@@ -98,3 +98,31 @@ def test_a_required_completion_answered_with_a_call_is_counted():
     text = render(outcome(forced_turn(called=True), exchanges("hermes", 5000, 400)))
     assert ("Boxmaker asked for a tool call (`required`) in 1 completion; the server answered "
             "1 with a call.") in text
+
+
+def test_a_completion_without_timings_is_said_and_the_verdict_says_it_is_not_counted():
+    untimed = Exchange("hermes|1|1", "POST", "/v1/chat/completions", {"messages": [SYSTEM]},
+                       200, None, 233.0, tail='data: {"error": "gone"}')
+    # Hermes's next completion found 5,000 tokens cached where the counted ones had left none:
+    # (7,401 counted + 5,000) / 1,240 = 10.0x
+    recorded = exchanges("hermes", 5000, 400)
+    recorded[0] = Exchange(*[getattr(recorded[0], f) for f in ("label", "method", "path", "body",
+                             "status")], {"cache_n": 5000, "prompt_n": 1}, 1.0)
+    text = render(outcome(exchanges("boxmaker", 500, 40), [untimed, *recorded]))
+    assert ("so the ≥10x goal is NOT met against it (0 of Boxmaker's and 1 of its completions "
+            "not counted, below; with the tokens they left in the cache, 10.0x)") in text
+    assert ("Hermes: 1 completion came back without the server's timings and is not counted "
+            "(status 200 after 233 s, ending 'data: {\"error\": \"gone\"}'); the next "
+            "completions found 5,000 more tokens in the cache than the counted ones had left "
+            "there.") in text
+
+
+def test_an_answer_the_harness_left_is_counted_and_said():
+    recorded = exchanges("hermes", 5000, 400)
+    first = recorded[0]
+    recorded[0] = Exchange(first.label, first.method, first.path, first.body, first.status,
+                           first.timings, 240.0, client_left=True)
+    text = render(outcome(exchanges("boxmaker", 500, 40), recorded))
+    assert ("Hermes closed its connection before the end of 1 answer (after 240 s); the proxy "
+            "read it to its end, so its tokens are counted.") in text
+    assert "Hermes processed 12,400 prompt tokens" in text

@@ -4,9 +4,11 @@ unchanged, and every request is kept with its label and the server's timings."""
 from __future__ import annotations
 
 import json
+import socket
 import socketserver
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -67,3 +69,54 @@ def test_a_streamed_completion_passes_through_and_is_recorded_with_its_timings(t
         ("hermes|1|1", "/v1/chat/completions", body, 200, TIMINGS),
         ("boxmaker|1|1", "/v1/chat/completions", body, 200, TIMINGS),
     ]
+
+
+class _SlowUpstream(BaseHTTPRequestHandler):
+    """Streams its first event, waits until the test's client has gone, then sends the rest
+    (several writes: the second write to a closed connection is the one that fails)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):
+        return None
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        first, rest = STREAM[:40], STREAM[40:]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(STREAM)))
+        self.end_headers()
+        self.wfile.write(first)
+        self.wfile.flush()
+        assert self.server.client_gone.wait(30)
+        for piece in (rest[:10], rest[10:20], rest[20:]):
+            time.sleep(0.05)  # each piece its own chunk for the proxy
+            self.wfile.write(piece)
+            self.wfile.flush()
+
+
+def test_a_harness_that_leaves_before_the_end_still_has_its_answer_read_and_timed(tmp_path):
+    upstream = _UnixServer(str(tmp_path / "llama.sock"), _SlowUpstream)
+    upstream.client_gone = threading.Event()
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    body = json.dumps({"stream": True, "messages": [{"role": "user", "content": "a"}]}).encode()
+    try:
+        with Recorder(tmp_path / "llama.sock") as recorder:
+            port = recorder.serve_tcp()
+            recorder.label = "openclaw|1|1"
+            harness = socket.create_connection(("127.0.0.1", port))
+            harness.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                            b"Content-Type: application/json\r\n"
+                            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            assert harness.recv(1)  # the answer has started
+            harness.close()  # ...and the harness gives up on it
+            upstream.client_gone.set()
+            deadline = time.monotonic() + 30
+            while not recorder.exchanges and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+    (exchange,) = recorder.exchanges
+    assert exchange.client_left and exchange.timings == TIMINGS and exchange.tail == ""
