@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,23 +14,9 @@ from support.requires import require
 
 from .harness import run, until
 from .mmfake import serve
+from .official_client import client_dir
 
-CLIENT_VERSION = "11.9.0"
 HERE = Path(__file__).parent
-
-
-def client_dir() -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    directory = cache / "boxmaker" / f"npm-mattermost-client-{CLIENT_VERSION}"
-    if not (directory / "node_modules" / "@mattermost" / "client").is_dir():
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "package.json").write_text('{"private": true}\n')
-        subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error",
-             f"@mattermost/client@{CLIENT_VERSION}", "ws@8"],
-            cwd=directory, check=True, timeout=300,
-        )
-    return directory
 
 
 @pytest.fixture(scope="module")
