@@ -47,7 +47,7 @@ def rows(exchanges: list[Any]) -> list[Row]:
     """The completions with timings, each compared with its session's previous one."""
     kept = []
     for exchange in exchanges:
-        if exchange.method != "POST" or not exchange.path.endswith(CHAT) or not exchange.timings \
+        if not _is_completion(exchange) or not exchange.timings \
                 or not isinstance(exchange.body, dict):
             continue
         harness, session, turn = exchange.label.split("|")
@@ -111,32 +111,39 @@ def totals(mine: list[Row]) -> Totals:
     )
 
 
+def _is_completion(exchange: Any) -> bool:
+    return bool(exchange.method == "POST" and exchange.path.endswith(CHAT))
+
+
 def _completions(exchanges: list[Any], key: str) -> list[Any]:
-    return [e for e in exchanges if e.method == "POST" and e.path.endswith(CHAT)
-            and e.label.split("|")[0] == key]
+    return [e for e in exchanges if _is_completion(e) and e.label.split("|")[0] == key]
 
 
-def _left_in_cache(exchanges: list[Any], untimed: Any) -> int:
-    """What an untimed completion left in its slot's cache: how many more tokens the next
-    timed completion of its harness and session found cached than the timed ones before it
-    had left there (the server processed its prompt, but says so only in timings)."""
-    harness, session, _ = untimed.label.split("|")
-    same = [e for e in exchanges if e.method == "POST" and e.path.endswith(CHAT) and e.timings
-            and e.label.split("|")[:2] == [harness, session]]
-    at = exchanges.index(untimed)
-    before = [e for e in same if exchanges.index(e) < at]
-    after = [e for e in same if exchanges.index(e) > at]
+def _untimed(exchanges: list[Any], key: str) -> list[int]:
+    """Where a harness's completions without the server's timings are in the recording."""
+    return [i for i, e in enumerate(exchanges)
+            if _is_completion(e) and e.label.split("|")[0] == key and not e.timings]
+
+
+def _left_in_cache(exchanges: list[Any], at: int) -> int:
+    """What the untimed completion at ``at`` left in its slot's cache: how many more tokens the
+    next timed completion of its harness and session found cached than the timed ones before
+    it had left there (the server processed its prompt, but says so only in timings)."""
+    session = exchanges[at].label.split("|")[:2]
+    timed = [(i, e.timings) for i, e in enumerate(exchanges)
+             if _is_completion(e) and e.timings and e.label.split("|")[:2] == session]
+    before = [t for i, t in timed if i < at]
+    after = [t for i, t in timed if i > at]
     if not after:
         return 0
-    left = (int(before[-1].timings.get("cache_n", 0)) + int(before[-1].timings.get("prompt_n", 0))
-            if before else 0)
-    return max(0, int(after[0].timings.get("cache_n", 0)) - left)
+    left = int(before[-1].get("cache_n", 0)) + int(before[-1].get("prompt_n", 0)) if before else 0
+    return max(0, int(after[0].get("cache_n", 0)) - left)
 
 
 def _uncounted(outcome: PeersRun, key: str) -> tuple[int, int]:
     """A harness's completions without timings, and the tokens they left in the cache."""
-    untimed = [e for e in _completions(outcome.exchanges, key) if not e.timings]
-    return len(untimed), sum(_left_in_cache(outcome.exchanges, e) for e in untimed)
+    untimed = _untimed(outcome.exchanges, key)
+    return len(untimed), sum(_left_in_cache(outcome.exchanges, at) for at in untimed)
 
 
 def _abandoned_sentences(outcome: PeersRun) -> list[str]:
@@ -145,7 +152,7 @@ def _abandoned_sentences(outcome: PeersRun) -> list[str]:
     said = []
     for harness in outcome.harnesses:
         mine = _completions(outcome.exchanges, harness.key)
-        left = [e for e in mine if getattr(e, "client_left", False) and e.timings]
+        left = [e for e in mine if e.client_left and e.timings]
         if left:
             when = ", ".join(f"{e.seconds:.0f} s" for e in left)
             one = len(left) == 1
@@ -153,15 +160,16 @@ def _abandoned_sentences(outcome: PeersRun) -> list[str]:
                         f"answer{'' if one else 's'} (after {when}); the proxy read "
                         f"{'it to its' if one else 'them to their'} end, so "
                         f"{'its' if one else 'their'} tokens are counted.")
-        untimed = [e for e in mine if not e.timings]
+        untimed = _untimed(outcome.exchanges, harness.key)
         if untimed:
-            what = "; ".join(f"status {e.status} after {e.seconds:.0f} s, ending "
-                             f"{_cell(getattr(e, 'tail', '')[-120:])!r}" for e in untimed)
-            cached = sum(_left_in_cache(outcome.exchanges, e) for e in untimed)
-            said.append(f"{harness.name}: {len(untimed)} completion"
-                        f"{'s' if len(untimed) > 1 else ''} came back without the server's "
-                        f"timings and {'are' if len(untimed) > 1 else 'is'} not counted ({what}); "
-                        f"the next completions found {cached:,} more tokens in the cache than "
+            what = "; ".join(
+                f"status {outcome.exchanges[at].status} after {outcome.exchanges[at].seconds:.0f} "
+                f"s, ending {_cell(outcome.exchanges[at].tail[-120:])!r}" for at in untimed)
+            many = len(untimed) > 1
+            said.append(f"{harness.name}: {len(untimed)} completion{'s' if many else ''} came "
+                        f"back without the server's timings and {'are' if many else 'is'} not "
+                        f"counted ({what}); the next completions found "
+                        f"{_uncounted(outcome, harness.key)[1]:,} more tokens in the cache than "
                         "the counted ones had left there.")
     return said
 
