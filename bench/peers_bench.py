@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cache_bench import grants, presets, system_text, write_notes  # noqa: E402
 from peer_harnesses import Hermes, OpenClaw, PeerError, PeerTurn  # noqa: E402
-from peers_render import PeersRun, render  # noqa: E402
+from peers_render import PeersRun, measured_now, render  # noqa: E402
 from recording_proxy import Exchange, Recorder  # noqa: E402
 from report import write_section  # noqa: E402
 from rig import RigError, Stack, StackSettings, running_stack, serving_dir  # noqa: E402
@@ -180,7 +180,7 @@ def run(chosen: list[str], minutes: float, trimmed: bool) -> PeersRun:
             steps=script, model=MODEL, slots=SLOTS, slot_context=SLOT_CONTEXT,
             max_tokens=MAX_TOKENS, seconds=time.perf_counter() - started,
             notes=str(notes[0].parent), cache_ram=served_cache_ram(presets(SLOT_CONTEXT, SLOTS)),
-            minutes=minutes,
+            minutes=minutes, measured=measured_now(),
         )
 
     try:
@@ -233,7 +233,8 @@ def load_outcome(path: Path) -> PeersRun:
     harnesses = [Harness(**{**h, "turns": [PeerTurn(**t) for t in h["turns"]]})
                  for h in kept.pop("harnesses")]
     return PeersRun(**{
-        "cache_ram": served_cache_ram(presets(SLOT_CONTEXT, SLOTS)), "minutes": 0.0, **kept,
+        "cache_ram": served_cache_ram(presets(SLOT_CONTEXT, SLOTS)), "minutes": 0.0,
+        "measured": f"on a date, machine and load {path.name} does not record", **kept,
         "harnesses": harnesses, "exchanges": [Exchange(**e) for e in kept["exchanges"]],
         "steps": [Step(**step) for step in kept["steps"]],
     })

@@ -32,6 +32,7 @@ class PeersRun:
     notes: str  # the notes' directory, shown as "notes" (a temp path of the run)
     cache_ram: str  # the preset's --cache-ram, as served
     minutes: float  # the run's time limit: no turn started after it
+    measured: str  # the run's date, machine and load at its end, as the section says them
 
 
 @dataclass(frozen=True)
@@ -169,8 +170,8 @@ def _abandoned_sentences(outcome: PeersRun) -> list[str]:
             said.append(f"{harness.name}: {len(untimed)} completion{'s' if many else ''} came "
                         f"back without the server's timings and {'are' if many else 'is'} not "
                         f"counted ({what}); the next completions found "
-                        f"{_uncounted(outcome, harness.key)[1]:,} more tokens in the cache than "
-                        "the counted ones had left there.")
+                        f"{sum(_left_in_cache(outcome.exchanges, at) for at in untimed):,} more "
+                        "tokens in the cache than the counted ones had left there.")
     return said
 
 
@@ -320,8 +321,8 @@ def _forced_sentence(all_rows: list[Row]) -> str:
             f"{'s' if asked > 1 else ''}; the server answered {called} with a call")
     if called == asked:
         return said + "."
-    return (said + f" and {asked - called} with text: this llama-server's `required` grammar "
-            "lets text come before a call, so a model may answer in text instead.")
+    return said + f" and {asked - called} with text (docs/decisions.md, \"The peers benchmark " \
+        "says how many forced completions the server answered with a call\")."
 
 
 def _restart_sentence(box: Totals | None, restarts: int) -> str:
@@ -329,6 +330,12 @@ def _restart_sentence(box: Totals | None, restarts: int) -> str:
         return ""
     return (f"Boxmaker's restart ran loopd's start-up self-test: {restarts} requests on its "
             "background slot, not counted above.")
+
+
+def measured_now() -> str:
+    """The date, machine and load as a run ends, kept with its recording, so a section written
+    again from that recording (``--again``) says the run's, not the moment of writing."""
+    return f"{today()} on {machine_line()}; {load_note()}"
 
 
 def render(outcome: PeersRun) -> str:
@@ -350,7 +357,7 @@ def render(outcome: PeersRun) -> str:
         for k, t in by.items() if t.requests)
     return f"""## Boxmaker beside the harnesses people run (`bench/peers_bench.py`)
 
-Measured {today()} on {machine_line()}; {load_note()} at the end; the whole run took
+Measured {outcome.measured} at the end; the whole run took
 {outcome.seconds / 60:.1f} min. One llama-server router (`{outcome.model}` preset, {outcome.slots}
 slots of {outcome.slot_context:,} tokens, {outcome.max_tokens} tokens per answer for every
 harness, host-RAM prompt cache `--cache-ram {outcome.cache_ram}`: loopd's self-test refuses 0, so

@@ -4,6 +4,7 @@ met per peer, the re-read goal from Boxmaker's own requests, and a peer that cou
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -41,7 +42,7 @@ def outcome(*recorded, failed=None):
     if failed:
         harnesses.append(Harness("openclaw", "OpenClaw", failure=failed))
     return PeersRun(harnesses, [e for r in recorded for e in r], STEPS, "qwen-tools", 4, 24576, 72,
-                   60.0, "/notes", "8192", 60.0)
+                   60.0, "/notes", "8192", 60.0, "2026-01-01 on a test machine; load average 1.0")
 
 
 def test_a_peer_processing_ten_times_the_tokens_meets_the_goal_and_the_figures_are_said():
@@ -51,6 +52,7 @@ def test_a_peer_processing_ten_times_the_tokens_meets_the_goal_and_the_figures_a
             "as many, so the ≥10x goal is met against it.") in text
     assert "the \"0 re-read tokens in every turn\" goal is met" in text
     assert "across the restart before turn 2 and in 2 sessions" in text
+    assert "Measured 2026-01-01 on a test machine; load average 1.0 at the end" in text
 
 
 def test_a_peer_below_ten_times_does_not_meet_the_goal():
@@ -91,7 +93,7 @@ def forced_turn(*, called):
 def test_a_required_completion_answered_with_text_is_counted_and_said():
     text = render(outcome(forced_turn(called=False), exchanges("hermes", 5000, 400)))
     assert ("Boxmaker asked for a tool call (`required`) in 1 completion; the server answered "
-            "0 with a call and 1 with text") in text
+            "0 with a call and 1 with text (docs/decisions.md") in text
 
 
 def test_a_required_completion_answered_with_a_call_is_counted():
@@ -106,8 +108,7 @@ def test_a_completion_without_timings_is_said_and_the_verdict_says_it_is_not_cou
     # Hermes's next completion found 5,000 tokens cached where the counted ones had left none:
     # (7,401 counted + 5,000) / 1,240 = 10.0x
     recorded = exchanges("hermes", 5000, 400)
-    recorded[0] = Exchange(*[getattr(recorded[0], f) for f in ("label", "method", "path", "body",
-                             "status")], {"cache_n": 5000, "prompt_n": 1}, 1.0)
+    recorded[0] = replace(recorded[0], timings={"cache_n": 5000, "prompt_n": 1})
     text = render(outcome(exchanges("boxmaker", 500, 40), [untimed, *recorded]))
     assert ("so the ≥10x goal is NOT met against it (0 of Boxmaker's and 1 of its completions "
             "not counted, below; with the tokens they left in the cache, 10.0x)") in text
@@ -119,9 +120,7 @@ def test_a_completion_without_timings_is_said_and_the_verdict_says_it_is_not_cou
 
 def test_an_answer_the_harness_left_is_counted_and_said():
     recorded = exchanges("hermes", 5000, 400)
-    first = recorded[0]
-    recorded[0] = Exchange(first.label, first.method, first.path, first.body, first.status,
-                           first.timings, 240.0, client_left=True)
+    recorded[0] = replace(recorded[0], seconds=240.0, client_left=True)
     text = render(outcome(exchanges("boxmaker", 500, 40), recorded))
     assert ("Hermes closed its connection before the end of 1 answer (after 240 s); the proxy "
             "read it to its end, so its tokens are counted.") in text

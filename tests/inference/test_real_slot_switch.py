@@ -103,10 +103,10 @@ async def test_the_shared_baseline_made_the_server_drop_a_session_the_marker_kee
     assert back["cache_n"] < 0.5 * held and back["prompt_n"] > 0.4 * held, (first, back)
 
     a, b = Thread("switch-a", shared), Thread("switch-b", shared)
-    async with client(llama_router_proxy) as qwen:
-        await a.say(qwen, a_text)
-        await b.say(qwen, "Name a colour.")
-        await a.say(qwen, "Thanks.")
+    async with client(llama_router_proxy) as inference:
+        await a.say(inference, a_text)
+        await b.say(inference, "Name a colour.")
+        await a.say(inference, "Thanks.")
     assert a.rereads[0] <= SLACK, (a.last, a.rereads)
 
 
@@ -115,12 +115,12 @@ async def test_two_long_sessions_take_turns_and_each_reads_only_what_is_new(
 ):
     a = Thread("long-a", f"{nonce()} {BASELINE}")
     b = Thread("long-b", a.system)
-    async with client(llama_router_proxy) as qwen:
-        await a.say(qwen, long_text("garden"))
-        await b.say(qwen, long_text("boat"))
+    async with client(llama_router_proxy) as inference:
+        await a.say(inference, long_text("garden"))
+        await b.say(inference, long_text("boat"))
         for turn in range(2):
-            await a.say(qwen, f"Which day is note {turn} about?")
-            await b.say(qwen, f"Which day is note {turn + 1} about?")
+            await a.say(inference, f"Which day is note {turn} about?")
+            await b.say(inference, f"Which day is note {turn + 1} about?")
     assert a.last is not None and a.last.cache_n > 1500  # long: far above the baseline
     assert len(a.rereads) == len(b.rereads) == 2
     assert max(a.rereads + b.rereads) <= SLACK, (a.rereads, b.rereads)
@@ -131,10 +131,10 @@ async def test_short_sessions_that_are_mostly_the_baseline_come_back_whole(
 ):
     a = Thread("short-a", f"{nonce()} {BASELINE}")
     b = Thread("short-b", a.system)
-    async with client(llama_router_proxy) as qwen:
+    async with client(llama_router_proxy) as inference:
         for question in ("Name a colour.", "Name another.", "And one more."):
-            await a.say(qwen, question)
-            await b.say(qwen, question.replace("colour", "fruit"))
+            await a.say(inference, question)
+            await b.say(inference, question.replace("colour", "fruit"))
     assert len(a.rereads) == len(b.rereads) == 2
     assert max(a.rereads + b.rereads) <= SLACK, (a.rereads, b.rereads)
 
@@ -142,13 +142,13 @@ async def test_short_sessions_that_are_mostly_the_baseline_come_back_whole(
 async def test_many_sessions_round_robin_on_one_slot(llama_router_proxy: Path):
     system = f"{nonce()} {BASELINE}"
     threads = [Thread(f"many-{n}", system) for n in range(6)]
-    async with client(llama_router_proxy) as qwen:
+    async with client(llama_router_proxy) as inference:
         for thread, topic in zip(threads, ("bees", "taxes", "car", "books", "bikes", "camera"),
                                  strict=True):
-            await thread.say(qwen, long_text(topic, 8))
+            await thread.say(inference, long_text(topic, 8))
         for round_ in range(2):
             for thread in threads:
-                await thread.say(qwen, f"Round {round_}: one word, please.")
+                await thread.say(inference, f"Round {round_}: one word, please.")
     rereads = [thread.rereads for thread in threads]
     assert all(len(r) == 2 and max(r) <= SLACK for r in rereads), rereads
 
@@ -157,18 +157,18 @@ async def test_a_request_another_client_sent_on_the_slot_does_not_cost_the_sessi
     llama_router: LlamaServer, llama_router_proxy: Path
 ):
     a = Thread("foreign-a", f"{nonce()} {BASELINE}")
-    async with client(llama_router_proxy) as qwen:
-        await a.say(qwen, long_text("printer", 20))
+    async with client(llama_router_proxy) as inference:
+        await a.say(inference, long_text("printer", 20))
         # Another client of the shared server: its own system prompt, pinned to our slot...
         raw_chat(llama_router, f"{nonce()} You translate to French.", long_text("vin", 10))
-        await a.say(qwen, "Is the printer fine?")
+        await a.say(inference, "Is the printer fine?")
         # ...and one without a slot, which the server gives to the least recently used one.
         response = llama_router.post("/v1/chat/completions", {
             "model": MODEL, "max_tokens": 4, "cache_prompt": True,
             "messages": [{"role": "user", "content": f"{nonce()} {long_text('pain', 10)}"}],
         })
         assert response.status_code == 200, response.text
-        await a.say(qwen, "And the day of note 3?")
+        await a.say(inference, "And the day of note 3?")
     assert max(a.rereads) <= SLACK, a.rereads
 
 
@@ -177,9 +177,9 @@ async def test_a_new_client_for_the_same_sessions_finds_them(llama_router_proxy:
     by another process (new message objects, a new connection)."""
     a = Thread("restart-a", f"{nonce()} {BASELINE}")
     b = Thread("restart-b", a.system)
-    async with client(llama_router_proxy) as qwen:
-        await a.say(qwen, long_text("firewood", 30))
-        await b.say(qwen, long_text("garage", 30))
+    async with client(llama_router_proxy) as inference:
+        await a.say(inference, long_text("firewood", 30))
+        await b.say(inference, long_text("garage", 30))
     for thread in (a, b):
         thread.messages = [m.model_copy(deep=True) for m in thread.messages]
     async with client(llama_router_proxy) as again:
@@ -189,15 +189,15 @@ async def test_a_new_client_for_the_same_sessions_finds_them(llama_router_proxy:
 
 
 async def test_the_self_test_check_passes_on_the_default_settings(llama_router_proxy: Path):
-    async with client(llama_router_proxy) as qwen:
-        check = await slot_switch_check(qwen)
+    async with client(llama_router_proxy) as inference:
+        check = await slot_switch_check(inference)
     assert check.ok, check.detail
 
 
 async def test_the_self_test_check_names_the_flag_a_server_turned_off():
     with start_router("--cache-ram", "0") as server, proxied(server.socket) as proxy:
-        async with client(proxy) as qwen:
-            check = await slot_switch_check(qwen)
+        async with client(proxy) as inference:
+            check = await slot_switch_check(inference)
     assert not check.ok
     assert "runs with --cache-ram 0" in check.detail, check.detail
     assert "set --cache-ram 8192" in check.detail
