@@ -1,7 +1,7 @@
 """Starting the real inferproxy as a subprocess, as systemd runs it: its config written from
 keyword settings, its command line, and where its log goes.
 
-    config = write_config(directory, "unix:/path/llama.sock", keepalive_idle=5)
+    config = write_config(directory, "unix:/path/llama.sock", mode=0o600)
     process = start_proxy(config)                  # stdout and stderr on pipes
     process = start_proxy(config, log=directory / "inferproxy.log")
 
