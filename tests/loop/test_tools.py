@@ -18,6 +18,7 @@ from loopd.errors import RegistryError
 from loopd.tools import FakeTools, Registry, ToolRunner, load_registry
 from loopd.tools.broker import BrokerPort
 from loopd.tools.fake import ECHO
+from loopd.tools.registry import first_clause
 
 from .support import FIXED_TIME, Events, registry_json
 
@@ -54,22 +55,61 @@ async def test_find_tool_searches_name_and_description_ignoring_case(query, foun
         listing, suffix = content.split("\n")
         assert [s["name"] for s in json.loads(listing)] == found
         assert suffix == "Call it with call_tool."
-    else:  # what find_tool searches and what there is, so a small model has somewhere to go
-        assert content.split("\n") == [
-            f"No tool matches {json.dumps(query)}: find_tool searches the names and descriptions "
-            "of tools, not files or text. Call find_tool again with a word from one of these "
-            "tools:",
-            "echo: Echo: returns its text argument unchanged.",
-            f"weather: {WEATHER.description}",
-        ]
+    else:  # what find_tool finds, and every tool it could have found, named
+        assert content == (
+            f"No tool matches {json.dumps(query)}. find_tool finds tools by what they do, not the "
+            "text you want. Call find_tool again with one of these tool names: echo (Echo); "
+            "weather (Forecast for a city)."
+        )
     assert tools.requests == []
+
+
+FILE_TOOLS = Registry([
+    ToolSchema(name="fs.read", description="Read a text file the owner granted.", parameters={}),
+    ToolSchema(name="fs.list", description="List a granted directory; files show their size.",
+               parameters={}),
+    ToolSchema(name="ask_memory", description="Ask a question about past work.", parameters={}),
+    ToolSchema(name="echo", description="Return the text. For checking that tool calls work.",
+               parameters={}),
+])
+
+
+@pytest.mark.parametrize(
+    ("query", "found"),
+    [("fs.read", ["fs.read"]),  # the whole query in a name, before any word of it
+     ("fs", ["fs.read", "fs.list"]),
+     ("read file", ["fs.read"]),  # a word of the query as a part of a name
+     ("MEMORY", ["ask_memory"]),
+     ("text file", ["fs.read"]),  # the description holding the most of the query's words
+     ("files", ["fs.read", "fs.list"]),  # "files" meets "file"
+     ("question", ["ask_memory"]),
+     ("ls", []),  # a whole word only: not the "ls" of "calls"
+     ("code word", [])],
+)
+def test_find_tool_finds_by_name_then_by_the_most_words_of_a_description(query, found):
+    assert [s.name for s in FILE_TOOLS.search(query)] == found
+
+
+@pytest.mark.parametrize(
+    ("description", "clause"),
+    [("Read a text file the owner granted, from an optional byte offset.",
+      "Read a text file the owner granted, from an optional byte offset"),
+     ("List a granted directory: one entry a line.", "List a granted directory"),
+     ("Run one command in a directory; prints its output.", "Run one command in a directory"),
+     ("Write memory.md or user.md. Takes effect later.", "Write memory.md or user.md"),
+     ("Ask fs.read first", "Ask fs.read first")],
+)
+def test_a_miss_names_each_tool_with_the_first_clause_of_its_description(description, clause):
+    """A dot inside a name ("fs.read", "memory.md") does not end the clause; ". ", ": ", "; "
+    and the end do."""
+    assert first_clause(description) == clause
 
 
 async def test_a_missed_query_no_channel_can_carry_comes_back_escaped():
     """The miss repeats the model's query, which may hold a lone surrogate (JSON's "\\ud800"):
     it comes back as text every channel carries, not as a crash."""
     content, _ = await run("find_tool", '{"query": "x\\ud800"}')
-    assert content.startswith('No tool matches "x\\ud800": ')  # escaped, one backslash
+    assert content.startswith('No tool matches "x\\ud800". ')  # escaped, one backslash
     content.encode("utf-8")  # raises on a surrogate
 
 

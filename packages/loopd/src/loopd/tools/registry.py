@@ -8,7 +8,8 @@ Core tools have their schema in the epoch's fixed ``tools`` array, together with
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bxcore.canonical import canonical_text
@@ -49,13 +50,18 @@ CALL_TOOL = ToolSchema(
 LOOP_TOOLS = (FIND_TOOL, CALL_TOOL)
 FOUND_SUFFIX = "Call it with call_tool."
 NOTHING_FOUND = "No tool matches."
-# A search that found nothing, when there are tools to find, says what find_tool searches and
-# lists every tool it could have found: given only "no", a small model has nowhere to go, and
-# the 1.5B took find_tool for a search of the note it was asked about (docs/decisions.md).
+# A search that found nothing, when there are tools to find, says that find_tool looks for what
+# a tool does and names every tool it could have found, each with the first clause of its
+# description. Asked about a note, a small model searches for the text it wants ("code word"):
+# told to search again with one of these names, the 1.5B asked for "fs.read" and read the note;
+# given the whole descriptions as lines instead, it answered the user with a line of the listing
+# (docs/decisions.md, "A find_tool miss names the tools to search for").
 NOTHING_MATCHES = (
-    "No tool matches {query}: find_tool searches the names and descriptions of tools, not files "
-    "or text. Call find_tool again with a word from one of these tools:"
+    "No tool matches {query}. find_tool finds tools by what they do, not the text you want. "
+    "Call find_tool again with one of these tool names: {tools}."
 )
+_FIRST_CLAUSE = re.compile(r"[.;:](?:\s|$)")
+_WORD = re.compile(r"[^\W_]+")
 
 _SCHEMAS = TypeAdapter(list[ToolSchema])
 
@@ -88,35 +94,65 @@ class Registry:
         return schema is not None and not schema.core
 
     def search(self, query: str) -> list[ToolSchema]:
-        """Tools outside the tools array whose name contains ``query``, ignoring case; if none
-        does, those whose description does. A name is the closer match: "read" finds fs.read,
-        not also every tool whose description mentions reading, which a small model then picks
-        (docs/decisions.md). Core tools are left out: the model has them already, and
-        call_tool refuses them."""
+        """Tools outside the tools array that match ``query``, ignoring case; the first of
+        these that finds any:
+
+        1. the tools whose name contains the query ("fs.read"; "fs" finds every fs tool);
+        2. those whose name has the most of the query's words as parts ("read file": fs.read);
+        3. those whose description holds the most of the query's words, as whole words
+           ("city" finds "Forecast for a city."; "ls" does not find "tool calls").
+
+        A name is the closer match: "read" finds fs.read, not also every tool whose description
+        mentions reading, which a small model then picks (docs/decisions.md). Core tools are
+        left out: the model has them already, and call_tool refuses them."""
         needle = query.casefold()
         others = [s for s in self._schemas.values() if not s.core]
         by_name = [s for s in others if needle in s.name.casefold()]
-        return by_name or [s for s in others if needle in s.description.casefold()]
+        words = _words(needle)
+        return (by_name or _most_words(others, words, lambda s: s.name)
+                or _most_words(others, words, lambda s: s.description))
 
     def find_tool_text(self, query: str) -> str:
         """What ``find_tool`` answers: the schemas as JSON text and how to call them; when
-        nothing matches, the query, what find_tool searches, and the name and description of
-        every tool it could have found."""
+        nothing matches, the query and every tool it could have found, named with the first
+        clause of its description."""
         found = self.search(query)
         if not found:
             others = [s for s in self._schemas.values() if not s.core]
             if not others:
                 return NOTHING_FOUND
-            lines = [f"{s.name}: {s.description}" for s in others]
             # json.dumps, not canonical_text: a query may hold a lone surrogate, which
             # canonical_text refuses; loopd escapes it when it carries the result
-            head = NOTHING_MATCHES.format(query=json.dumps(query, ensure_ascii=False))
-            return "\n".join([head, *lines])
+            return NOTHING_MATCHES.format(
+                query=json.dumps(query, ensure_ascii=False),
+                tools="; ".join(f"{s.name} ({first_clause(s.description)})" for s in others),
+            )
         listing = canonical_text(
             [{"name": s.name, "description": s.description, "parameters": s.parameters}
              for s in found]
         )
         return f"{listing}\n{FOUND_SUFFIX}"
+
+
+def _most_words(
+    schemas: Sequence[ToolSchema], words: set[str], field: Callable[[ToolSchema], str]
+) -> list[ToolSchema]:
+    """The schemas whose ``field`` shares the most of ``words`` (none if no schema shares one)."""
+    shared = [len(words & _words(field(s).casefold())) for s in schemas]
+    best = max(shared, default=0)
+    return [s for s, n in zip(schemas, shared, strict=True) if best and n == best]
+
+
+def _words(text: str) -> set[str]:
+    """The words of casefolded text, a final "s" dropped so "files" meets "file"; a tool
+    name's parts are words too ("fs.read": fs, read)."""
+    return {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in _WORD.findall(text)}
+
+
+def first_clause(description: str) -> str:
+    """A description up to its first full stop, semicolon or colon that ends a clause (one
+    followed by a space or the end: "fs.read" and "memory.md" do not end one)."""
+    return _FIRST_CLAUSE.split(description, maxsplit=1)[0].strip()
 
 
 def load_registry(path: Path) -> Registry:
