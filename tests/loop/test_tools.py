@@ -80,13 +80,14 @@ FILE_TOOLS = Registry([
      ("fs", ["fs.read", "fs.list"]),
      ("read file", ["fs.read"]),  # a word of the query as a part of a name
      ("MEMORY", ["ask_memory"]),
-     ("text file", ["fs.read"]),  # the description holding the most of the query's words
-     ("files", ["fs.read", "fs.list"]),  # "files" meets "file"
+     ("text file", ["fs.read"]),  # the first clause holding the most of the query's words
+     ("files", ["fs.read"]),  # "files" meets "file"; fs.list's files are past its first clause
+     ("size", ["fs.list"]),  # the whole description, when no first clause holds a word
      ("question", ["ask_memory"]),
      ("ls", []),  # a whole word only: not the "ls" of "calls"
      ("code word", [])],
 )
-def test_find_tool_finds_by_name_then_by_the_most_words_of_a_description(query, found):
+def test_find_tool_finds_by_name_then_by_what_a_tool_does_then_by_its_description(query, found):
     assert [s.name for s in FILE_TOOLS.search(query)] == found
 
 
@@ -127,6 +128,18 @@ async def test_an_unknown_call_tool_never_reaches_the_port(arguments):
     content, tools = await run("call_tool", arguments)
     assert content.startswith("Unknown tool")
     assert tools.requests == []
+
+
+async def test_an_unknown_call_tool_names_the_tools_it_can_call():
+    """A made-up name ("ls") gets the real ones, as a find_tool miss does, not a dead end."""
+    content, _ = await run("call_tool", '{"name": "ls", "arguments": {"path": "/x"}}')
+    assert content == (
+        "Unknown tool 'ls' for call_tool. Call find_tool with one of these tool names to get its "
+        "arguments: echo (Echo); weather (Forecast for a city)."
+    )
+    assert Registry([]).unknown_to_call_tool("ls") == (
+        "Unknown tool 'ls' for call_tool: there are no tools to call."
+    )
 
 
 async def test_call_tool_sends_the_inner_object_as_json_text():

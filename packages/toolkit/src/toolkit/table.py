@@ -78,7 +78,7 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "fs.read",
-        "Read a text file the owner granted, from an optional byte offset.",
+        "Read a text file or note the owner granted, from an optional byte offset.",
         _object(["path"], path=_PATH, offset={"type": "integer", "minimum": 0}),
         "fs:read",
     ),

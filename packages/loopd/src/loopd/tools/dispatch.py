@@ -86,10 +86,7 @@ class ToolRunner:
     ) -> ToolOutcome:
         target = arguments.get("name")
         if not isinstance(target, str) or not self.registry.is_discoverable(target):
-            return _ours(
-                CALL_TOOL.name,
-                f"Unknown tool {target!r} for call_tool: use find_tool to look for tools.",
-            )
+            return _ours(CALL_TOOL.name, self.registry.unknown_to_call_tool(target))
         inner = arguments.get("arguments", {})
         if isinstance(inner, str):  # small models often send the object as JSON text
             inner = _object_or_none(inner)

@@ -60,6 +60,10 @@ NOTHING_MATCHES = (
     "No tool matches {query}. find_tool finds tools by what they do, not the text you want. "
     "Call find_tool again with one of these tool names: {tools}."
 )
+UNKNOWN_TO_CALL_TOOL = (
+    "Unknown tool {name} for call_tool. Call find_tool with one of these tool names to get its "
+    "arguments: {tools}."
+)
 _FIRST_CLAUSE = re.compile(r"[.;:](?:\s|$)")
 _WORD = re.compile(r"[^\W_]+")
 
@@ -99,8 +103,11 @@ class Registry:
 
         1. the tools whose name contains the query ("fs.read"; "fs" finds every fs tool);
         2. those whose name has the most of the query's words as parts ("read file": fs.read);
-        3. those whose description holds the most of the query's words, as whole words
-           ("city" finds "Forecast for a city."; "ls" does not find "tool calls").
+        3. those whose description's first clause, which says what the tool does, holds the
+           most of the query's words, as whole words ("city" finds "Forecast for a city.";
+           "ls" does not find "tool calls");
+        4. the same over the whole description (the rest says how: "file" in "use it when a
+           file is full" is no reason to offer ``memory`` for reading a file).
 
         A name is the closer match: "read" finds fs.read, not also every tool whose description
         mentions reading, which a small model then picks (docs/decisions.md). Core tools are
@@ -110,7 +117,21 @@ class Registry:
         by_name = [s for s in others if needle in s.name.casefold()]
         words = _words(needle)
         return (by_name or _most_words(others, words, lambda s: s.name)
+                or _most_words(others, words, lambda s: first_clause(s.description))
                 or _most_words(others, words, lambda s: s.description))
+
+    def unknown_to_call_tool(self, name: object) -> str:
+        """What ``call_tool`` answers for a name it cannot reach: the tools it can, named, so a
+        small model that made a name up ("ls", "cat") has the real ones to pick from."""
+        if not any(not s.core for s in self._schemas.values()):
+            return f"Unknown tool {name!r} for call_tool: there are no tools to call."
+        return UNKNOWN_TO_CALL_TOOL.format(name=repr(name), tools=self.named_tools())
+
+    def named_tools(self) -> str:
+        """Every tool call_tool reaches, each named with the first clause of its description:
+        what a miss of find_tool or call_tool gives a small model to go on."""
+        return "; ".join(f"{s.name} ({first_clause(s.description)})"
+                         for s in self._schemas.values() if not s.core)
 
     def find_tool_text(self, query: str) -> str:
         """What ``find_tool`` answers: the schemas as JSON text and how to call them; when
@@ -118,14 +139,12 @@ class Registry:
         clause of its description."""
         found = self.search(query)
         if not found:
-            others = [s for s in self._schemas.values() if not s.core]
-            if not others:
+            if not any(not s.core for s in self._schemas.values()):
                 return NOTHING_FOUND
             # json.dumps, not canonical_text: a query may hold a lone surrogate, which
             # canonical_text refuses; loopd escapes it when it carries the result
             return NOTHING_MATCHES.format(
-                query=json.dumps(query, ensure_ascii=False),
-                tools="; ".join(f"{s.name} ({first_clause(s.description)})" for s in others),
+                query=json.dumps(query, ensure_ascii=False), tools=self.named_tools()
             )
         listing = canonical_text(
             [{"name": s.name, "description": s.description, "parameters": s.parameters}
