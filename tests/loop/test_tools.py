@@ -68,7 +68,8 @@ FILE_TOOLS = Registry([
     ToolSchema(name="fs.read", description="Read a text file the owner granted.", parameters={}),
     ToolSchema(name="fs.list", description="List a granted directory; files show their size.",
                parameters={}),
-    ToolSchema(name="ask_memory", description="Ask a question about past work.", parameters={}),
+    ToolSchema(name="ask_memory", description="Ask a question about past work in memory.md.",
+               parameters={}),
     ToolSchema(name="echo", description="Return the text. For checking that tool calls work.",
                parameters={}),
 ])
@@ -85,6 +86,7 @@ FILE_TOOLS = Registry([
      ("size", ["fs.list"]),  # the whole description, when no first clause holds a word
      ("question", ["ask_memory"]),
      ("ls", []),  # a whole word only: not the "ls" of "calls"
+     ("notes.md", []),  # words of three letters or more: not the "md" of "memory.md"
      ("code word", [])],
 )
 def test_find_tool_finds_by_name_then_by_what_a_tool_does_then_by_its_description(query, found):

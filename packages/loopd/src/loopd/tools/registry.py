@@ -163,9 +163,12 @@ def _most_words(
 
 
 def _words(text: str) -> set[str]:
-    """The words of casefolded text, a final "s" dropped so "files" meets "file"; a tool
-    name's parts are words too ("fs.read": fs, read)."""
-    return {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in _WORD.findall(text)}
+    """The words of casefolded text of three letters or more, a final "s" dropped so "files"
+    meets "file"; a tool name's parts are words too ("fs.read": read). Shorter ones match too
+    much to mean anything: the "md" of a path the model searched for found the tool whose
+    description names memory.md."""
+    return {w[:-1] if len(w) > 3 and w.endswith("s") else w
+            for w in _WORD.findall(text) if len(w) >= 3}
 
 
 def first_clause(description: str) -> str:
