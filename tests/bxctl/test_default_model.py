@@ -4,7 +4,7 @@ note through ``call_tool`` and answers with what the note says.
 
 The stack is the one `scripts/up` starts (`bxctl up` with the example grants and no ``--model``,
 so the router preset is bxctl's ``DEFAULT_MODEL``, whatever it names), sampling greedily as the
-local stack's config says, so the turn is the same on every run. No ``tool_choice`` is passed:
+local stack's config says, so a turn depends only on its prompt. No ``tool_choice`` is passed:
 the model decides to use the tools itself. The default 1.5B first searches for the words it
 wants ("code word"); the miss names the tools there are, it searches again for ``fs.read`` and
 reads the note (docs/decisions.md, "A find_tool miss names the tools to search for").
