@@ -97,6 +97,9 @@ class Registry:
         schema = self._schemas.get(name)
         return schema is not None and not schema.core
 
+    def _discoverable(self) -> list[ToolSchema]:
+        return [s for s in self._schemas.values() if not s.core]
+
     def search(self, query: str) -> list[ToolSchema]:
         """Tools outside the tools array that match ``query``, ignoring case; the first of
         these that finds any:
@@ -113,7 +116,7 @@ class Registry:
         mentions reading, which a small model then picks (docs/decisions.md). Core tools are
         left out: the model has them already, and call_tool refuses them."""
         needle = query.casefold()
-        others = [s for s in self._schemas.values() if not s.core]
+        others = self._discoverable()
         by_name = [s for s in others if needle in s.name.casefold()]
         words = _words(needle)
         return (by_name or _most_words(others, words, lambda s: s.name)
@@ -123,7 +126,7 @@ class Registry:
     def unknown_to_call_tool(self, name: object) -> str:
         """What ``call_tool`` answers for a name it cannot reach: the tools it can, named, so a
         small model that made a name up ("ls", "cat") has the real ones to pick from."""
-        if not any(not s.core for s in self._schemas.values()):
+        if not self._discoverable():
             return f"Unknown tool {name!r} for call_tool: there are no tools to call."
         return UNKNOWN_TO_CALL_TOOL.format(name=repr(name), tools=self.named_tools())
 
@@ -131,7 +134,7 @@ class Registry:
         """Every tool call_tool reaches, each named with the first clause of its description:
         what a miss of find_tool or call_tool gives a small model to go on."""
         return "; ".join(f"{s.name} ({first_clause(s.description)})"
-                         for s in self._schemas.values() if not s.core)
+                         for s in self._discoverable())
 
     def find_tool_text(self, query: str) -> str:
         """What ``find_tool`` answers: the schemas as JSON text and how to call them; when
@@ -139,7 +142,7 @@ class Registry:
         clause of its description."""
         found = self.search(query)
         if not found:
-            if not any(not s.core for s in self._schemas.values()):
+            if not self._discoverable():
                 return NOTHING_FOUND
             # json.dumps, not canonical_text: a query may hold a lone surrogate, which
             # canonical_text refuses; loopd escapes it when it carries the result
