@@ -5,7 +5,6 @@
 #   scripts/llama-server.sh binary   # prints the path of the cached llama-server binary (builds it once)
 #   scripts/llama-server.sh models   # prints the models directory (downloads and hash-checks once)
 #   scripts/llama-server.sh all      # both
-#   scripts/llama-server.sh coder    # the same as models (kept for older instructions)
 set -euo pipefail
 
 VERSION=11434.0.0
@@ -105,6 +104,5 @@ case "${1:-all}" in
   binary) build_binary ;;
   models) fetch_models ;;
   all) build_binary; fetch_models ;;
-  coder) fetch_models ;;
-  *) log "usage: $0 binary|models|all|coder"; exit 2 ;;
+  *) log "usage: $0 binary|models|all"; exit 2 ;;
 esac

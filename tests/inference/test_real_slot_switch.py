@@ -36,7 +36,8 @@ from .test_client import Sink
 pytestmark = [pytest.mark.real_server, pytest.mark.anyio]
 
 # The smallest model: slot selection and the host-RAM cache work on tokens, whatever model
-# makes them, and these tests send no tools; SmolLM2 processes a prompt about twice as fast.
+# makes them, and these tests send no tools; on SmolLM2 the file takes about half the time
+# (docs/decisions.md, "The slot-switch tests on the server run on the smallest model").
 MODEL = "smol"
 MAIN = 0
 # About 560 tokens every session starts with, as Boxmaker's sessions share their baseline.

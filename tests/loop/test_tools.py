@@ -139,8 +139,16 @@ async def test_an_unknown_call_tool_names_the_tools_it_can_call():
         "Unknown tool 'ls' for call_tool. Call find_tool with one of these tool names to get its "
         "arguments: echo (Echo); weather (Forecast for a city)."
     )
-    assert Registry([]).unknown_to_call_tool("ls") == (
+    assert Registry([]).unknown_tool_text("ls", through_call_tool=True) == (
         "Unknown tool 'ls' for call_tool: there are no tools to call."
+    )
+
+
+async def test_an_unknown_tool_called_on_its_own_gets_the_same_help():
+    content, _ = await run("ls", '{"path": "/x"}')
+    assert content == (
+        "Unknown tool 'ls'. Call find_tool with one of these tool names to get its arguments: "
+        "echo (Echo); weather (Forecast for a city)."
     )
 
 
@@ -169,9 +177,10 @@ async def test_arguments_that_are_not_an_object_are_answered_without_the_port(ar
     assert tools.requests == []
 
 
-async def test_a_tool_outside_the_tools_array_called_directly_is_unknown():
+async def test_a_tool_outside_the_tools_array_called_directly_is_pointed_to_call_tool():
     content, tools = await run("echo", '{"text": "x"}')
-    assert content.startswith("Unknown tool 'echo'")
+    assert content == ("Unknown tool 'echo' as a call of its own: call call_tool with the name "
+                       "'echo' and its arguments.")
     assert tools.requests == []
 
 

@@ -79,14 +79,15 @@ class ToolRunner:
                 session=session, call=number, tool=name, arguments=call.function.arguments
             )
             return ToolOutcome(name=name, response=await self.port.call(request, events))
-        return _ours(name, f"Unknown tool {name!r}: use find_tool to look for tools.")
+        return _ours(name, self.registry.unknown_tool_text(name, through_call_tool=False))
 
     async def _call_tool(
         self, arguments: dict[str, Any], *, session: str, number: int, events: EventSink
     ) -> ToolOutcome:
         target = arguments.get("name")
         if not isinstance(target, str) or not self.registry.is_discoverable(target):
-            return _ours(CALL_TOOL.name, self.registry.unknown_to_call_tool(target))
+            unknown = self.registry.unknown_tool_text(target, through_call_tool=True)
+            return _ours(CALL_TOOL.name, unknown)
         inner = arguments.get("arguments", {})
         if isinstance(inner, str):  # small models often send the object as JSON text
             inner = _object_or_none(inner)

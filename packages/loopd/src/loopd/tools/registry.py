@@ -60,8 +60,8 @@ NOTHING_MATCHES = (
     "No tool matches {query}. find_tool finds tools by what they do, not the text you want. "
     "Call find_tool again with one of these tool names: {tools}."
 )
-UNKNOWN_TO_CALL_TOOL = (
-    "Unknown tool {name} for call_tool. Call find_tool with one of these tool names to get its "
+UNKNOWN_TOOL = (
+    "Unknown tool {name}{where}. Call find_tool with one of these tool names to get its "
     "arguments: {tools}."
 )
 _FIRST_CLAUSE = re.compile(r"[.;:](?:\s|$)")
@@ -123,12 +123,17 @@ class Registry:
                 or _most_words(others, words, lambda s: first_clause(s.description))
                 or _most_words(others, words, lambda s: s.description))
 
-    def unknown_to_call_tool(self, name: object) -> str:
-        """What ``call_tool`` answers for a name it cannot reach: the tools it can, named, so a
-        small model that made a name up ("ls", "cat") has the real ones to pick from."""
+    def unknown_tool_text(self, name: object, *, through_call_tool: bool) -> str:
+        """What loopd answers for a tool it cannot run: a registry tool called on its own is
+        pointed to call_tool; any other name gets the tools call_tool reaches, named, so a
+        small model that made one up ("ls", "cat") has the real ones to pick from."""
+        where = " for call_tool" if through_call_tool else ""
+        if not through_call_tool and isinstance(name, str) and self.is_discoverable(name):
+            return (f"Unknown tool {name!r} as a call of its own: call call_tool with the name "
+                    f"{name!r} and its arguments.")
         if not self._discoverable():
-            return f"Unknown tool {name!r} for call_tool: there are no tools to call."
-        return UNKNOWN_TO_CALL_TOOL.format(name=repr(name), tools=self.named_tools())
+            return f"Unknown tool {name!r}{where}: there are no tools to call."
+        return UNKNOWN_TOOL.format(name=repr(name), where=where, tools=self.named_tools())
 
     def named_tools(self) -> str:
         """Every tool call_tool reaches, each named with the first clause of its description:
