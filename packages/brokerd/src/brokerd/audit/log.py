@@ -25,7 +25,16 @@ from bxcore.util import fsync_dir, now_rfc3339
 from pydantic import ValidationError
 
 from ..errors import AuditError
-from .records import GENESIS, DecisionEntry, Entry, RefusedEntry, ResultEntry, line_of, parse_line
+from .records import (
+    GENESIS,
+    DecisionEntry,
+    Entry,
+    LabelEntry,
+    RefusedEntry,
+    ResultEntry,
+    line_of,
+    parse_line,
+)
 from .verify import BadLink, Head, Line, check, diagnose
 
 _FILE = re.compile(r"\d{8}\.jsonl")
@@ -116,6 +125,11 @@ class AuditLog:
     async def refused(self, **fields: Any) -> RefusedEntry:
         entry = await self._append(RefusedEntry, fields)
         assert isinstance(entry, RefusedEntry)
+        return entry
+
+    async def label(self, **fields: Any) -> LabelEntry:
+        entry = await self._append(LabelEntry, fields)
+        assert isinstance(entry, LabelEntry)
         return entry
 
     async def _append(self, kind: type[Entry], fields: dict[str, Any]) -> Any:

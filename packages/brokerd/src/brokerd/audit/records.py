@@ -72,7 +72,23 @@ class RefusedEntry(Model):
     request_sha256: Text | None = None
 
 
-Entry = DecisionEntry | ResultEntry | RefusedEntry
+class LabelEntry(Model):
+    """The owner lowered a mount's label (``brokerd labels lower``; brokerd.labels): the path,
+    the label it had, the label it has now, and the user who ran the command."""
+
+    kind: Literal["label"] = "label"
+    seq: Annotated[int, Field(ge=1, strict=True)]
+    time: Time
+    prev: Text
+    path: Text
+    was_class: DataClass
+    was_untrusted: Flag
+    data_class: DataClass = Field(alias="class")
+    untrusted: Flag
+    by: Text
+
+
+Entry = DecisionEntry | ResultEntry | RefusedEntry | LabelEntry
 AuditEntry = Annotated[Entry, Field(discriminator="kind")]
 AUDIT_ENTRY: TypeAdapter[Entry] = TypeAdapter(AuditEntry)
 
