@@ -12,8 +12,12 @@ the layer that names who is refused. A peer is admitted when
    admits the roles meant to connect, see docs/decisions.md), as for approve.sock's
    ``local:socket``; or
 2. its uid is the listener's, one of the socket's ``uids`` (approve.sock: the ``local:<uid>``
-   approvers), or it is a member of the socket's ``group`` (primary, or supplementary as
-   ``/proc/<pid>/status`` lists them).
+   approvers), or it is a member of the socket's ``group`` (primary, from SO_PEERCRED, or
+   supplementary, from SO_PEERGROUPS).
+
+Both are the credentials the kernel captured when the peer connected, read from the socket
+itself: never from ``/proc/<pid>``, which by the time it is read may be another process that
+took the pid, or the same process after it changed its groups.
 
 So a root brokerd's sandboxed tool, which runs as ``[broker] sandbox_uid``, is refused by every
 socket. A non-root brokerd's tool runs as brokerd's own uid (in a user namespace, as loopd does
@@ -27,6 +31,7 @@ uid and pid, and the reason.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import socket
 import struct
@@ -42,7 +47,7 @@ _INITIAL_UID_MAP = ("0", "0", "4294967295")
 class Peer:
     pid: int  # 0 when the peer is in a PID namespace the listener cannot see
     uid: int
-    groups: frozenset[int]  # primary and supplementary gids (supplementary only when readable)
+    groups: frozenset[int]  # primary and supplementary gids, as they were at connect()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,20 +78,20 @@ def admit(peer: Peer, me: Listener, policy: PeerPolicy) -> str | None:
 
 def peer_of(sock: socket.socket) -> Peer:
     """The peer of a connected socket, with its supplementary groups."""
-    return _with_supplementary(_credentials(sock))
+    return _with_supplementary(sock, _credentials(sock))
 
 
 def check_peer(sock: socket.socket, me: Listener, policy: PeerPolicy) -> tuple[Peer, str | None]:
     """The peer of ``sock`` and why ``admit`` refuses it (None: admitted).
 
-    The supplementary groups are read (from ``/proc/<pid>/status``) only when the uid and
-    primary group do not admit the peer already: more groups can only admit, never refuse, so
-    the answer is the same, and the usual connection (a role's own uid) costs no file read.
-    inferproxy checks one connection per completion."""
+    The supplementary groups are read only when the uid and primary group do not admit the
+    peer already: more groups can only admit, never refuse, so the answer is the same, and the
+    usual connection (a role's own uid) costs one system call. inferproxy checks one connection
+    per completion."""
     peer = _credentials(sock)
     refused = admit(peer, me, policy)
     if refused is not None and policy.group is not None:
-        peer = _with_supplementary(peer)
+        peer = _with_supplementary(sock, peer)
         refused = admit(peer, me, policy)
     return peer, refused
 
@@ -98,8 +103,27 @@ def _credentials(sock: socket.socket) -> Peer:
     return Peer(pid=pid, uid=uid, groups=frozenset({gid}))
 
 
-def _with_supplementary(peer: Peer) -> Peer:
-    return dataclasses.replace(peer, groups=peer.groups | _supplementary(peer.pid))
+def _with_supplementary(sock: socket.socket, peer: Peer) -> Peer:
+    return dataclasses.replace(peer, groups=peer.groups | supplementary_groups(sock))
+
+
+# SO_PEERGROUPS (Linux 4.13): the peer's supplementary groups as the kernel captured them at
+# connect(), mapped into this process's user namespace. Python's socket module may not name it.
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
+# getsockopt's buffer: Python allows at most 1024 bytes, so 256 groups
+_GROUPS_BUFFER = 1024
+
+
+def supplementary_groups(sock: socket.socket) -> frozenset[int]:
+    """The peer's supplementary gids from the socket itself. A peer with more than 256 groups
+    (ERANGE) gets none: groups only ever admit, so the check fails closed."""
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, _GROUPS_BUFFER)
+    except OSError as exc:
+        if exc.errno == errno.ERANGE:
+            return frozenset()
+        raise
+    return frozenset(struct.unpack(f"{len(raw) // 4}I", raw[: len(raw) // 4 * 4]))
 
 
 def listener() -> Listener:
@@ -120,19 +144,7 @@ def overflow_uid(path: Path = OVERFLOW_UID_FILE) -> int:
         return DEFAULT_OVERFLOW_UID
 
 
-def _supplementary(pid: int) -> frozenset[int]:
-    if pid <= 0:
-        return frozenset()
-    try:
-        status = Path(f"/proc/{pid}/status").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return frozenset()
-    for line in status.splitlines():
-        if line.startswith("Groups:"):
-            return frozenset(int(g) for g in line.split()[1:] if g.isdigit())
-    return frozenset()
-
-
 __all__ = [
     "Listener", "Peer", "PeerPolicy", "admit", "check_peer", "listener", "overflow_uid", "peer_of",
+    "supplementary_groups",
 ]
