@@ -174,12 +174,21 @@ def test_a_line_that_is_not_a_record_is_named(tmp_path):
     assert [b.problem for b in found] == ["malformed"]
 
 
-def test_a_torn_last_line_is_refused_at_open(tmp_path):
+def test_a_torn_last_line_is_kept_aside_cut_off_and_recorded_at_open(tmp_path):
+    """A crash in the middle of a write leaves bytes that end no line: at open they move to a
+    file beside the log, are cut off, and a 'repaired' record says so; the chain is whole."""
     fill(tmp_path, count=2)
     last = log_files(tmp_path)[-1]
-    last.write_bytes(last.read_bytes()[:-5])
-    with pytest.raises(AuditError, match="torn"):
-        AuditLog(tmp_path)
+    data = last.read_bytes()
+    good = data[:-5].rfind(b"\n") + 1
+    last.write_bytes(data[:-5])
+    log = AuditLog(tmp_path)
+    (repair,) = [e for e in entries(tmp_path) if e.kind == "repaired"]
+    kept = tmp_path / repair.cut_kept
+    assert kept.read_bytes() == data[good:-5] and repair.cut_at == good
+    assert repair.cut_sha256 == sha256(data[good:-5]) and repair.cut_file == last.name
+    bad, head = verify(tmp_path)
+    assert bad == [] and head == log.head and head.count == 2
 
 
 def test_an_edited_last_record_is_refused_at_open(tmp_path):

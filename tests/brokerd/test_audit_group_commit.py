@@ -184,7 +184,7 @@ def test_a_failed_fsync_leaves_no_call_run_without_its_durable_record(tmp_path, 
     rig, witness = witnessed_rig(tmp_path, disk)
     outcomes = asyncio.run(sessions_calling(rig, calls_each=2))
     refused = [o for o in outcomes if isinstance(o, AuditError)]
-    assert refused and all("cannot append" in str(o) for o in refused)
+    assert refused and all("audit log cannot be written" in str(o) for o in refused)
     assert witness.unrecorded == []
     # What survives the crash is the durable part: every call that ran has its record there.
     durable = {(e.decision.session, e.decision.call) for e in disk.records()

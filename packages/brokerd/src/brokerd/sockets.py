@@ -32,7 +32,7 @@ from bxcore.tools import ToolRequest
 
 from .approvals import local_approver
 from .calls import Broker
-from .errors import ApprovalError
+from .errors import ApprovalError, AuditError
 
 log = logging.getLogger("brokerd.sockets")
 
@@ -101,6 +101,10 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
 
     try:
         response = await broker.call(request, waiting, LoopChildren(stream))
+    except AuditError as exc:  # its record could not be made durable (a full disk): not run
+        log.error("call %s/%s (%s): %s", request.session, request.call, request.tool, exc)
+        await stream.write(error_frame(ErrorCode.UNAVAILABLE, str(exc)))
+        return
     except Exception as exc:  # anything at all: the caller gets an answer, the log has the trace
         log.exception("call %s/%s (%s) failed", request.session, request.call, request.tool)
         await stream.write(error_frame(ErrorCode.INTERNAL, f"brokerd failed the call: "

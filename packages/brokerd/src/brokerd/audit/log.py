@@ -8,37 +8,50 @@ fsyncs are fewer than the records, and no caller goes on before its own record i
 
 A file is rotated when the next record would take it past ``rotate_bytes``; the new file's first
 record points at the old file's last, so the chain runs on. On open the log finds its head (the
-last record's seq and hash) by reading the end of the newest file. A newest file whose last line
-is torn (a crash mid-write) is refused, not repaired: ``brokerd audit verify`` names it.
+last record's seq and hash) by reading the newest file backwards to the newline before its last
+line (audit.tail), however long that record is. Every string of a record is bounded first
+(audit.bounds), so a record has a known maximum size whatever a model put in it.
+
+A write or fsync that fails (ENOSPC, EIO) fails its batch and every record after it, and the
+files are cut back to their length before the batch: the log never keeps a torn line or a
+record no caller was told is durable, and the next append, once the disk takes it, goes on
+from the last durable record with no restart. A torn end found at start-up (a crash in the
+middle of a write) is kept beside the log, cut off, and recorded (a ``repaired`` record).
+docs/decisions/audit-log-bounds.md says why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from bxcore.util import fsync_dir, now_rfc3339
+from bxcore.util import fsync_dir, now_rfc3339, sha256
 from pydantic import ValidationError
 
 from ..errors import AuditError
+from .bounds import RECORD_BYTES, bounded
 from .records import (
-    GENESIS,
     DecisionEntry,
     Entry,
     LabelEntry,
     RefusedEntry,
+    RepairedEntry,
     ResultEntry,
     line_of,
     parse_line,
 )
+from .space import DEFAULT_RESERVE, refuse_when_low
+from .tail import End, Tail, find_tail
 from .verify import BadLink, Head, Line, check, diagnose
 
+log = logging.getLogger("brokerd.audit")
+
 _FILE = re.compile(r"\d{8}\.jsonl")
-TAIL_READ = 64 * 1024
 
 
 def log_files(directory: Path) -> list[Path]:
@@ -90,27 +103,48 @@ def entries(
         yield entry
 
 
+class _Pending(NamedTuple):
+    line: bytes
+    durable: asyncio.Future[None]
+    seq: int
+    digest: str
+
+
 class AuditLog:
     """Appends records; the only writer of the audit directory. ``fsyncs`` counts the fsyncs
-    made (files and the directory), so a test or a benchmark can set them against records."""
+    made (files and the directory), so a test or a benchmark can set them against records.
+
+    ``reserve_bytes``: a call that can write to the audit directory's filesystem is not run
+    while less than this is free there (``check_room``)."""
 
     def __init__(self, directory: Path, *, rotate_bytes: int = 64 * 1024 * 1024,
+                 reserve_bytes: int = DEFAULT_RESERVE,
                  clock: Callable[[], str] = now_rfc3339):
         self.directory = directory
         self._rotate = rotate_bytes
+        self._reserve = reserve_bytes
         self._clock = clock
         self.fsyncs = 0
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
-        files = log_files(directory)
-        self._path = files[-1] if files else directory / f"{1:08d}.jsonl"
-        self._seq, self._head = self._find_head(files)
-        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
+        tail = find_tail(log_files(directory), directory)
+        self._end = tail.end  # what is on disk and fsynced; written by the writer thread only
+        self._path = tail.end.path
+        self._seq, self._head = tail.end.seq, tail.end.head
+        self._torn: list[tuple[Path, int]] = []  # files to cut back to a length before writing
+        self._pending: list[_Pending] = []
         self._writer: asyncio.Task[None] | None = None
-        self._broken: str | None = None
+        if tail.torn:
+            self._repair(tail)
 
     @property
     def head(self) -> Head:
         return Head(self._seq, self._head)
+
+    def check_room(self, writable: Iterable[Path]) -> None:
+        """Raise AuditError when a call that can write through one of ``writable`` (host paths)
+        would write to the filesystem of the audit log with less than the reserve free there:
+        the call is refused before it runs, so that a tool cannot take the log's last bytes."""
+        refuse_when_low(self.directory, writable, self._reserve)
 
     async def decision(self, **fields: Any) -> DecisionEntry:
         entry = await self._append(DecisionEntry, fields)
@@ -132,16 +166,22 @@ class AuditLog:
         assert isinstance(entry, LabelEntry)
         return entry
 
-    async def _append(self, kind: type[Entry], fields: dict[str, Any]) -> Any:
-        if self._broken is not None:
-            raise AuditError(self._broken)
-        entry = kind.model_validate(
-            {**fields, "seq": self._seq + 1, "prev": self._head, "time": self._clock()}
-        )
+    def _chain(self, kind: type[Entry], fields: dict[str, Any]) -> tuple[Entry, bytes, str]:
+        """The next record, its strings bounded (audit.bounds), its line and hash. Raises
+        AuditError, before it joins the chain, for a record that would still be too long."""
+        entry = bounded(kind.model_validate(
+            {**fields, "seq": self._seq + 1, "prev": self._head, "time": self._clock()}))
         line, digest = line_of(entry)
+        if len(line) > RECORD_BYTES:
+            raise AuditError(f"a {entry.kind} record of {len(line)} bytes is over the "
+                             f"{RECORD_BYTES}-byte bound of a record; not written")
+        return entry, line, digest
+
+    async def _append(self, kind: type[Entry], fields: dict[str, Any]) -> Any:
+        entry, line, digest = self._chain(kind, fields)
         self._seq, self._head = entry.seq, digest
         durable = asyncio.get_running_loop().create_future()
-        self._pending.append((line, durable))
+        self._pending.append(_Pending(line, durable, entry.seq, digest))
         if self._writer is None:
             self._start_writer()
         # Shielded: a caller that goes away does not take its record out of the batch.
@@ -162,7 +202,7 @@ class AuditLog:
         while self._pending:
             batch, self._pending = self._pending, []
             job = asyncio.get_running_loop().run_in_executor(
-                None, self._write, [line for line, _ in batch])
+                None, self._write, [p.line for p in batch], (batch[-1].seq, batch[-1].digest))
             try:
                 await asyncio.wait({job})  # neither raises the job's error nor cancels it
             except asyncio.CancelledError:
@@ -174,102 +214,128 @@ class AuditLog:
             if not self._settle(batch, job):
                 return
 
-    def _settle(self, batch: list[tuple[bytes, asyncio.Future[None]]],
-                job: asyncio.Future[None]) -> bool:
+    def _settle(self, batch: list[_Pending], job: asyncio.Future[None]) -> bool:
         """Each record of a written batch is durable; a batch that failed, whatever the
         exception (no caller may wait for ever), fails with every record after it."""
         exc = job.exception()
         if exc is None:
-            for _, durable in batch:
-                durable.set_result(None)
+            for pending in batch:
+                pending.durable.set_result(None)
             return True
         failure = exc if isinstance(exc, AuditError) else AuditError(
-            f"{self._path}: cannot append: {exc!r}")
+            f"the audit log cannot be written ({exc!r}): no call runs until it can be")
         self._fail(batch + self._pending, failure)
         return False
 
-    def _fail(self, waiting: list[tuple[bytes, asyncio.Future[None]]], exc: AuditError) -> None:
+    def _fail(self, waiting: list[_Pending], exc: AuditError) -> None:
         """A batch that could not be written fails with every record chained after it; the
-        chain goes on from what the disk holds, or, if that cannot be read, no record is taken
-        until brokerd restarts."""
+        chain goes on from the last durable record, which is where the file was cut back to
+        (or will be, before the next write: see ``_cut_back``)."""
         self._pending = []
-        for _, durable in waiting:
-            durable.set_exception(exc)
-        try:
-            files = log_files(self.directory)
-            self._path = files[-1] if files else self.directory / f"{1:08d}.jsonl"
-            self._seq, self._head = self._find_head(files)
-        except AuditError as unreadable:
-            self._broken = f"{exc}; and then: {unreadable}"
+        for pending in waiting:
+            pending.durable.set_exception(exc)
+        self._path, self._seq, self._head = self._end.path, self._end.seq, self._end.head
 
-    def _write(self, lines: list[bytes]) -> None:
-        """Append ``lines`` in order, rotating as each needs, with one fsync per file written
-        (and one of the directory when a file was created). Runs in a worker thread."""
+    def _write(self, lines: list[bytes], last: tuple[int, str]) -> None:
+        """Append ``lines`` in order (``last``: the seq and hash of the last one), rotating as
+        each needs, with one fsync per file written (and one of the directory when a file was
+        created). Runs in a worker thread.
+        On any failure every file is cut back to its length before the batch, so the log
+        never keeps a torn or unacknowledged line, and AuditError says why."""
+        self._cut_back()
+        touched: list[tuple[Path, int]] = []
         try:
-            size = self._path.stat().st_size
-        except FileNotFoundError:
-            size = 0
-        created, chunk = size == 0, list[bytes]()
-        for line in lines:
-            if size and size + len(line) > self._rotate:
-                self._write_file(b"".join(chunk), created)
-                self._path = self._path.with_name(f"{int(self._path.stem) + 1:08d}.jsonl")
-                created, chunk, size = True, [], 0
-            chunk.append(line)
-            size += len(line)
-        self._write_file(b"".join(chunk), created)
+            size = _size(self._path)
+            created, chunk = size == 0, list[bytes]()
+            touched.append((self._path, size))
+            for line in lines:
+                if size and size + len(line) > self._rotate:
+                    self._write_file(b"".join(chunk), created)
+                    self._path = self._path.with_name(f"{int(self._path.stem) + 1:08d}.jsonl")
+                    created, chunk, size = True, [], 0
+                    touched.append((self._path, 0))
+                chunk.append(line)
+                size += len(line)
+            self._write_file(b"".join(chunk), created)
+        except OSError as exc:
+            log.error("%s: cannot append: %s; the batch is cut back", self._path, exc.strerror)
+            self._torn = touched
+            self._cut_back(quietly=True)
+            raise AuditError(f"the audit log cannot be written ({exc.strerror}): no call runs "
+                             "until it can be") from None
+        self._end = End(self._path, size, *last)
+
+    def _cut_back(self, *, quietly: bool = False) -> None:
+        """Cut each file a failed write touched back to its length before it, and fsync it.
+        What cannot be cut now is cut before the next write; until then nothing is written
+        (``quietly``: leave that to the next write instead of raising)."""
+        while self._torn:
+            path, size = self._torn[-1]
+            try:
+                if _size(path) > size:
+                    with path.open("r+b") as handle:
+                        handle.truncate(size)
+                        os.fsync(handle.fileno())
+            except OSError as exc:
+                if quietly:
+                    return
+                raise AuditError(f"the audit log cannot be written (cutting back a failed "
+                                 f"write: {exc.strerror}): no call runs until it can be") from None
+            self._torn.pop()
 
     def _write_file(self, data: bytes, created: bool) -> None:
         if not data:  # the batch's first record opened a new file
             return
+        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
         try:
-            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+            self.fsyncs += 1
+        finally:
+            os.close(fd)
+        if created:
+            fsync_dir(self.directory)
+            self.fsyncs += 1
+
+    def _repair(self, tail: Tail) -> None:
+        """Start-up found bytes after the newest file's last newline: a write a crash cut short,
+        never acknowledged (its caller never went on). They are kept beside the log, cut off,
+        and a ``repaired`` record saying so is appended, so the chain shows the repair. Raises
+        AuditError (brokerd does not start) when that cannot be done, say on a full disk."""
+        path, at = tail.end.path, tail.end.size
+        kept = path.with_name(f"{path.name}.torn-{at}")
+        try:
+            fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                os.write(fd, tail.torn)
                 os.fsync(fd)
-                self.fsyncs += 1
             finally:
                 os.close(fd)
-            if created:
-                fsync_dir(self.directory)
-                self.fsyncs += 1
+            fsync_dir(self.directory)
         except OSError as exc:
-            raise AuditError(f"{self._path}: cannot append: {exc.strerror}") from None
-
-    def _find_head(self, files: list[Path]) -> tuple[int, str]:
-        for path in reversed(files):
-            last = _last_line(path)
-            if last is None:
-                continue
-            try:
-                entry, stored = parse_line(last)
-            except ValueError:
-                raise AuditError(f"{path}: the last line is not an audit record; run "
-                                 "'brokerd audit verify'") from None
-            if line_of(entry)[1] != stored:
-                raise AuditError(f"{path}: the last record (seq {entry.seq}) does not match "
-                                 "its hash; run 'brokerd audit verify'")
-            return entry.seq, stored
-        return 0, GENESIS
+            raise AuditError(f"{path}: ends in {len(tail.torn)} torn bytes that cannot be kept "
+                             f"in {kept.name} ({exc.strerror}); free space and start again"
+                             ) from None
+        log.warning("%s: %d torn bytes at its end (a write cut short) moved to %s",
+                    path, len(tail.torn), kept.name)
+        self._torn = [(path, at)]
+        entry, line, digest = self._chain(RepairedEntry, {
+            "cut_file": path.name, "cut_at": at, "cut_bytes": len(tail.torn),
+            "cut_sha256": sha256(tail.torn), "cut_kept": kept.name})
+        try:
+            self._write([line], (entry.seq, digest))
+        except AuditError as exc:
+            raise AuditError(f"{path}: cannot repair its torn end: {exc}") from None
+        self._seq, self._head = entry.seq, digest
 
 
-def _last_line(path: Path) -> bytes | None:
-    """The last line of a file, or None when it is empty. A torn last line is refused."""
+def _size(path: Path) -> int:
     try:
-        with path.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            if size == 0:
-                return None
-            handle.seek(max(0, size - TAIL_READ))
-            tail = handle.read()
-    except OSError as exc:
-        raise AuditError(f"{path}: cannot read: {exc.strerror}") from None
-    if not tail.endswith(b"\n"):
-        raise AuditError(f"{path}: the last line is torn (no newline at the end); "
-                         "run 'brokerd audit verify'")
-    return tail[:-1].rsplit(b"\n", 1)[-1]
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _first_problem(exc: ValueError) -> str:

@@ -88,7 +88,24 @@ class LabelEntry(Model):
     by: Text
 
 
-Entry = DecisionEntry | ResultEntry | RefusedEntry | LabelEntry
+class RepairedEntry(Model):
+    """brokerd found the newest file ending in bytes that are not a whole line (a write cut
+    short by a crash) and cut them off before appending again: which file, at what length,
+    how many bytes, their hash, and the file beside the log that keeps them (brokerd.audit.log).
+    Its members sort before ``hash``, as verify's fast check needs a member there."""
+
+    kind: Literal["repaired"] = "repaired"
+    seq: Annotated[int, Field(ge=1, strict=True)]
+    time: Time
+    prev: Text
+    cut_file: Text
+    cut_at: Count
+    cut_bytes: Count
+    cut_sha256: Text
+    cut_kept: Text
+
+
+Entry = DecisionEntry | ResultEntry | RefusedEntry | LabelEntry | RepairedEntry
 AuditEntry = Annotated[Entry, Field(discriminator="kind")]
 AUDIT_ENTRY: TypeAdapter[Entry] = TypeAdapter(AuditEntry)
 

@@ -32,9 +32,10 @@ Problem = Literal["malformed", "edited", "deleted", "inserted", "reordered"]
 Line = tuple[str, int, bytes]  # file name, line number (from 1), the line's bytes
 
 # The members every record has, in canonical (sorted) order right after its nested objects:
-# hash, kind, prev, seq, with plain members of a name between "prev" and "seq" (a refused
-# record's reason and request hash) before seq. A JSON string cannot hold an unescaped quote,
-# so in a canonical line the last ',"hash":"' is the record's own, and the link members follow.
+# hash, kind, prev, seq, with plain members of a name between "kind" and "prev" (a label
+# record's path) or between "prev" and "seq" (a refused record's reason and request hash).
+# A JSON string cannot hold an unescaped quote, so in a canonical line the last ',"hash":"' is
+# the record's own, and the link members follow.
 _HASH_KEY = b',"hash":"'
 # Every kind a record may have, from the record types themselves: a kind left out here would
 # send an honest log to the slow path, and its head would be counted short.
@@ -43,9 +44,11 @@ _KINDS = b"|".join(re.escape(get_args(kind.model_fields["kind"].annotation)[0].e
 # The plain members never take "seq" itself (canonical keys are unique): without that
 # look-ahead the loop took seq and time as members, failed at the end of the record and
 # backtracked, four times the cost of the rest of the match.
+_MEMBER = rb'"[a-z0-9_]+":(?:"(?:[^"\\]|\\.)*"|null|-?[0-9]+|true|false),'
 _LINK = re.compile(rb',"hash":"sha256:([0-9a-f]{64})","kind":"(?:' + _KINDS + rb')",'
+                   rb'(?:(?!"prev":)' + _MEMBER + rb')*'
                    rb'"prev":"(sha256:[0-9a-f]{64})",'
-                   rb'(?:(?!"seq":)"[a-z0-9_]+":(?:"(?:[^"\\]|\\.)*"|null|-?[0-9]+|true|false),)*'
+                   rb'(?:(?!"seq":)' + _MEMBER + rb')*'
                    rb'"seq":([1-9][0-9]{0,18}),')
 _HASH_MEMBER = len(b',"hash":"sha256:"') + 64
 

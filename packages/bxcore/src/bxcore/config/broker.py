@@ -81,6 +81,9 @@ class BrokerSection(Section):
     sandbox_uid: Annotated[int, Field(ge=1, le=2**31 - 1)] = DEFAULT_SANDBOX_UID
     result_cap: Annotated[int, Field(ge=64)] = 16 * 1024  # bytes of a result's content kept
     audit_rotate_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024 * 1024
+    # A call that can write to the audit log's filesystem is not run with less than this free
+    # there (0: no check); docs/decisions/audit-log-bounds.md
+    audit_reserve_bytes: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
 
     def grants_dir(self) -> Path:
         return self.grants or Path("/etc/boxmaker/grants")
