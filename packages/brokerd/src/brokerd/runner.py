@@ -136,6 +136,7 @@ class Runner:
 
     async def _run_sandboxed(self, decision: Decision, request: ToolRequest) -> ToolResponse:
         try:
+            self._audit.check_room(m.source for m in decision.mounts if m.writable)
             return (await self._backend.run(decision)).as_response()
         except BoxmakerError as exc:
             log.warning("call %s/%s (%s) could not run: %s",

@@ -107,7 +107,8 @@ def build(config: Config, backend: Sandbox) -> Broker:
         log.warning("[broker] approvers is empty: every 'ask' call will expire and be denied")
     secrets = SecretStore(config.secrets)
     secrets.warn_plaintext()
-    audit = AuditLog(audit_dir(config), rotate_bytes=section.audit_rotate_bytes)
+    audit = AuditLog(audit_dir(config), rotate_bytes=section.audit_rotate_bytes,
+                     reserve_bytes=section.audit_reserve_bytes)
     taints = TaintStore(taint_dir(config))
     logged = (e for e in entries(audit_dir(config), newest_only=True) if e.kind == "result")
     for session in reconcile(((e.session, e.data_class, e.untrusted) for e in logged), taints):
