@@ -6,7 +6,9 @@ import asyncio
 import json
 from pathlib import Path
 
+from brokerd.grantstore import resolve_paths
 from brokerd.policy._decision import Decision, mint
+from brokerd.policy._opened import OPENED_ARGUMENT, place
 from brokerd.sandbox import Mount, Sandbox, SandboxLimits, SandboxOutcome, SandboxSpec
 from bxcore.tools import DecisionRecord
 
@@ -23,7 +25,13 @@ def decide(spec: SandboxSpec) -> Decision:
 
 
 def spec(program: str, arguments: str, **fields) -> SandboxSpec:
+    """A spec as policy would make it; for a file tool, its path resolved here and placed in
+    ``mounts`` as brokerd does (``OpenedPath``), with no globs."""
     fields.setdefault("limits", SandboxLimits(timeout_s=30.0))
+    if (name := OPENED_ARGUMENT.get(program)) is not None and "opened" not in fields:
+        resolved = resolve_paths(json.loads(arguments), frozenset({name})).get(name)
+        fields["opened"] = None if resolved is None else place(resolved,
+                                                               fields.get("mounts", ()))
     return SandboxSpec(program=program, arguments=arguments, **fields)
 
 

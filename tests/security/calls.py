@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from brokerd.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, ToolOutput
+from brokerd.sandbox.spec import OpenedPath
 from bxcore.tools import DataClass
 from sandbox.helpers import decide
 from support.egress import recording_egress
@@ -49,6 +50,7 @@ def spec_to_json(spec: SandboxSpec) -> str:
                    for m in spec.mounts],
         "hosts": list(spec.hosts), "workdir": spec.workdir, "limits": asdict(spec.limits),
         "data_class": spec.data_class.value,
+        "opened": None if spec.opened is None else asdict(spec.opened),
     })
 
 
@@ -60,6 +62,8 @@ def spec_from_json(text: str) -> SandboxSpec:
                            writable=m["writable"]) for m in data["mounts"]),
         hosts=tuple(data["hosts"]), workdir=data["workdir"], limits=SandboxLimits(**data["limits"]),
         data_class=DataClass(data["data_class"]),
+        opened=None if data["opened"] is None else OpenedPath(
+            **{**data["opened"], "globs": tuple(data["opened"]["globs"])}),
     )
 
 

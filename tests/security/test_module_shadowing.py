@@ -15,10 +15,11 @@ import json
 import pytest
 from sandbox.helpers import rw, spec
 
-# The toolkit's own imports (main, result, fs, shell, net) and the standard modules they pull.
+# The toolkit's own imports (main, result, fs, beneath, shell, net) and the standard modules
+# they pull (ctypes: openat2, imported once the call has moved to its workdir).
 SHADOWED = ("json", "argparse", "re", "subprocess", "socket", "base64", "hashlib", "toolkit",
             "typing", "dataclasses", "pathlib", "fnmatch", "urllib", "http", "ssl", "select",
-            "threading", "glob", "shutil", "tempfile", "encodings")
+            "threading", "glob", "shutil", "tempfile", "encodings", "ctypes", "beneath")
 PLANT = """\
 import os, sys
 open(os.path.join({granted!r}, "RAN-" + __name__), "w").close()

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 from ._validate import validate
+from .beneath import Opened
 from .result import DATA_CLASSES, Context, ToolError, UsageError
 from .table import BY_NAME, schemas
 
@@ -24,12 +26,15 @@ MAX_ARGUMENTS = 1024 * 1024
 EXIT_OUT_OF_MEMORY = 3
 
 
-# The options brokerd passes (``_call.toolkit_args``): each takes one value, ``--root`` may
-# repeat. Parsed by hand, not with argparse: argparse, with the gettext, shutil and locale it
-# loads, was a third of the program's start (``python -X importtime``).
+# The options brokerd passes (``_call.toolkit_args``): each takes one value, ``--root`` and
+# ``--glob`` may repeat. ``--beneath``, ``--relative``, ``--host-path`` and ``--glob`` say where
+# the path a file tool opens is (``beneath.Opened``). Parsed by hand, not with argparse:
+# argparse, with the gettext, shutil and locale it loads, was a third of the program's start
+# (``python -X importtime``).
 _OPTIONS = {"--class": "data_class", "--root": "root", "--cap": "cap",
             "--proxy-socket": "proxy_socket", "--settings": "settings", "--workdir": "workdir",
-            "--out": "out"}  # fmt: skip
+            "--out": "out", "--beneath": "beneath", "--relative": "relative",
+            "--host-path": "host_path", "--glob": "glob"}  # fmt: skip
 
 
 class _Options:
@@ -43,6 +48,10 @@ class _Options:
         self.settings: str | None = None
         self.workdir: str | None = None
         self.out: str | None = None
+        self.beneath: str | None = None
+        self.relative = ""
+        self.host_path = ""
+        self.glob: list[str] = []
 
 
 def _parse(argv: list[str]) -> _Options:
@@ -66,8 +75,8 @@ def _parse(argv: list[str]) -> _Options:
             value = next(items, None)  # type: ignore[assignment]
             if value is None:
                 raise UsageError(f"bx-tool: option {flag}: expected one argument")
-        if field == "root":
-            options.root.append(value)
+        if field in ("root", "glob"):
+            getattr(options, field).append(value)
         elif field == "cap":
             try:
                 options.cap = int(value)
@@ -121,6 +130,7 @@ def _run(argv: list[str]) -> int:
         cap=options.cap,
         egress=bool(options.proxy_socket),
         settings=_settings(options.settings),
+        opened=_opened(options),
     )
     return _emit(run(context, arguments).as_json(), 0)
 
@@ -134,6 +144,16 @@ def _arguments(text: str | None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"arguments: not JSON: {exc}") from None
+
+
+def _opened(options: _Options) -> Opened | None:
+    if options.beneath is None:
+        return None
+    try:
+        globs = tuple(re.compile(glob, re.DOTALL) for glob in options.glob)
+    except re.error as exc:
+        raise UsageError(f"bx-tool: option --glob: not a regular expression: {exc}") from None
+    return Opened(options.beneath, options.relative, options.host_path, globs)
 
 
 def _settings(text: str | None) -> dict[str, Any]:

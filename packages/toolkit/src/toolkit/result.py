@@ -6,6 +6,8 @@ TYPE_CHECKING = False  # neither typing nor dataclasses is imported at run time 
 if TYPE_CHECKING:
     from typing import Any
 
+    from .beneath import Opened
+
 DATA_CLASSES = ("public", "private", "secret")
 
 
@@ -26,7 +28,7 @@ class UsageError(ToolError):
 class Context:
     """What brokerd tells the program about its call, on the command line, never in env."""
 
-    __slots__ = ("cap", "data_class", "egress", "roots", "settings")
+    __slots__ = ("cap", "data_class", "egress", "opened", "roots", "settings")
 
     def __init__(
         self,
@@ -37,12 +39,16 @@ class Context:
         # Tool settings from brokerd's config (``--settings``, a JSON object), e.g. consult's
         # endpoint. Configuration only: secrets come as files, never here.
         settings: dict[str, Any] | None = None,
+        # The path a file tool opens, as brokerd decided it (``beneath.Opened``); None for
+        # other tools, and file tools then open nothing.
+        opened: Opened | None = None,
     ):
         self.data_class = data_class
         self.roots = roots
         self.cap = cap
         self.egress = egress
         self.settings: dict[str, Any] = {} if settings is None else settings
+        self.opened = opened
 
 
 class Result:

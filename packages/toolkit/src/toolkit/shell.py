@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 
-from .fs import resolve_inside
 from .result import Context, Result, ToolError, make_result
 
 TYPE_CHECKING = False  # typing is not imported at run time (the call's start)
@@ -14,6 +13,20 @@ if TYPE_CHECKING:
     from typing import Any
 
 _CHUNK = 64 * 1024
+
+
+def resolve_inside(context: Context, path: str) -> str:
+    """The fully resolved ``path``, or ToolError if it is relative or outside every root. The
+    working directory only: the command itself may open anything its mounts hold, so resolving
+    here (rather than opening below the mount, as the file tools do) gives nothing away."""
+    if not os.path.isabs(path):
+        raise ToolError(f"{path!r}: paths must be absolute")
+    real = os.path.realpath(path)
+    for root in context.roots:
+        base = os.path.realpath(root)
+        if real == base or real.startswith(base.rstrip("/") + "/"):
+            return real
+    raise ToolError(f"{path!r} is outside the granted paths")
 
 
 def run(context: Context, args: dict[str, Any]) -> Result:

@@ -35,6 +35,7 @@ from ..taint import Taint
 from ._arguments import NOT_AN_OBJECT, CallArguments
 from ._decision import Decision, mint
 from ._match import host_allowed, host_of
+from ._opened import OPENED_ARGUMENT, opened_path
 from .grants import ArgumentConstraint, Grant
 
 MEMORY_GRANT = "builtin:memory"
@@ -47,6 +48,8 @@ def path_arguments(tool: str, grants: tuple[Grant, ...]) -> frozenset[str]:
     """Argument names that some grant for ``tool`` constrains by path: the shell resolves
     exactly these before calling ``decide``."""
     names: set[str] = set()
+    if (opened := OPENED_ARGUMENT.get(tool)) is not None:
+        names.add(opened)  # the sandbox opens it as resolved here (``_opened``)
     for grant in grants:
         if grant.applies_to(tool):
             names |= grant.path_arguments
@@ -106,7 +109,8 @@ def decide(
         return mint(record("deny", chosen.name, f"grant {chosen.name} denies it"), None)
     reason = f"grant {chosen.name} allows it" if verdict == "allow" else \
         f"grant {chosen.name} allows it once the owner approves"
-    return mint(record(verdict, chosen.name, reason), _spec(chosen, request, secrets, setup))
+    spec = _spec(chosen, request, secrets, setup, resolved_paths)
+    return mint(record(verdict, chosen.name, reason), spec)
 
 
 def _miss(
@@ -180,7 +184,7 @@ def _argument_miss(
 
 
 def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret],
-          setup: ToolSettings | None) -> SandboxSpec:
+          setup: ToolSettings | None, resolved_paths: Mapping[str, str]) -> SandboxSpec:
     return SandboxSpec(
         program=request.tool,
         arguments=request.arguments,
@@ -193,6 +197,7 @@ def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret],
         limits=grant.limits,
         data_class=grant.result_class,
         settings=setup.text if setup is not None else None,
+        opened=opened_path(request.tool, grant, resolved_paths),
     )
 
 

@@ -68,6 +68,10 @@ def toolkit_args(spec: SandboxSpec) -> list[str]:
         args += ["--workdir", spec.workdir]
     if spec.settings is not None:
         args += ["--settings", spec.settings]
+    if (opened := spec.opened) is not None:
+        # --opt=value: a relative path may be empty or start with "-"
+        args += [f"--beneath={opened.root}", f"--relative={opened.relative}",
+                 f"--host-path={opened.host_path}", *(f"--glob={g}" for g in opened.globs)]
     return args
 
 

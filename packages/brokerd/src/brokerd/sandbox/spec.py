@@ -21,6 +21,18 @@ class Mount:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OpenedPath:
+    """The path a file tool opens, as policy decided it: brokerd resolved the call's ``path`` on
+    the host and matched that, so the tool opens exactly it, below the mount it lies in and
+    following no symlink (``toolkit.beneath``), never the model's text resolved again."""
+
+    root: str  # the mount's target inside the sandbox
+    relative: str  # the resolved path below the mount's source ("" for the source itself)
+    host_path: str  # the resolved path on the host, what the globs match
+    globs: tuple[str, ...] = ()  # the deciding grant's regexes for the path; () for none
+
+
+@dataclass(frozen=True, kw_only=True)
 class SandboxLimits:
     memory_mb: int = 256
     pids: int = 64
@@ -46,6 +58,9 @@ class SandboxSpec:
     # The tool's settings from brokerd's config as JSON text (``bx-tool --settings``), e.g.
     # consult's endpoint. Configuration, never secrets; None for tools that have none.
     settings: str | None = None
+    # Where a file tool's path is (fs.read, fs.list, fs.search, fs.write); None for other tools,
+    # or when the path is in no mount of the grant (the tool then opens nothing).
+    opened: OpenedPath | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
