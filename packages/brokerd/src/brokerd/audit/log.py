@@ -273,9 +273,12 @@ class AuditLog:
             path, size = self._torn[-1]
             try:
                 if _size(path) > size:
-                    with path.open("r+b") as handle:
-                        handle.truncate(size)
-                        os.fsync(handle.fileno())
+                    os.truncate(path, size)
+                    fd = os.open(path, os.O_WRONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
             except OSError as exc:
                 if quietly:
                     return
