@@ -13,6 +13,7 @@ from brokerd.approvals import ApprovalBook, ApprovalDesk
 from brokerd.audit import AuditLog
 from brokerd.calls import Broker
 from brokerd.grantstore import GrantStore
+from brokerd.labelstore import LabelStore
 from brokerd.memory import MemoryClient
 from brokerd.policy import Decision
 from brokerd.runner import Runner
@@ -88,7 +89,8 @@ def make_rig(tmp_path: Path, *, approvers: frozenset[str] = frozenset({"owner"})
                         waiting_interval=0.05)
     backend = ScriptedBackend()
     runner = Runner(backend=backend, memory=MemoryClient(memory or tmp_path / "no-memory.sock"),
-                    audit=audit, taints=taints, result_cap=1024, clock=lambda: NOW)
+                    audit=audit, taints=taints, labels=LabelStore(home / "broker" / "labels.jsonl"),
+                    result_cap=1024, clock=lambda: NOW)
     broker = Broker(grants=GrantStore(grants), audit=audit, taints=taints, desk=desk,
                     runner=runner, secrets=SecretStore({}), clock=lambda: NOW)
     return Rig(home, grants, backend, broker, book)

@@ -1,6 +1,6 @@
 """A call's arguments are parsed once, where the call enters brokerd (``Broker.call``), and every
 step after takes the parsed ``CallArguments``: ``decide`` (which stays pure and parses nothing),
-the path resolution before it, the runner's provenance (the path a tool writes), the egress log
+the path resolution before it, the runner, the egress log
 (what ``consult`` sends) and the delegate order. Bad JSON still gets the same refusal."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from brokerd.audit import entries
 from brokerd.egresslog import ConsultEgress, read_egress_log
+from brokerd.labelstore import LabelStore
 from brokerd.memory import MemoryClient
 from brokerd.policy import CallArguments, decide, parse_grant
-from brokerd.provenance import ProvenanceStore
 from brokerd.runner import Runner
 from brokerd.taint import CLEAN
 from brokerd_support import NOW, make_rig, request, serve, write
@@ -114,8 +114,8 @@ def test_one_call_over_broker_sock_parses_its_arguments_once_at_every_step(
     broker._runner = Runner(  # the runner with every step that reads the arguments
         backend=rig.backend, memory=MemoryClient(tmp_path / "no-memory.sock"),
         audit=broker.audit, taints=broker.taints, result_cap=1024,
-        consult=ConsultEgress(CONSULT, tmp_path / "egress"),
-        provenance=ProvenanceStore(tmp_path / "provenance.jsonl"))
+        labels=LabelStore(tmp_path / "labels.jsonl"),
+        consult=ConsultEgress(CONSULT, tmp_path / "egress"))
     calls = [
         request("fs.write", json.dumps({"path": f"{work}/a.md", "text": "x"}), call=1,
                 session="s1"),

@@ -28,6 +28,7 @@ from brokerd.audit import AuditLog
 from brokerd.calls import Broker
 from brokerd.egresslog import CONSULT, ConsultEgress
 from brokerd.grantstore import GrantStore
+from brokerd.labelstore import LabelStore
 from brokerd.memory import MemoryClient
 from brokerd.runner import Runner
 from brokerd.sandbox import BubblewrapSandbox
@@ -247,7 +248,8 @@ def make_rig(tmp_path: Path, section: ConsultSection, host: str = CLOUD) -> Cons
                                 egress_resolver={host: "127.0.0.1"})
     egress = ConsultEgress(section, home / "egress")
     runner = Runner(backend=sandbox, memory=MemoryClient(tmp_path / "no-memory.sock"),
-                    audit=audit, taints=taints, result_cap=65536, consult=egress)
+                    audit=audit, taints=taints, labels=LabelStore(home / "broker" / "labels.jsonl"),
+                    result_cap=65536, consult=egress)
     broker = Broker(grants=GrantStore(grants), audit=audit, taints=taints, desk=desk,
                     runner=runner, secrets=store, clock=lambda: datetime.now(UTC),
                     configured={CONSULT: egress.settings})

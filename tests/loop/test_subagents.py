@@ -19,6 +19,7 @@ from brokerd.approvals import ApprovalBook, ApprovalDesk
 from brokerd.audit import AuditLog, entries
 from brokerd.calls import Broker
 from brokerd.grantstore import GrantStore
+from brokerd.labelstore import LabelStore
 from brokerd.memory import MemoryClient
 from brokerd.policy import Decision
 from brokerd.runner import Runner
@@ -103,7 +104,8 @@ async def rig(tmp_path: Path, inference, grants: dict[str, str] = GRANTS):
                         waiting_interval=0.02)
     backend = Backend()
     runner = Runner(backend=backend, memory=MemoryClient(tmp_path / "no-memory.sock"),
-                    audit=audit, taints=taints, result_cap=4096)
+                    audit=audit, taints=taints, labels=LabelStore(tmp_path / "labels.jsonl"),
+                    result_cap=4096)
     broker = Broker(grants=GrantStore(tmp_path / "grants"), audit=audit, taints=taints,
                     desk=desk, runner=runner, secrets=SecretStore({}),
                     clock=lambda: datetime.now(UTC))

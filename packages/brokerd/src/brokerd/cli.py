@@ -6,18 +6,22 @@ import asyncio
 import json
 import logging
 import os
+import pwd
 from pathlib import Path
 
 import click
 from bxcore.config import Config, load_config
 from bxcore.errors import BoxmakerError
+from bxcore.tools import DataClass
 
 from . import sockets, wiring
-from .audit import entries, verify
+from .audit import AuditLog, entries, verify
 from .errors import BrokerError, JobError
 from .explain import explain_grant
-from .grantstore import load_grants
+from .grantstore import load_grants, real_path
 from .jobs import check_schedule, job_path, job_paths, read_job
+from .labels import Label
+from .labelstore import LabelStore, held
 from .taint import TaintStore, rebuild
 
 CONFIG = click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -48,8 +52,9 @@ def serve(config_path: Path) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = _config(config_path)
     try:
-        broker = wiring.build(config, wiring.backend_for(config))
-        asyncio.run(sockets.serve(broker, config, config_path))
+        with held(wiring.labels_lock(config)):  # no label is lowered while calls run
+            broker = wiring.build(config, wiring.backend_for(config))
+            asyncio.run(sockets.serve(broker, config, config_path))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -148,6 +153,61 @@ def taint_rebuild(config_path: Path, out: Path | None) -> None:
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{len(written)} taint file(s) written to {store.directory}")
+
+
+@main.group()
+def labels() -> None:
+    """The labels on writable mounts: the highest class, and trust, of what flowed into each."""
+
+
+@labels.command("show")
+@CONFIG
+@JSON
+def labels_show(config_path: Path, as_json: bool) -> None:
+    """Print every writable mount's label (read-only; brokerd may be running).
+
+    Example: brokerd labels show --json
+    """
+    try:
+        found = LabelStore(wiring.labels_file(_config(config_path))).labels()
+    except BrokerError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({path: {"class": label.data_class.value,
+                                      "untrusted": label.untrusted}
+                               for path, label in found.items()}, sort_keys=True))
+    for path, label in ([] if as_json else sorted(found.items())):
+        click.echo(f"{path}: {label.describe()}")
+
+
+@labels.command("lower")
+@CONFIG
+@click.argument("path")
+@click.option("--class", "data_class", required=True,
+              type=click.Choice([c.value for c in DataClass]), help="The class it holds now.")
+@click.option("--trusted/--untrusted", required=True,
+              help="Whether what it holds now is trusted.")
+def labels_lower(config_path: Path, path: str, data_class: str, trusted: bool) -> None:
+    """Lower a writable mount's label once you have checked what it holds. Audited (a 'label'
+    record); brokerd must be stopped, so that no call is running.
+
+    Example: brokerd labels lower ~/work/inbox --class public --trusted
+    """
+    config = _config(config_path)
+    target = real_path(os.path.expanduser(path))
+    to = Label(DataClass(data_class), not trusted)
+    by = pwd.getpwuid(os.getuid()).pw_name
+    try:
+        with held(wiring.labels_lock(config)):
+            store = LabelStore(wiring.labels_file(config))
+            was = store.check_lower(target, to)
+            asyncio.run(AuditLog(wiring.audit_dir(config)).label(
+                path=target, was_class=was.data_class, was_untrusted=was.untrusted,
+                untrusted=to.untrusted, by=by, **{"class": to.data_class}))
+            store.lower(target, to, by=by)
+    except BrokerError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{target}: {was.describe()} -> {to.describe()} (audited)")
 
 
 @main.group()

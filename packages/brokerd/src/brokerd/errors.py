@@ -8,8 +8,9 @@
     ├── TaintError          a session's taint file is unreadable or invalid (names the file)
     ├── EgressLogError      the egress log cannot be appended to or read (names the file,
     │                       line); an outbound call whose payload cannot be logged is not run
-    ├── ProvenanceError     the provenance file (what tools wrote, and from which session)
-    │                       cannot be read or appended to (names the file, line)
+    ├── LabelError          the mount labels (labels.jsonl) cannot be read or appended to
+    │                       (names the file, line); a call whose raises cannot be written
+    │                       does not run
     └── ApprovalError       an approval answer that does not count (the peer did it wrong)
         ├── UnknownApproval     no pending approval has this id (never issued, or already used)
         ├── ApprovalMismatch    the id was issued for another call (tool or arguments differ)
@@ -55,7 +56,7 @@ class EgressLogError(BrokerError):
     pass
 
 
-class ProvenanceError(BrokerError):
+class LabelError(BrokerError):
     pass
 
 

@@ -14,12 +14,20 @@ class, since whatever was attached came from the session.
 
 ``delegate`` runs a child session through the caller (``brokerd.delegate``); its answer is
 labelled with the child's taint.
+
+Every sandboxed call is bracketed by the mount labels (brokerd.labels): before it starts, what
+it can write is raised (durably) to its session's taint, its grant's result label and the labels
+of everything it can read; when it ends, its result is raised to the labels of everything it
+could read. A call whose raises cannot be written does not run.
+
+Every allowed call that reaches the runner ends in an audited result and a taint update,
+whatever goes wrong on the way: an unexpected exception is logged as brokerd's own bug and the
+call's result is "failed".
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
@@ -33,31 +41,19 @@ from bxcore.util import format_rfc3339, sha256
 from .audit import AuditLog
 from .delegate import Children, run_delegate
 from .egresslog import CONSULT, ConsultEgress
-from .errors import EgressLogError, ProvenanceError
-from .grantstore import real_path
+from .errors import EgressLogError, LabelError
+from .labels import Label, Reach
+from .labelstore import LabelStore
 from .policy import CallArguments, Decision
-from .provenance import Mark, ProvenanceStore
 from .sandbox import Sandbox
 from .taint import Taint, TaintStore
 
 log = logging.getLogger("brokerd.runner")
 
 
-
 class MemoryPort(Protocol):
     async def call(self, decision: Decision, request: ToolRequest, taint: Taint) -> ToolResponse:
         ...
-
-
-def _path_argument(arguments: CallArguments) -> str | None:
-    """The call's ``path`` argument resolved on the host, or None when it has none usable."""
-    value = arguments.get("path")
-    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
-        return None
-    try:
-        return real_path(value)
-    except ValueError:
-        return None
 
 
 def not_run(why: str) -> ToolResponse:
@@ -68,13 +64,29 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def reach_of(decision: Decision, taint: Taint) -> Reach:
+    """What the call's sandbox reaches, and the floor of what it writes: the session's taint
+    joined with the label its grant gives its results."""
+    result_class, untrusted = decision.result_label
+    floor = Label(taint.highest or DataClass.PUBLIC, taint.untrusted).join(
+        Label(result_class, untrusted))
+    return Reach(mounts=frozenset(str(m.source) for m in decision.mounts),
+                 writes=frozenset(str(m.source) for m in decision.mounts if m.writable),
+                 floor=floor)
+
+
+def raised_to(answer: ToolResponse, label: Label) -> ToolResponse:
+    return answer.model_copy(update={"data_class": max(answer.data_class, label.data_class),
+                                     "untrusted": answer.untrusted or label.untrusted})
+
+
 class Runner:
     def __init__(self, *, backend: Sandbox, memory: MemoryPort, audit: AuditLog,
-                 taints: TaintStore, result_cap: int, consult: ConsultEgress | None = None,
-                 provenance: ProvenanceStore | None = None,
+                 taints: TaintStore, labels: LabelStore, result_cap: int,
+                 consult: ConsultEgress | None = None,
                  clock: Callable[[], datetime] = _utc_now):
         self._backend = backend
-        self._provenance = provenance
+        self._labels = labels
         self._consult = consult
         self._memory = memory
         self._audit = audit
@@ -90,49 +102,45 @@ class Runner:
         decision.verify()
         if decision.record.call != request.call or decision.record.session != request.session:
             raise BoxmakerError("the Decision was made for another call")
-        if request.tool in MEMORY_TOOLS:
-            answer = await self._memory.call(decision, request, taint)
-        elif request.tool == CLOCK.name:
-            decision.authorize()
-            answer = plain_response("ok", format_rfc3339(self._clock()))
-        elif request.tool == DELEGATE:
-            answer = await run_delegate(request, arguments, taint, children=children,
-                                        audit=self._audit,
-                                        taints=self._taints)
-        elif request.tool == CONSULT:
-            answer = await self._run_consult(decision, request, arguments, taint)
-        elif self._provenance is None:
-            answer = await self._run_sandboxed(decision, request)
-        else:
-            answer = await self._run_tracked(decision, request, arguments, taint,
-                                             self._provenance)
+        try:
+            answer = await self._dispatch(decision, request, arguments, taint, children)
+        except Exception as exc:  # whatever broke, the allowed call gets its audited result
+            log.exception("call %s/%s (%s) failed inside brokerd: a bug in brokerd",
+                          request.session, request.call, request.tool)
+            answer = not_run(f"brokerd failed while running the call ({type(exc).__name__}); "
+                             "this is a bug in brokerd, and its log has the details")
         return await self._finish(request, answer)
 
-    async def _run_tracked(self, decision: Decision, request: ToolRequest,
-                           arguments: CallArguments, taint: Taint, provenance: ProvenanceStore
-                           ) -> ToolResponse:
-        """Run a sandboxed call; its result carries the marks of what it can read, and what it
-        wrote is marked with what the session had seen (brokerd.provenance)."""
-        mounts = decision.mounts
-        seen = provenance.seen_by(request.tool, _path_argument(arguments),
-                                  [m.source for m in mounts])
-        started = time.time_ns()
-        answer = await self._run_sandboxed(decision, request)
-        if seen is not None:
-            answer = answer.model_copy(update={
-                "data_class": max(answer.data_class, seen.data_class),
-                "untrusted": answer.untrusted or seen.untrusted})
-        writable = [m.source for m in mounts if m.writable]
-        if writable:
-            mark = Mark(taint.highest or DataClass.PUBLIC, taint.untrusted or answer.untrusted)
-            try:
-                provenance.record(writable, started, mark, session=request.session,
-                                  call=request.call)
-            except ProvenanceError as exc:
-                log.error("call %s/%s: what it wrote is not marked: %s",
-                          request.session, request.call, exc)
-                answer = answer.model_copy(update={"untrusted": True})
-        return answer
+    async def _dispatch(self, decision: Decision, request: ToolRequest,
+                        arguments: CallArguments, taint: Taint,
+                        children: Children | None) -> ToolResponse:
+        if request.tool in MEMORY_TOOLS:
+            return await self._memory.call(decision, request, taint)
+        if request.tool == CLOCK.name:
+            decision.authorize()
+            return plain_response("ok", format_rfc3339(self._clock()))
+        if request.tool == DELEGATE:
+            return await run_delegate(request, arguments, taint, children=children,
+                                      audit=self._audit, taints=self._taints)
+        if request.tool == CONSULT:
+            return await self._run_consult(decision, request, arguments, taint)
+        return await self._run_labelled(decision, request, taint)
+
+    async def _run_labelled(self, decision: Decision, request: ToolRequest,
+                            taint: Taint) -> ToolResponse:
+        """Run a sandboxed call inside its labels (brokerd.labels): what it can write is raised
+        before it starts, and its result is raised to what it could read when it ends."""
+        try:
+            running = self._labels.start(reach_of(decision, taint), session=request.session,
+                                         call=request.call)
+        except LabelError as exc:
+            log.error("call %s/%s not run: %s", request.session, request.call, exc)
+            return not_run(f"Nothing ran: the mount labels cannot be written: {exc}")
+        try:
+            answer = await self._run_sandboxed(decision, request)
+        finally:
+            read = self._labels.finish(running)
+        return raised_to(answer, read)
 
     async def _run_sandboxed(self, decision: Decision, request: ToolRequest) -> ToolResponse:
         try:
@@ -152,7 +160,7 @@ class Runner:
         except EgressLogError as exc:
             log.error("consult call %s/%s not sent: %s", request.session, request.call, exc)
             return not_run(f"Nothing was sent: the egress log cannot be written: {exc}")
-        answer = await self._run_sandboxed(decision, request)
+        answer = await self._run_labelled(decision, request, taint)
         floor = taint.highest
         if floor is not None and floor > answer.data_class:
             answer = answer.model_copy(update={"data_class": floor})
@@ -162,11 +170,14 @@ class Runner:
         content, cut = cap_text(answer.content, self._cap)
         response = answer.model_copy(update={"content": content,
                                              "truncated": answer.truncated or cut})
-        await self._audit.result(
-            session=request.session, call=request.call, tool=request.tool,
-            status=response.status, untrusted=response.untrusted, truncated=response.truncated,
-            content_sha256=sha256(response.content.encode("utf-8")),
-            **{"class": response.data_class},
-        )
-        self._taints.record(request.session, response.data_class, response.untrusted)
+        try:
+            await self._audit.result(
+                session=request.session, call=request.call, tool=request.tool,
+                status=response.status, untrusted=response.untrusted,
+                truncated=response.truncated,
+                content_sha256=sha256(response.content.encode("utf-8")),
+                **{"class": response.data_class},
+            )
+        finally:  # a result the log could not take still raises the session's taint
+            self._taints.record(request.session, response.data_class, response.untrusted)
         return response

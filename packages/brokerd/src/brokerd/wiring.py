@@ -2,8 +2,9 @@
 approval desk, the runner, the grants, and the Broker (calls.py) over them. No socket is opened
 here: sockets.py binds broker.sock and approve.sock.
 
-State under ``[paths] home``: ``audit/`` (the hash-chained log), ``broker/sessions/`` (taint)
-and ``egress/`` (every consult payload, when ``[consult]`` is configured).
+State under ``[paths] home``: ``audit/`` (the hash-chained log), ``broker/sessions/`` (taint),
+``broker/labels.jsonl`` (the mount labels, brokerd.labels) and ``egress/`` (every consult
+payload, when ``[consult]`` is configured).
 Grants are read from ``[broker] grants``; an empty or missing directory is not fatal: brokerd
 starts, denies every call, and says so loudly.
 """
@@ -25,9 +26,9 @@ from .audit import AuditLog, entries
 from .calls import Broker
 from .egresslog import CONSULT, ConsultEgress
 from .grantstore import GrantStore, real_path
+from .labelstore import LabelStore
 from .memory import MemoryClient
 from .policy._protected import Protected
-from .provenance import ProvenanceStore
 from .runner import Runner
 from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
 from .sandbox._workspace import default_scratch_root
@@ -44,8 +45,13 @@ def taint_dir(config: Config) -> Path:
     return config.paths.home / "broker" / "sessions"
 
 
-def provenance_file(config: Config) -> Path:
-    return config.paths.home / "broker" / "provenance.jsonl"
+def labels_file(config: Config) -> Path:
+    return config.paths.home / "broker" / "labels.jsonl"
+
+
+def labels_lock(config: Config) -> Path:
+    """Held by ``brokerd serve`` while it runs, and by ``brokerd labels lower``."""
+    return config.paths.home / "broker" / "labels.lock"
 
 
 def egress_dir(config: Config) -> Path:
@@ -122,8 +128,8 @@ def build(config: Config, backend: Sandbox) -> Broker:
                                                                  egress_dir(config))
     runner = Runner(backend=backend,
                     memory=MemoryClient(config.served("memory").path),
-                    audit=audit, taints=taints, result_cap=section.result_cap, consult=consult,
-                    provenance=ProvenanceStore(provenance_file(config)), clock=now)
+                    audit=audit, taints=taints, labels=LabelStore(labels_file(config)),
+                    result_cap=section.result_cap, consult=consult, clock=now)
     grants = GrantStore(section.grants_dir(), harness_paths(config, os.environ))
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,

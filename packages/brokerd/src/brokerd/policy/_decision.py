@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import weakref
 
-from bxcore.tools import DecisionRecord
+from bxcore.tools import DataClass, DecisionRecord
 
 from ..errors import NotAuthorized
 from ..sandbox.spec import Mount, SandboxSpec
@@ -48,6 +48,14 @@ class Decision:
         """What the call's sandbox mounts (none for a denial): to know what it can read and
         write. Information only; running still needs ``authorize()``."""
         return self._spec.mounts if self._spec is not None else ()
+
+    @property
+    def result_label(self) -> tuple[DataClass, bool]:
+        """The label its grant gives the call's results: the class, and whether they are
+        untrusted (a call with egress is, whatever the tool says). Information only."""
+        if self._spec is None:
+            return DataClass.PUBLIC, False
+        return self._spec.data_class, bool(self._spec.hosts)
 
     @property
     def allowed(self) -> bool:

@@ -1,0 +1,168 @@
+"""The mount labels on disk and the calls running now: the thin shell over brokerd.labels.
+
+``<home>/broker/labels.jsonl`` holds one canonical JSON line per change, appended and fsynced:
+a raise (the session and call that caused it) or the owner's lowering. Replayed in order at
+start, the lines give every root's label; a torn last line (a crash mid-append, before its call
+started) is skipped, and cut off before the next append. The file is plain for the owner to
+read; ``brokerd labels show`` prints it as labels.
+
+``start`` and ``finish`` bracket each sandboxed call. Both run under one lock, so a call's
+raises, their propagation through the running calls and its registration as running are one
+step, and the file holds the raises before ``start`` returns (before the sandbox exists).
+``brokerd serve`` holds ``labels.lock`` for its lifetime, so the owner's ``lower`` runs only
+while no call does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from bxcore._base import Count, Flag, Model, Text
+from bxcore.canonical import canonical_json
+from bxcore.tools import DataClass
+from bxcore.util import fsync_dir
+from pydantic import Field, ValidationError
+
+from .errors import LabelError
+from .labels import Label, Reach, seen, settle
+
+
+class LabelLine(Model):
+    """One line of labels.jsonl. A raise joins ``path``'s label with this one; a lowering
+    (``lowered``) sets it to this one."""
+
+    path: Text
+    data_class: DataClass = Field(alias="class")
+    untrusted: Flag
+    lowered: Flag = False
+    session: Text | None = None  # the call whose start raised it
+    call: Count | None = None
+    by: Text | None = None  # the user who lowered it
+
+    @property
+    def label(self) -> Label:
+        return Label(self.data_class, self.untrusted)
+
+
+class LabelStore:
+    def __init__(self, path: Path):
+        self.path = path
+        self._labels: dict[str, Label] = {}
+        self._running: dict[int, Reach] = {}
+        self._tokens = itertools.count(1)
+        self._lock = threading.Lock()
+        self._whole = 0  # bytes up to the end of the last whole line
+        for line in self._read():
+            old = self._labels.get(line.path)
+            self._labels[line.path] = line.label if line.lowered or old is None \
+                else old.join(line.label)
+
+    def labels(self) -> dict[str, Label]:
+        with self._lock:
+            return dict(self._labels)
+
+    def start(self, reach: Reach, *, session: str, call: int) -> int:
+        """Raise what ``reach`` writes, and what every running call that can read it writes,
+        durably; register the call as running. A token for ``finish``. LabelError when the
+        raises cannot be written: then nothing is raised and the call must not run."""
+        with self._lock:
+            changes = settle(self._labels, [*self._running.values(), reach])
+            self._append([LabelLine.model_validate({
+                "path": path, "class": label.data_class, "untrusted": label.untrusted,
+                "session": session, "call": call}) for path, label in sorted(changes.items())])
+            self._labels.update(changes)
+            token = next(self._tokens)
+            self._running[token] = reach
+            return token
+
+    def finish(self, token: int) -> Label:
+        """The label of everything the call could read, now that it has ended."""
+        with self._lock:
+            reach = self._running.pop(token)
+            return seen(self._labels, reach.mounts)
+
+    def lower(self, path: str, to: Label, *, by: str) -> Label:
+        """Set ``path``'s label to ``to`` (at most what it is); the label it had. Only while no
+        call runs: ``brokerd labels lower`` takes ``labels.lock`` first."""
+        with self._lock:
+            old = self.check_lower(path, to)
+            self._append([LabelLine.model_validate({
+                "path": path, "class": to.data_class, "untrusted": to.untrusted,
+                "lowered": True, "by": by})])
+            self._labels[path] = to
+            return old
+
+    def check_lower(self, path: str, to: Label) -> Label:
+        """The label ``path`` has, when ``lower(path, to)`` may set it; LabelError otherwise."""
+        if self._running:
+            raise LabelError("a label is lowered only while no call runs")
+        old = self._labels.get(path)
+        if old is None:
+            raise LabelError(f"{path}: no label (labelled: {', '.join(self._labels) or 'none'})")
+        if not old.covers(to):
+            raise LabelError(f"{path}: {to.describe()} is not lower than {old.describe()}")
+        return old
+
+    def _read(self) -> Iterator[LabelLine]:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise LabelError(f"{self.path}: cannot read: {exc.strerror}") from None
+        lines = data.split(b"\n")
+        self._whole = len(data) - len(lines[-1])  # a last line without its newline is torn
+        for number, raw in enumerate(lines[:-1], start=1):
+            try:
+                yield LabelLine.model_validate_json(raw)
+            except ValidationError as exc:
+                raise LabelError(f"{self.path}:{number}: not a label line: "
+                                 f"{exc.errors()[0]['msg']}") from None
+
+    def _append(self, lines: list[LabelLine]) -> None:
+        if not lines:
+            return
+        data = b"".join(canonical_json(line) + b"\n" for line in lines)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+            created = not self.path.exists()
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o640)
+            try:
+                os.ftruncate(fd, self._whole)  # a torn tail, from a crash or a failed append
+                os.lseek(fd, self._whole, os.SEEK_SET)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                fsync_dir(self.path.parent)
+        except OSError as exc:
+            raise LabelError(f"{self.path}: cannot append: {exc.strerror}") from None
+        self._whole += len(data)
+
+
+@contextlib.contextmanager
+def held(lock_path: Path) -> Iterator[None]:
+    """Hold ``lock_path`` exclusively (``brokerd serve`` for its lifetime, ``labels lower``
+    while it writes); LabelError when another process holds it."""
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o640)
+    except OSError as exc:
+        raise LabelError(f"{lock_path}: cannot open: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LabelError(f"{lock_path}: held by a running brokerd; stop it first") from None
+        yield
+    finally:
+        os.close(fd)
