@@ -1,0 +1,191 @@
+"""The real Honcho for memoryd's tests: started once per test session (tests/memory/conftest.py)
+from what scripts/honcho-server.sh installed, with bxctl's recipe (bxctl/stack/honcho.py), so
+the tests meet the server `bxctl up --honcho` runs.
+
+Each test takes a fresh workspace, so tests share the server without seeing each other's
+messages. The API process can be killed and started again (the server down mid-sync) or
+paused with SIGSTOP (a server too slow to answer: the request stays in its socket and is
+served when it is continued).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from bxctl.stack.honcho import (
+    Command,
+    HonchoServer,
+    HonchoStartError,
+    wait_http,
+    wait_postgres,
+)
+from support.llama import LlamaUnavailable, llama_paths
+from support.requires import setup_done
+
+REPO = Path(__file__).resolve().parents[2]
+STOP_WAIT = 20.0
+
+
+def honcho_install() -> Path:
+    """What scripts/honcho-server.sh prints (it installs once, then answers in a second)."""
+    result = subprocess.run([str(REPO / "scripts" / "honcho-server.sh")], capture_output=True,
+                            text=True, check=False)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        tail = "\n".join(result.stderr.strip().splitlines()[-5:])
+        raise HonchoStartError(f"scripts/honcho-server.sh failed ({result.returncode}): {tail}")
+    return Path(lines[-1])
+
+
+def unavailable(reason: str) -> None:
+    """Skip where setup did not run; fail where it did (it installs all of this)."""
+    if setup_done():
+        pytest.fail(f"the real Honcho cannot start, but setup ran: {reason}", pytrace=False)
+    pytest.skip(f"the real Honcho cannot start: {reason}")
+
+
+@dataclass
+class RealHoncho:
+    server: HonchoServer
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    started_in: float = 0.0  # seconds from nothing to every part answering
+    api_starts: list[float] = field(default_factory=list)  # seconds, each API (re)start
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def spawn(self, command: Command) -> subprocess.Popen[bytes]:
+        with (self.server.logs / f"{command.name}.log").open("ab") as log:
+            process = subprocess.Popen(command.argv, cwd=command.cwd, env=command.env,
+                                       stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes[command.name] = process
+        return process
+
+    def start(self) -> None:
+        began = time.monotonic()
+        server = self.server
+        server.prepare()
+        llm, embed = self.spawn(server.llm_command()), self.spawn(server.embed_command())
+        postgres = self.spawn(server.postgres_command())
+        wait_postgres(server, lambda: postgres.poll() is None)
+        server.migrate()
+        self.spawn(server.deriver_command())
+        self.start_api()
+        for name, process, port in (("honcho-llm", llm, server.ports.llm),
+                                    ("honcho-embed", embed, server.ports.embed)):
+            wait_http(f"http://127.0.0.1:{port}/health", lambda p=process: p.poll() is None,
+                      name, server.logs / f"{name}.log")
+        self.started_in = time.monotonic() - began
+
+    def start_api(self) -> None:
+        began = time.monotonic()
+        api = self.spawn(self.server.api_command())
+        wait_http(f"{self.url}/health", lambda: api.poll() is None, "Honcho's API",
+                  self.server.logs / "honcho-api.log")
+        self.api_starts.append(time.monotonic() - began)
+
+    def kill_api(self) -> None:
+        """The server gone at once, mid-request or not (SIGKILL: nothing is flushed)."""
+        process = self.processes.pop("honcho-api")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The API frozen (SIGSTOP) inside the block: a request sent now waits in its socket
+        and is served when the block ends."""
+        process = self.processes["honcho-api"]
+        os.killpg(process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(process.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        for name in reversed(list(self.processes)):
+            process = self.processes.pop(name)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGCONT)
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.server.cleanup()
+
+    def log(self, name: str = "honcho-api", lines: int = 30) -> str:
+        path = self.server.logs / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -- the judge: what the real server holds ----------------------------------------------
+
+    def request(self, method: str, path: str, body: Any = None,
+                params: dict[str, Any] | None = None) -> httpx.Response:
+        with httpx.Client(base_url=self.url, timeout=120, trust_env=False) as client:
+            return client.request(method, path, json=body, params=params)
+
+    def sessions(self, workspace: str) -> list[str]:
+        names, page = [], 1
+        while True:
+            body = self.request("POST", f"/v3/workspaces/{workspace}/sessions/list", {},
+                                {"page": page, "size": 100}).json()
+            names += [s["id"] for s in body["items"]]
+            if page >= body["pages"]:
+                return names
+            page += 1
+
+    def messages(self, workspace: str) -> list[dict[str, Any]]:
+        """Every message of every session of ``workspace``, as the server lists them."""
+        found = []
+        for session in self.sessions(workspace):
+            page = 1
+            while True:
+                body = self.request(
+                    "POST", f"/v3/workspaces/{workspace}/sessions/{session}/messages/list", {},
+                    {"page": page, "size": 100}).json()
+                found += body["items"]
+                if page >= body["pages"]:
+                    break
+                page += 1
+        return found
+
+
+def new_workspace() -> str:
+    return f"bx-{secrets.token_hex(6)}"
+
+
+def start_real_honcho(work: Path) -> RealHoncho:
+    try:
+        binary, models = llama_paths()
+        install = honcho_install()
+    except (LlamaUnavailable, HonchoStartError) as exc:
+        unavailable(str(exc))
+        raise
+    real = RealHoncho(HonchoServer(install=install, work=work, llama_server=binary,
+                                   models=models))
+    try:
+        real.start()
+    except BaseException:
+        logs = {name: real.log(name, 15) for name in list(real.processes)}
+        real.stop()
+        print(json.dumps(logs, indent=1))  # shown by pytest with the failure
+        raise
+    return real
