@@ -1,0 +1,185 @@
+"""The mount labels' shell (brokerd.labelstore), the runner around it, and the owner's command:
+raises on disk before the call's backend runs, replayed at start, a torn tail cut off; every
+allowed call audited whatever the backend raises; ``brokerd labels lower`` audited, and refused
+while brokerd runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import hypothesis.strategies as st
+import pytest
+from brokerd.audit import entries
+from brokerd.cli import main
+from brokerd.errors import LabelError
+from brokerd.labels import PLAIN, Label, Reach
+from brokerd.labelstore import LabelStore, held
+from brokerd.policy import Decision
+from brokerd_support import call_tool, make_rig, request, write
+from bxcore.tools import DataClass, ToolResponse
+from click.testing import CliRunner
+from hypothesis import given, settings
+from support.brokerd import start
+
+SECRET = Label(DataClass.SECRET, False)
+WRITES_WORK = Reach(frozenset({"/work", "/data"}), frozenset({"/work"}), SECRET)
+
+
+def test_raises_are_on_disk_when_start_returns_and_replayed_at_start(tmp_path):
+    store = LabelStore(tmp_path / "labels.jsonl")
+    token = store.start(WRITES_WORK, session="s", call=1)
+    assert LabelStore(tmp_path / "labels.jsonl").labels() == {"/work": SECRET}
+    assert store.finish(token) == SECRET
+    (line,) = (tmp_path / "labels.jsonl").read_text().splitlines()
+    assert json.loads(line) == {"path": "/work", "class": "secret", "untrusted": False,
+                                "lowered": False, "session": "s", "call": 1, "by": None}
+
+
+def test_a_torn_last_line_is_skipped_then_cut_off_and_a_bad_middle_line_is_named(tmp_path):
+    path = tmp_path / "labels.jsonl"
+    store = LabelStore(path)
+    store.finish(store.start(WRITES_WORK, session="s", call=1))
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"path": "/other", "cla')  # a crash mid-append
+    again = LabelStore(path)
+    assert again.labels() == {"/work": SECRET}
+    untrusted = Reach(frozenset({"/in"}), frozenset({"/in"}), Label(DataClass.PUBLIC, True))
+    again.finish(again.start(untrusted, session="t", call=2))
+    assert LabelStore(path).labels() == {"/work": SECRET, "/in": Label(DataClass.PUBLIC, True)}
+    path.write_bytes(b'{"nope": 1}\n' + whole)
+    with pytest.raises(LabelError, match=f"{path}:1: not a label line"):
+        LabelStore(path)
+
+
+def test_the_owner_lowers_only_what_is_labelled_only_downwards_and_only_while_nothing_runs(
+        tmp_path):
+    store = LabelStore(tmp_path / "labels.jsonl")
+    token = store.start(WRITES_WORK, session="s", call=1)
+    with pytest.raises(LabelError, match="while no call runs"):
+        store.lower("/work", PLAIN, by="owner")
+    store.finish(token)
+    with pytest.raises(LabelError, match="/nowhere: no label"):
+        store.lower("/nowhere", PLAIN, by="owner")
+    assert store.lower("/work", Label(DataClass.PRIVATE), by="owner") == SECRET
+    with pytest.raises(LabelError, match="not lower"):
+        store.lower("/work", Label(DataClass.PRIVATE, True), by="owner")
+    assert LabelStore(tmp_path / "labels.jsonl").labels() == {"/work": Label(DataClass.PRIVATE)}
+
+
+def test_the_lock_has_one_holder(tmp_path):
+    with held(tmp_path / "labels.lock"), pytest.raises(LabelError, match="running brokerd"), \
+            held(tmp_path / "labels.lock"):
+        pass
+
+
+# --- the runner: every allowed call is audited, whatever breaks --------------------------------
+
+FILES_GRANT = """
+    tools = ["fs.write"]
+    mode = "auto"
+    classes = ["public", "private", "secret"]
+    result_class = "private"
+    [sandbox]
+    mounts = [{{ path = "{work}", write = true }}]
+"""
+FAILURES = st.sampled_from([UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates"),
+                            KeyError("x"), OSError(5, "EIO"), ValueError("bad"),
+                            RuntimeError("boom"), AssertionError(), RecursionError(),
+                            ZeroDivisionError(), TypeError("t"), MemoryError()])
+
+
+class RaisingBackend:
+    def __init__(self, failure: BaseException, labels_file: Path):
+        self.failure = failure
+        self.labels_file = labels_file
+        self.seen_on_disk: list[dict[str, object]] = []
+
+    async def run(self, decision: Decision):
+        decision.authorize()
+        self.seen_on_disk = [json.loads(x) for x in self.labels_file.read_text().splitlines()]
+        raise self.failure
+
+
+def rig_with(tmp_path: Path, backend):
+    rig = make_rig(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    write(rig.grants, "files.toml", FILES_GRANT.format(work=work))
+    rig.broker._runner._backend = backend
+    return rig, work
+
+
+def one_call(rig, tmp_path: Path, session: str, call: int) -> ToolResponse:
+    async def body():
+        servers = await start(rig.broker, tmp_path / "b.sock", tmp_path / "a.sock")
+        try:
+            frames = await call_tool(tmp_path / "b.sock", request(
+                "fs.write", json.dumps({"path": "/w/x", "text": "x"}), call=call,
+                session=session))
+        finally:
+            for server in servers:
+                server.close()
+        return frames[-1].parse(ToolResponse)
+
+    return asyncio.run(body())
+
+
+@settings(max_examples=10)
+@given(failure=FAILURES, call=st.integers(1, 10**6))
+def test_a_backend_that_raises_anything_still_gives_an_audited_failed_result(
+        tmp_path_factory, failure, call):
+    tmp_path = tmp_path_factory.mktemp("raising")
+    home = tmp_path / "home"
+    backend = RaisingBackend(failure, home / "broker" / "labels.jsonl")
+    rig, work = rig_with(tmp_path, backend)
+    answer = one_call(rig, tmp_path, "s1", call)
+    assert answer.status == "failed" and "bug in brokerd" in answer.content
+    assert type(failure).__name__ in answer.content
+    # the raise was durable before the backend ran: the session's class was the grant's
+    assert backend.seen_on_disk == [{"path": str(work), "class": "private", "untrusted": False,
+                                     "lowered": False, "session": "s1", "call": call,
+                                     "by": None}]
+    results = [e for e in entries(rig.audit_dir) if e.kind == "result"]
+    assert [(r.call, r.status) for r in results] == [(call, "failed")]
+    assert (rig.taint_dir / "s1.json").exists()
+
+
+def test_a_call_whose_raises_cannot_be_written_does_not_run_and_is_audited(tmp_path):
+    rig, _work = rig_with(tmp_path, RaisingBackend(RuntimeError("ran"), tmp_path / "none"))
+    (rig.home / "broker" / "labels.jsonl").mkdir(parents=True)  # cannot be appended to
+    answer = one_call(rig, tmp_path, "s1", 1)
+    assert answer.status == "failed" and "mount labels cannot be written" in answer.content
+    assert [e.status for e in entries(rig.audit_dir) if e.kind == "result"] == ["failed"]
+
+
+# --- the owner's command -----------------------------------------------------------------------
+
+
+def test_labels_show_and_an_audited_lower(tmp_path):
+    config = write(tmp_path, "config.toml", f"""
+        [paths]
+        home = "{tmp_path / 'home'}"
+        run = "{tmp_path / 'run'}"
+        [broker]
+        grants = "{tmp_path / 'grants'}"
+    """)
+    store = LabelStore(tmp_path / "home" / "broker" / "labels.jsonl")
+    store.finish(store.start(WRITES_WORK, session="s", call=1))
+    cli = CliRunner()
+    shown = cli.invoke(main, ["labels", "show", "--config", str(config), "--json"])
+    assert json.loads(shown.output) == {"/work": {"class": "secret", "untrusted": False}}
+    with held(tmp_path / "home" / "broker" / "labels.lock"):  # brokerd serve holds it
+        busy = cli.invoke(main, ["labels", "lower", "/work", "--class", "public", "--trusted",
+                                 "--config", str(config)])
+    assert busy.exit_code == 1 and "stop it first" in busy.output
+    lowered = cli.invoke(main, ["labels", "lower", "/work", "--class", "public", "--trusted",
+                                "--config", str(config)])
+    assert lowered.exit_code == 0, lowered.output
+    (record,) = entries(tmp_path / "home" / "audit")
+    assert (record.kind, record.path, record.was_class, record.data_class) == \
+        ("label", "/work", DataClass.SECRET, DataClass.PUBLIC)
+    assert cli.invoke(main, ["audit", "verify", "--config", str(config)]).exit_code == 0
+    assert LabelStore(tmp_path / "home" / "broker" / "labels.jsonl").labels() == \
+        {"/work": PLAIN}
