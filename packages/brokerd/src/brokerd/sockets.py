@@ -32,7 +32,7 @@ from bxcore.tools import ToolRequest
 
 from .approvals import local_approver
 from .calls import Broker
-from .errors import ApprovalError, AuditError
+from .errors import ApprovalError, AuditError, TaintError
 
 log = logging.getLogger("brokerd.sockets")
 
@@ -101,7 +101,7 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
 
     try:
         response = await broker.call(request, waiting, LoopChildren(stream))
-    except AuditError as exc:  # its record could not be made durable (a full disk): not run
+    except (AuditError, TaintError) as exc:  # brokerd's state cannot be written (a full disk)
         log.error("call %s/%s (%s): %s", request.session, request.call, request.tool, exc)
         await stream.write(error_frame(ErrorCode.UNAVAILABLE, str(exc)))
         return

@@ -46,7 +46,11 @@ class TaintStore:
         # mkdir's mode applies to the leaf only: broker/ would be born 0755 from the umask.
         self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         self.directory.mkdir(exist_ok=True, mode=0o750)
-        write_durably(self.path(session), encode_taint(session, taint), mode=0o640)
+        try:
+            write_durably(self.path(session), encode_taint(session, taint), mode=0o640)
+        except OSError as exc:  # a full disk: the result is not given, brokerd does not start
+            raise TaintError(f"the taint of session {session} cannot be written "
+                             f"({exc.strerror}); brokerd's state filesystem needs room") from None
 
 
 def replay(results: Iterable[tuple[str, DataClass, bool]]) -> dict[str, Taint]:
