@@ -39,8 +39,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 IN, OUT = "IN-CANARY", "OUT-CANARY"
-EXAMPLES = by_profile(short=3, long=200)
-CALLS = st.lists(st.sampled_from(["fs.read", "fs.list", "fs.search"]), min_size=1, max_size=3)
+EXAMPLES = by_profile(short=2, long=200)
+# (tool, from pub's top): fs.list and fs.search on the swapped directory (or the file's), or on
+# pub, so a walk meets the swap below where it started
+CALLS = st.lists(st.tuples(st.sampled_from(["fs.read", "fs.list", "fs.search"]), st.booleans()),
+                 min_size=1, max_size=3)
 
 # Exchanges argv[1] and argv[2] (renameat2 RENAME_EXCHANGE) while told "go", until "stop";
 # then leaves both as they were and answers how many exchanges it made.
@@ -141,10 +144,12 @@ mounts = [{{ path = "{mount}" }}]
     return path
 
 
-def arguments_for(tool: str, file: Path, component: Path) -> dict[str, str]:
+def arguments_for(tool: str, top: bool, mount: Path, file: Path, component: Path
+                  ) -> dict[str, str]:
     if tool == "fs.read":
         return {"path": str(file)}
-    where = str(component if component.name.startswith("d") else component.parent)
+    where = str(mount / "pub" if top
+                else component if component.name.startswith("d") else component.parent)
     return {"path": where, "pattern": "CANARY"} if tool == "fs.search" else {"path": where}
 
 
@@ -170,15 +175,15 @@ def test_a_swapped_symlink_never_leads_a_file_tool_outside_the_globs(caller):
     @settings(max_examples=EXAMPLES, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(shape=SHAPES, calls=CALLS)
-    def check(shape: Shape, calls: list[str]) -> None:
+    def check(shape: Shape, calls: list[tuple[str, bool]]) -> None:
         top = Path(tempfile.mkdtemp(prefix="bx-race-"))
         try:
             mount, file, component, link = plant(top, shape)
             grant, _ = read_grant(grant_file(top, mount))
             swapper = Swapper(component, link)
             try:
-                for number, tool in enumerate(calls, start=1):
-                    arguments = arguments_for(tool, file, component)
+                for number, (tool, top) in enumerate(calls, start=1):
+                    arguments = arguments_for(tool, top, mount, file, component)
                     text = json.dumps(arguments)
                     request = ToolRequest(session="s-race", call=number, tool=tool,
                                           arguments=text)
