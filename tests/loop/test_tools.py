@@ -108,11 +108,11 @@ def test_a_miss_names_each_tool_with_the_first_clause_of_its_description(descrip
     assert first_clause(description) == clause
 
 
-async def test_a_missed_query_no_channel_can_carry_comes_back_escaped():
-    """The miss repeats the model's query, which may hold a lone surrogate (JSON's "\\ud800"):
-    it comes back as text every channel carries, not as a crash."""
+async def test_a_query_no_channel_can_carry_is_not_run_and_comes_back_escaped():
+    """A query holding a lone surrogate (JSON's "\\ud800") is arguments the model server cannot
+    read back: not searched, and the answer quoting it is text every channel carries."""
     content, _ = await run("find_tool", '{"query": "x\\ud800"}')
-    assert content.startswith('No tool matches "x\\ud800". ')  # escaped, one backslash
+    assert content.startswith("Not run: your arguments for find_tool") and "\\ud800" in content
     content.encode("utf-8")  # raises on a surrogate
 
 
@@ -170,10 +170,20 @@ async def test_a_core_tool_gets_the_arguments_exactly_as_the_model_wrote_them():
     assert tools.requests[0].arguments == "{ }"
 
 
-@pytest.mark.parametrize("arguments", ["not json", "[1]", '"x"'])
-async def test_arguments_that_are_not_an_object_are_answered_without_the_port(arguments):
+@pytest.mark.parametrize(("arguments", "reason"), [
+    ("not json", "not valid JSON: Expecting value at offset 0"),
+    ("[1]", "a JSON array, not an object"),
+    ('"x"', "a JSON string, not an object"),
+    ("{", "not valid JSON: Expecting property name enclosed in double quotes at offset 1"),
+    ('{"path": "/x/\\ud800"}', "a lone surrogate escape (\\ud800 at offset 13)"),
+    ('{"a": NaN}', "NaN is not a JSON number"),
+])
+async def test_arguments_the_server_cannot_read_back_are_answered_without_the_port(
+    arguments, reason
+):
     content, tools = await run("clock", arguments)
-    assert content.startswith("Not run: the arguments of clock are not a JSON object")
+    assert content.startswith(f"Not run: your arguments for clock ({len(arguments)} characters")
+    assert reason in content and "again with its arguments as one JSON object" in content
     assert tools.requests == []
 
 

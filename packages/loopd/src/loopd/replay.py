@@ -3,7 +3,9 @@
 ``messages(baseline, records)`` is the message array of a request: the baseline's opening (the
 system message, then the summary of the epochs before, if any), then one message per record that
 speaks: ``User`` a user message, ``Assistant`` an assistant message with its content, reasoning
-and tool calls exactly as the server returned them, ``ToolResult`` a tool message. Every other
+and tool calls exactly as the server returned them (save arguments the server could not read
+back, which go as readback.py's fixed form: docs/decisions/replay-what-the-server-reads.md),
+``ToolResult`` a tool message. Every other
 record gives nothing. The request for a turn is ``messages(...)`` and the baseline's tool schemas;
 so every request of an epoch extends the one before, byte for byte (inference contract 2).
 
@@ -16,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import assert_never
 
-from bxcore.chat import AssistantMessage, ToolMessage, UserMessage
+from bxcore.chat import AssistantMessage, FunctionCall, ToolCall, ToolMessage, UserMessage
 from bxcore.records import Assistant, CacheLoss, EpochEnd, SessionStart, ToolResult, Usage, User
 
 from .baseline import Baseline, ChatMessage
 from .log import Record
+from .readback import readable_arguments
 
 
 def replay(record: Record) -> ChatMessage | None:
@@ -34,7 +37,8 @@ def replay(record: Record) -> ChatMessage | None:
             return AssistantMessage(
                 content=record.content,
                 reasoning_content=record.reasoning_content,
-                tool_calls=record.tool_calls,
+                tool_calls=None if record.tool_calls is None
+                else [_readable(call) for call in record.tool_calls],
             )
         case ToolResult():
             return ToolMessage(tool_call_id=record.tool_call_id, content=record.content)
@@ -42,6 +46,15 @@ def replay(record: Record) -> ChatMessage | None:
             return None
         case _:
             assert_never(record)
+
+
+def _readable(call: ToolCall) -> ToolCall:
+    """The call as the server can read it back: the same object when its arguments are."""
+    arguments = readable_arguments(call.function.arguments)
+    if arguments is call.function.arguments:
+        return call
+    return call.model_copy(update={"function": FunctionCall(name=call.function.name,
+                                                              arguments=arguments)})
 
 
 def messages(baseline: Baseline, records: Iterable[Record]) -> list[ChatMessage]:

@@ -95,12 +95,23 @@ def parse_chunk(data: str) -> ChunkItem:
         raise BadStream(f"an SSE event is not JSON: {exc}: {data[:200]!r}") from None
     if not isinstance(value, dict):
         raise BadStream(f"an SSE event is not a JSON object: {data[:200]!r}")
+    if "\\u" in data and not _is_unicode(value):
+        # llama-server writes valid UTF-8 only; a lone surrogate escape could never be logged
+        raise BadStream(f"an SSE event holds a lone surrogate escape: {data[:200]!r}")
     try:
         if "error" in value:
             return _ErrorEnvelope.model_validate(value).error
         return ServerChunk.model_validate(value)
     except ValidationError as exc:
         raise BadStream(f"an SSE chunk has the wrong shape: {describe_validation(exc)}") from None
+
+
+def _is_unicode(value: object) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_error_body(body: bytes) -> ServerErrorBody | None:

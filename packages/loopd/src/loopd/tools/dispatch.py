@@ -18,11 +18,12 @@ from bxcore.tools import ToolRequest, ToolResponse, plain_response
 from bxcore.tools import cap_text as cap_text  # the turn caps results with it
 
 from ..inference.api import EventSink
+from ..readback import arguments_problem
 from .port import ToolPort
 from .registry import CALL_TOOL, FIND_TOOL, Registry
 
 log = logging.getLogger("loopd.tools")
-
+_SHOWN = 80  # characters of unreadable arguments quoted back to the model
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,9 +65,10 @@ class ToolRunner:
         ToolOutcome
     ):
         name = call.function.name
-        arguments = _object_or_none(call.function.arguments)
-        if arguments is None:
-            return _ours(name, f"Not run: the arguments of {name} are not a JSON object.")
+        problem = arguments_problem(call.function.arguments)
+        if problem is not None:  # the replay shows the model a placeholder, not these
+            return _ours(name, unreadable_text(name, call.function.arguments, problem))
+        arguments = json.loads(call.function.arguments)
         if name == FIND_TOOL.name:
             query = arguments.get("query")
             if not isinstance(query, str):
@@ -90,13 +92,27 @@ class ToolRunner:
             return _ours(CALL_TOOL.name, unknown)
         inner = arguments.get("arguments", {})
         if isinstance(inner, str):  # small models often send the object as JSON text
-            inner = _object_or_none(inner)
+            problem = arguments_problem(inner)
+            if problem is not None:
+                return _ours(target, unreadable_text(f"{target} (inside call_tool)", inner,
+                                                     problem))
+            inner = json.loads(inner)
         if not isinstance(inner, dict):
             return _ours(target, "Not run: call_tool's arguments must be a JSON object.")
         request = ToolRequest(
             session=session, call=number, tool=target, arguments=canonical_text(inner)
         )
         return ToolOutcome(name=target, response=await self.port.call(request, events))
+
+
+def unreadable_text(name: str, arguments: str, problem: str) -> str:
+    """What the model is told about arguments it sent that cannot be read back: the reason and
+    where, and the start of the text, so it can send them again as one JSON object."""
+    start = _carried(arguments[:_SHOWN]) + ("..." if len(arguments) > _SHOWN else "")
+    return (f"Not run: your arguments for {name} ({len(arguments)} characters, starting "
+            f"{json.dumps(start)}) are not a JSON object the model server can read back: "
+            f"{problem}. Call {name} again with its arguments as one JSON object, every string "
+            "in it escaped as JSON requires.")
 
 
 def not_run_outcome(name: str, reason: str) -> ToolOutcome:
