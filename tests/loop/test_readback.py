@@ -87,3 +87,12 @@ def test_a_chunk_with_a_lone_surrogate_escape_is_a_bad_stream():
     with pytest.raises(BadStream, match="lone surrogate"):
         parse_chunk(chunk)
     parse_chunk(chunk.replace("\\ud800", "\\ud83d\\ude00"))  # a pair is text
+
+
+@pytest.mark.parametrize("reasoning", [None, "thinking, cut off"])
+def test_a_completion_with_neither_content_nor_calls_goes_with_empty_content(reasoning):
+    record = Assistant(time="2026-12-03T00:00:00Z", content=None, reasoning_content=reasoning,
+                       tool_calls=None)
+    message = replay(record)
+    assert message is not None and message.content == "" and message.tool_calls is None
+    assert message.reasoning_content == reasoning

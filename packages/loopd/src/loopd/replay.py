@@ -3,8 +3,9 @@
 ``messages(baseline, records)`` is the message array of a request: the baseline's opening (the
 system message, then the summary of the epochs before, if any), then one message per record that
 speaks: ``User`` a user message, ``Assistant`` an assistant message with its content, reasoning
-and tool calls exactly as the server returned them (save arguments the server could not read
-back, which go as readback.py's fixed form: docs/decisions/replay-what-the-server-reads.md),
+and tool calls exactly as the server returned them (save what the server could not read back:
+arguments, which go as readback.py's fixed form, and a message with neither content nor calls,
+which goes with empty content: docs/decisions/replay-what-the-server-reads.md),
 ``ToolResult`` a tool message. Every other
 record gives nothing. The request for a turn is ``messages(...)`` and the baseline's tool schemas;
 so every request of an epoch extends the one before, byte for byte (inference contract 2).
@@ -34,12 +35,12 @@ def replay(record: Record) -> ChatMessage | None:
         case User():
             return UserMessage(content=record.content)
         case Assistant():
-            return AssistantMessage(
-                content=record.content,
-                reasoning_content=record.reasoning_content,
-                tool_calls=None if record.tool_calls is None
-                else [_readable(call) for call in record.tool_calls],
-            )
+            calls = None if record.tool_calls is None else [_readable(c) for c in record.tool_calls]
+            # The server refuses an assistant message with neither content nor calls (HTTP 400):
+            # a completion that wrote nothing, or only reasoning, goes with empty content.
+            content = "" if record.content is None and not calls else record.content
+            return AssistantMessage(content=content, reasoning_content=record.reasoning_content,
+                                    tool_calls=calls)
         case ToolResult():
             return ToolMessage(tool_call_id=record.tool_call_id, content=record.content)
         case SessionStart() | Usage() | CacheLoss() | EpochEnd():
