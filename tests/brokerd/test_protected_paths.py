@@ -1,10 +1,15 @@
-"""Grants never reach the harness's own directories (``policy._protected.reaching``, pure)."""
+"""Grants never reach the harness's own directories, nor mount its code writable
+(``policy._protected.reaching``, pure; ``harness_code.code_paths``, what the code is)."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import pytest
+from brokerd.harness_code import code_paths
 from brokerd.policy import parse_grant
 from brokerd.policy._protected import Protected, reaching
 
@@ -41,3 +46,36 @@ def test_a_grant_reaching_the_harness_is_named(text, says):
 ])
 def test_a_grant_beside_the_harness_is_fine(text):
     assert reaching(parsed(text), HARNESS) is None
+
+
+CODE = (*HARNESS, Protected(path="/opt/venv", what="the Python environment", writes_only=True))
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    (grant('mounts = [{ path = "/opt/venv", write = true }]'), "writable, resolved /opt/venv"),
+    (grant('mounts = [{ path = "/opt", write = true }]'), "the Python environment"),  # above
+    (grant('mounts = [{ path = "/opt/venv/lib", write = true }]'), "the Python environment"),
+])
+def test_a_writable_mount_of_the_harness_code_is_named(text, says):
+    why = reaching(parsed(text), CODE)
+    assert why is not None and says in why
+
+
+@pytest.mark.parametrize("text", [
+    grant('mounts = [{ path = "/opt/venv" }]'),  # read-only code changes nothing
+    grant(arguments='[arguments.path]\npaths = ["/opt/venv/**"]'),  # a glob never writes
+    grant('mounts = [{ path = "/opt/venv-other", write = true }]'),
+])
+def test_reading_the_harness_code_is_fine(text):
+    assert reaching(parsed(text), CODE) is None
+
+
+def test_the_code_paths_are_this_brokerds_environment_and_every_roles_package(tmp_path):
+    found = {entry.path: entry for entry in code_paths(tmp_path)}
+    assert all(entry.writes_only for entry in found.values())
+    assert found[str(tmp_path)].what.startswith("the toolkit the sandboxes run")
+    for name in ("toolkit", "brokerd", "loopd", "bxcore"):
+        location = next(iter(importlib.util.find_spec(name).submodule_search_locations))
+        assert os.path.realpath(location) in found, name
+    for path in (sys.prefix, sys.base_prefix):
+        assert os.path.realpath(path) in found

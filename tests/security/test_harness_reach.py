@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -102,6 +104,58 @@ def test_grants_reaching_the_harness_are_refused_at_load_and_grant_nothing(short
     assert allowed.body["status"] == "ok" and "alpha" in allowed.body["content"]
     decisions = [e.decision for e in entries(home / "audit") if e.kind == "decision"]
     assert any(d.session == "s-attack" and d.verdict == "deny" for d in decisions), decisions
+
+
+def code_grants() -> dict[str, tuple[Path, bool, str | None]]:
+    """Grants over the harness's code: name: (what it mounts, writable, what brokerd must say
+    it reaches, or None where it must load)."""
+    toolkit = Path(next(iter(importlib.util.find_spec("toolkit").submodule_search_locations)))
+    loopd = Path(next(iter(importlib.util.find_spec("loopd").submodule_search_locations)))
+    return {
+        "toolkit.toml": (toolkit, True, "the harness's code (the toolkit package)"),
+        "toolkit-parent.toml": (toolkit.parent, True, "the harness's code (the toolkit package)"),
+        "venv.toml": (Path(sys.prefix), True, "the Python environment the roles run from"),
+        "loopd.toml": (loopd, True, "the harness's code (the loopd package)"),
+        "toolkit-read.toml": (toolkit, False, None),  # read-only code changes nothing
+    }
+
+
+def code_grant(mount: Path, writable: bool) -> str:
+    return grant(["fs.read", "fs.write"], "auto", "private",
+                 argument=("path", "paths", f"{mount}/**"),
+                 sandbox=f'mounts = [{{ path = "{mount}", write = {json.dumps(writable)} }}]')
+
+
+def test_grants_mounting_the_harness_code_writable_are_refused_by_brokerd_and_its_check(
+        short_dir):
+    """The toolkit's own directory (code every later sandbox runs), its parent, the
+    environment the roles run from and a role's package, each mounted writable: refused when
+    the real brokerd loads them and by ``brokerd grants check``, naming what they reach. The
+    same toolkit mounted read-only loads."""
+    cases = code_grants()
+    texts = {name: code_grant(mount, writable) for name, (mount, writable, _) in cases.items()}
+    with scripted_rig(short_dir, grants=texts) as rig:
+        log = rig.stack.log("brokerd")
+        grants_dir = rig.stack.grants
+        allowed = call(rig.stack.socket("brokerd"), "fs.read",
+                       {"path": str(cases["toolkit-read.toml"][0] / "__init__.py")}, "s-owner")
+    check = subprocess.run(
+        [str(Path(sys.prefix) / "bin" / "brokerd"), "grants", "check", "--config",
+         str(short_dir / "no-config.toml"), "--dir", str(grants_dir)],
+        capture_output=True, text=True, timeout=120, check=False)
+    for name, (_, _, what) in cases.items():
+        refusal = f"grant refused, it grants nothing: {grants_dir / name}:"
+        if what is None:
+            assert refusal not in log, log
+            assert f"{grants_dir / name}:" not in check.stderr, check.stderr
+            continue
+        assert refusal in log, log
+        line = log.split(refusal, 1)[1].splitlines()[0]
+        assert what in line and "writable" in line, line
+        refused = f"REFUSED (grants nothing): {grants_dir / name}:"
+        assert refused in check.stderr and what in check.stderr.split(refused, 1)[1], check.stderr
+    assert check.returncode == 1
+    assert allowed.body["status"] != "denied", allowed.body  # the read-only grant matched
 
 
 # How long an admitted peer's connection must stay open to count as admitted (a refused one is

@@ -19,6 +19,7 @@ from .audit import AuditLog, entries, verify
 from .errors import BrokerError, JobError
 from .explain import explain_grant
 from .grantstore import load_grants, real_path
+from .harness_code import code_paths
 from .jobs import check_schedule, job_path, job_paths, read_job
 from .labels import Label
 from .labelstore import LabelStore, held
@@ -106,10 +107,11 @@ def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> No
 
     Example: brokerd grants check --dir ./grants-examples
     """
-    # With a config, the harness's own directories are refused as brokerd serve refuses them.
+    # With a config, the harness's own directories are refused as brokerd serve refuses them;
+    # its code (writable mounts of it) always is.
     config = _config(config_path) if directory is None or config_path.is_file() else None
     directory = directory or config.broker.grants_dir()  # type: ignore[union-attr]
-    protected = () if config is None else wiring.harness_paths(config, os.environ)
+    protected = code_paths(None) if config is None else wiring.harness_paths(config, os.environ)
     try:
         found = load_grants(directory, protected)
     except BrokerError as exc:

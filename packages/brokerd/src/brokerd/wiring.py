@@ -26,6 +26,7 @@ from .audit import AuditLog, entries
 from .calls import Broker
 from .egresslog import CONSULT, ConsultEgress
 from .grantstore import GrantStore, real_path
+from .harness_code import code_paths
 from .labelstore import LabelStore
 from .memory import MemoryClient
 from .policy._protected import Protected
@@ -81,7 +82,8 @@ def backend_for(config: Config) -> Sandbox:
 
 
 def harness_paths(config: Config, environ: Mapping[str, str]) -> tuple[Protected, ...]:
-    """The harness's own directories and files, which no grant may reach (resolved)."""
+    """The harness's own directories and files, which no grant may reach (resolved), and its
+    code, which no grant may mount writable."""
     section = config.broker
     found = [
         (config.paths.home, "the state directory ([paths] home)"),
@@ -96,7 +98,8 @@ def harness_paths(config: Config, environ: Mapping[str, str]) -> tuple[Protected
               for key, spec in config.secrets.items() if (path := spec.path) is not None]
     if credentials := environ.get("CREDENTIALS_DIRECTORY"):
         found.append((Path(credentials), "the credentials directory (CREDENTIALS_DIRECTORY)"))
-    return tuple(Protected(path=real_path(str(path)), what=what) for path, what in found)
+    harness = tuple(Protected(path=real_path(str(path)), what=what) for path, what in found)
+    return harness + code_paths(section.toolkit_dir)
 
 
 def _installed_toolkit() -> Path:

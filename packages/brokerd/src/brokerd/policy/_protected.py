@@ -7,6 +7,11 @@ secrets, or a socket: a Unix socket in a read-only bind mount still accepts conn
 tool could answer its own approvals or submit calls as a fresh session. Such a grant is refused
 at load, naming its file, the key, and the directory it reaches; it grants nothing.
 
+The harness's code (the toolkit, every role's package, the Python environment they run from;
+``brokerd.harness_code``) is protected from writing only (``writes_only``): a writable mount
+that reaches it is refused, a read-only one is not, since only a writable mount can change
+what later sandboxes and roles run, and reading code shows nothing secret.
+
 Paths are compared after symlinks are resolved on both sides (the grant's by ``parse_grant``,
 the harness's by the caller), so ``~`` reaching ``~/.local/state/boxmaker`` through a link is
 caught as well.
@@ -27,27 +32,31 @@ class Protected:
 
     path: str  # absolute, resolved
     what: str  # e.g. "the state directory ([paths] home)"
+    writes_only: bool = False  # code: only a writable mount may not reach it
 
 
 def reaching(grant: Grant, protected: tuple[Protected, ...]) -> str | None:
     """Why ``grant`` reaches a protected path (its key and the path), or None when it does not."""
     for index, mount in enumerate(grant.mounts):
-        hit = _overlap(str(mount.source), protected)
+        hit = _overlap(str(mount.source), protected, writing=mount.writable)
         if hit is not None:
-            return (f"sandbox.mounts.{index}.path ({mount.target}, resolved {mount.source}) "
-                    f"reaches {hit.what} at {hit.path}")
+            how = "writable, " if hit.writes_only else ""
+            return (f"sandbox.mounts.{index}.path ({mount.target}, {how}resolved "
+                    f"{mount.source}) reaches {hit.what} at {hit.path}")
     for argument in grant.arguments:
         for index, glob in enumerate(argument.globs):
             prefix, _ = literal_prefix(glob)
-            hit = _overlap(prefix, protected)
+            hit = _overlap(prefix, protected, writing=False)
             if hit is not None:
                 return (f"arguments.{argument.name}.paths.{index} ({glob}) reaches {hit.what} "
                         f"at {hit.path}")
     return None
 
 
-def _overlap(path: str, protected: tuple[Protected, ...]) -> Protected | None:
+def _overlap(path: str, protected: tuple[Protected, ...], *, writing: bool) -> Protected | None:
     for entry in protected:
+        if entry.writes_only and not writing:
+            continue
         if _under(path, entry.path) or _under(entry.path, path):
             return entry
     return None

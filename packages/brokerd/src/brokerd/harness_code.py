@@ -1,0 +1,54 @@
+"""Where the harness's code lives, which no grant may mount writable.
+
+A writable mount over the toolkit's directory (or its parent) lets one call plant code that
+every later sandbox runs; over a role's package or the Python environment the roles run from,
+code the roles themselves run next time they start. So these are protected like the state
+directories (``policy._protected``), for writing only: a read-only mount of code changes
+nothing, shows nothing secret, and every sandbox already sees the system's programs read-only.
+Writing needs a writable mount (the sandbox's root, /usr and the toolkit are read-only in both
+backends), so refusing those refuses every way to change the code.
+
+The paths are this brokerd's view: its interpreter and environment, and where the roles'
+packages are installed beside it (the local stack and the appliance run every role from one
+environment; a role run from elsewhere is the owner's to protect).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from .policy._protected import Protected
+
+ROLE_PACKAGES = ("bxcore", "brokerd", "loopd", "gatewayd", "memoryd", "inferproxy", "bxctl",
+                 "toolkit")
+# The programs brokerd runs a sandbox with
+BACKEND_PROGRAMS = ("bwrap", "podman")
+
+
+def code_paths(toolkit_dir: Path | None) -> tuple[Protected, ...]:
+    """The harness's code, resolved: the toolkit the sandboxes run (``[broker] toolkit_dir``,
+    or the installed one), every role's package, the Python environment and installation the
+    roles run from, the interpreter's directory, and the sandbox programs' directories."""
+    found: list[tuple[str, str]] = []
+    if toolkit_dir is not None:
+        found.append((str(toolkit_dir), "the toolkit the sandboxes run ([broker] toolkit_dir)"))
+    for name in ROLE_PACKAGES:
+        spec = importlib.util.find_spec(name)  # located, never imported
+        for location in (spec.submodule_search_locations or ()) if spec is not None else ():
+            found.append((location, f"the harness's code (the {name} package)"))
+    found += [
+        (sys.prefix, "the Python environment the roles run from (sys.prefix)"),
+        (sys.base_prefix, "the Python installation the roles run from (sys.base_prefix)"),
+        (os.path.dirname(os.path.realpath(sys.executable)), "the interpreter's directory"),
+    ]
+    for program in BACKEND_PROGRAMS:
+        if (where := shutil.which(program)) is not None:
+            found.append((os.path.dirname(os.path.realpath(where)),
+                          f"the directory of the sandbox program {program}"))
+    unique = {os.path.realpath(path): what for path, what in reversed(found)}
+    return tuple(Protected(path=path, what=what, writes_only=True)
+                 for path, what in sorted(unique.items()))
