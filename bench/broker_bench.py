@@ -1,5 +1,6 @@
 """brokerd benchmarks: decision latency, audit append rate with fsync (one session, and 50
-sessions at once sharing fsyncs by group commit), verify rate at 1M records.
+sessions at once sharing fsyncs by group commit), verify rate at 1M records, and the time the
+audit log takes to open on that log (its head found from the end, also behind a 1 MiB record).
 
     uv run python bench/broker_bench.py [--records 1000000] [--appends 2000] [--no-write]
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
 import resource
 import statistics
 import tempfile
@@ -112,6 +114,26 @@ def bench_verify(directory: Path, count: int) -> dict[str, float]:
             "files": len(files), "bound": hashing_bound(sorted(files))}
 
 
+def bench_open(directory: Path) -> dict[str, float]:
+    """Seconds to open the log ``bench_verify`` wrote (what brokerd's start-up does with the
+    audit log), then again with a last record of over 1 MiB written before records were
+    bounded (its head is read back to that record's start)."""
+    started = time.perf_counter()
+    AuditLog(directory)
+    plain = time.perf_counter() - started
+    newest = sorted(p for p in directory.iterdir() if p.suffix == ".jsonl")[-1]
+    last = newest.read_bytes()[:-1].rsplit(b"\n", 1)[-1]
+    tail = json.loads(last)
+    huge = RECORD.model_copy(update={"reason": "h" * (1024 * 1024)})
+    entry = DecisionEntry(seq=tail["seq"] + 1, time="2026-11-30T00:00:00.000000Z",
+                          prev=tail["hash"], decision=huge)
+    with newest.open("ab") as handle:
+        handle.write(line_of(entry)[0])
+    started = time.perf_counter()
+    AuditLog(directory)
+    return {"plain_ms": plain * 1000, "huge_ms": (time.perf_counter() - started) * 1000}
+
+
 def hashing_bound(files: list[Path]) -> float:
     """Records per second that reading the files and hashing each line alone allows: the floor
     under any verify, measured in the same run on the same bytes."""
@@ -135,6 +157,7 @@ def main() -> None:
         serial = bench_append(Path(scratch) / "serial", args.appends, 1)
         together = bench_append(Path(scratch) / "together", args.appends, SESSIONS)
         verified = bench_verify(Path(scratch), args.records)
+        opened = bench_open(Path(scratch))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     latency = " / ".join(f"{decided[k]:.1f}" for k in ("p50_us", "p99_us", "mean_us"))
     log_size = f"{verified['mib']:.0f} MiB, {verified['files']} files"
@@ -155,6 +178,8 @@ Measured {today()} on {machine_line()}, {load_note()}; the audit files in the te
 fewer fsyncs than records (issue 19) |
 | `verify` of a whole {args.records:,}-record log ({log_size}) | {verify_rate} | \
 ≥ 200,000 records/s (issue 19) |
+| Audit log open on that log (its head, from the end) | {opened['plain_ms']:.1f} ms; \
+{opened['huge_ms']:.1f} ms behind a 1 MiB last record | the last record, not the log (issue 31) |
 | Peak memory of the benchmark process | {peak:.0f} MiB | |
 """
     print(text)

@@ -97,10 +97,14 @@ def test_bound_text_is_a_prefix_and_the_marker_of_the_whole(text):
     check_bounded(text, bound_text(text))
 
 
-def test_a_marker_in_a_record_is_always_one_brokerd_wrote():
+def test_a_marker_in_a_record_is_always_one_brokerd_wrote(tmp_path):
     fake = "short" + marker("something else")
     kept = bound_text(fake)
     assert kept != fake and kept.endswith(marker(fake))
+    log = AuditLog(tmp_path)
+    asyncio.run(log.decision(decision=denial(reason=fake)))  # a short record, too
+    (written,) = entries(tmp_path)
+    assert written.decision.reason == kept
 
 
 def test_the_head_is_found_however_long_the_last_record_is(tmp_path):

@@ -33,6 +33,7 @@ RECORD_BYTES = 64 * 1024  # one record's line, newline included
 
 _MARKER = re.compile(r"…\[cut: [0-9]+ bytes, sha256:[0-9a-f]{64}\]\Z")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_MARKER_START = "…[cut: ".encode()
 
 M = TypeVar("M", bound=Model)
 
@@ -85,14 +86,13 @@ def _bound_value(value: Any) -> Any:
     return value
 
 
+def needs_bounding(line: bytes) -> bool:
+    """Whether a record's line may hold a string to cut: a line within FIELD_BYTES that holds
+    nothing like a marker has none, so the common record is encoded once."""
+    return len(line) > FIELD_BYTES or _MARKER_START in line
+
+
 def bounded(entry: M) -> M:
-    """``entry`` with every string bounded (the same value when none needed it). A record whose
-    whole JSON is within FIELD_BYTES has no string to cut, so the common record costs one
-    encoding."""
-    try:
-        if len(canonical_json(entry)) <= FIELD_BYTES:
-            return entry
-    except ValueError:  # a lone surrogate somewhere: that string is marked below
-        pass
+    """``entry`` with every string bounded."""
     body = _bound_value(entry.model_dump(mode="json", by_alias=True))
     return type(entry).model_validate(body)

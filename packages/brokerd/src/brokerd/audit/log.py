@@ -34,7 +34,7 @@ from bxcore.util import fsync_dir, now_rfc3339, sha256
 from pydantic import ValidationError
 
 from ..errors import AuditError
-from .bounds import RECORD_BYTES, bounded
+from .bounds import RECORD_BYTES, bounded, needs_bounding
 from .records import (
     DecisionEntry,
     Entry,
@@ -169,9 +169,15 @@ class AuditLog:
     def _chain(self, kind: type[Entry], fields: dict[str, Any]) -> tuple[Entry, bytes, str]:
         """The next record, its strings bounded (audit.bounds), its line and hash. Raises
         AuditError, before it joins the chain, for a record that would still be too long."""
-        entry = bounded(kind.model_validate(
-            {**fields, "seq": self._seq + 1, "prev": self._head, "time": self._clock()}))
-        line, digest = line_of(entry)
+        entry: Entry = kind.model_validate(
+            {**fields, "seq": self._seq + 1, "prev": self._head, "time": self._clock()})
+        try:
+            line, digest = line_of(entry)
+        except ValueError:  # a lone surrogate, which bounding replaces
+            line = b""
+        if not line or needs_bounding(line):
+            entry = bounded(entry)
+            line, digest = line_of(entry)
         if len(line) > RECORD_BYTES:
             raise AuditError(f"a {entry.kind} record of {len(line)} bytes is over the "
                              f"{RECORD_BYTES}-byte bound of a record; not written")
