@@ -9,6 +9,9 @@ from faults import ledger
 from hypothesis import HealthCheck, settings
 from support.requires import require
 
+# `pytest --left-out=gate|flake` (make gate, the flake check): tests/left-out.json.
+pytest_plugins = ["support.left_out"]
+
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile(
     "ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]

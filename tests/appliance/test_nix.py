@@ -28,7 +28,7 @@ def test_the_flake_the_module_the_checks_and_the_vm_test_are_there():
     names = {path.relative_to(REPO).as_posix() for path in NIX_FILES}
     assert {"flake.nix", "nixos-modules/default.nix", "nixos-modules/lib.nix",
             "nixos-modules/tests/vm.nix", "nix/packages.nix", "nix/checks.nix",
-            "nix/workspace.nix", "nix/hermetic-tests.nix", "nixos-modules/tests/eval.nix",
+            "nix/workspace.nix", "nixos-modules/tests/eval.nix",
             "nixos-modules/tests/nixos-options.nix",
             "nixos-modules/tests/stub-pkgs.nix"} <= names  # fmt: skip
 
