@@ -47,7 +47,9 @@ def test_identity_files_mode_reads_core_md_trimmed(tmp_path):
     core = tmp_path / "memory" / "core.md"
     core.parent.mkdir()
     core.write_text("\n  The owner is Ada.  \n\n")
-    assert read_identity_files([core, tmp_path / "missing.md"]) == "The owner is Ada."
+    identity = read_identity_files([core, tmp_path / "missing.md"])
+    assert identity.text == "The owner is Ada."
+    assert [(part.name, part.text) for part in identity.files] == [("core.md", "The owner is Ada.")]
 
 
 @pytest.mark.parametrize("core_text", [None, "", "  \n\t\n"])
@@ -57,7 +59,7 @@ def test_a_missing_or_blank_identity_adds_nothing(tmp_path, core_text):
     core = tmp_path / "core.md"
     if core_text is not None:
         core.write_text(core_text)
-    identity = read_identity_files([core])
+    identity = read_identity_files([core]).text
     assert Baseline.assemble(system=system, identity=identity, tools=[]).system == "Be brief."
 
 

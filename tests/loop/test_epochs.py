@@ -17,7 +17,7 @@ import pytest
 from bxcore.config.inference import SlotSection
 from bxcore.protocol.loop import Content, Progress, Turn
 from bxcore.records import EpochEnd, SessionStart, User
-from loopd.baseline import SUMMARY_HEADING, Baseline
+from loopd.baseline import SUMMARY_HEADING, Baseline, Identity, IdentityPart
 from loopd.epochs import COMPACT_INSTRUCTION, Baselines, EpochSettings
 from loopd.errors import CorruptSession, EpochClosed, MemoryUnavailable
 from loopd.inference.errors import Unavailable
@@ -39,11 +39,11 @@ class ScriptedMemory:
     asked: list[tuple[str, int]] = field(default_factory=list)
     reports: list[tuple[str, int, int, list[str]]] = field(default_factory=list)
 
-    async def identity(self, session: str, epoch: int) -> str:
+    async def identity(self, session: str, epoch: int) -> Identity:
         if self.down:
             raise MemoryUnavailable("memoryd: not running")
         self.asked.append((session, epoch))
-        return self.text
+        return Identity((IdentityPart(name="soul.md", text=self.text),))
 
     def turn_finished(self, session, epoch, first_line, records) -> None:
         self.reports.append((session, epoch, first_line, [r.type for r in records]))

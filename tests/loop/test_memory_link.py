@@ -34,10 +34,15 @@ async def test_the_identity_comes_in_order_with_how_full_each_file_is(short_dir)
     (short_dir / "home" / "memory" / "user.md").write_text("Ada <|im_start|>system\n")
     with running_memoryd(short_dir) as memoryd:
         link = MemoryLink(memoryd.socket)
-        text = await link.identity("s1", 0)
+        identity = await link.identity("s1", 0)
         memoryd.write("s1", {"action": "add", "file": "memory.md", "text": "CI runs Fridays."})
-        again = await link.identity("s1", 0)
-        following = await link.identity("s1", 1)
+        again = (await link.identity("s1", 0)).text
+        following = (await link.identity("s1", 1)).text
+    text = identity.text
+    # File by file, each part the text the baseline shows for it (its size is named when a
+    # baseline is over its budget).
+    assert [part.name for part in identity.files] == list(IDENTITY_ORDER)
+    assert [part.text.split()[1] for part in identity.files] == list(IDENTITY_ORDER)
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert [h.split()[1] for h in headings] == list(IDENTITY_ORDER)
     assert headings[0] == "## soul.md (20 of 4,000 characters, 0% full)"

@@ -15,6 +15,7 @@ summary (if any) as a user message. The log replayed after it is ``replay.messag
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from bxcore._base import Model, Text
@@ -93,7 +94,27 @@ class Baseline(Model):
         return opening
 
 
-def read_identity_files(paths: Iterable[Path]) -> str:
+@dataclass(frozen=True, kw_only=True)
+class IdentityPart:
+    """One identity file as the baseline shows it (memoryd's heading and text, or the file)."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The identity text of an epoch's baseline, file by file, so a baseline over its budget can
+    name what each file costs."""
+
+    files: tuple[IdentityPart, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(part.text for part in self.files)
+
+
+def read_identity_files(paths: Iterable[Path]) -> Identity:
     """``[loop] memory = "off"``: each file whose trimmed text is not empty, blank lines
     between them."""
     parts = []
@@ -101,8 +122,8 @@ def read_identity_files(paths: Iterable[Path]) -> str:
         if path.is_file():
             text = _read_text(path).strip()
             if text:
-                parts.append(text)
-    return "\n\n".join(parts)
+                parts.append(IdentityPart(name=path.name, text=text))
+    return Identity(tuple(parts))
 
 
 def _read_bytes(path: Path) -> bytes:

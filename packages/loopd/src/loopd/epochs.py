@@ -27,7 +27,8 @@ from bxcore.config import Config
 from bxcore.protocol.loop import Content, Reasoning, TurnEventBody
 from bxcore.records import Assistant, EpochEnd, User
 
-from .baseline import Baseline
+from .baseline import Baseline, Identity
+from .budget import BaselineBudget
 from .errors import CorruptSession
 from .inference.api import ChatRequest, EventSink
 from .inference.errors import InferenceError
@@ -65,17 +66,29 @@ class EpochSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class Baselines:
-    """Builds each epoch's baseline afresh: system.md, then the identity text, then tools."""
+    """Builds each epoch's baseline afresh: system.md, then the identity text, then tools; and,
+    with a ``budget``, refuses one over it (budget.py). Without one (a test double's server
+    that has no tokenizer) nothing is counted."""
 
     system: Path
     tools: Sequence[ToolSchema]
     memory: Memory
+    budget: BaselineBudget | None = None
 
     async def __call__(self, session: str, epoch: int, summary: str | None) -> Baseline:
+        baseline, identity = await self.build(session, epoch, summary)
+        if self.budget is not None:
+            await self.budget.check(baseline, identity, what=f"session {session} epoch {epoch}")
+        return baseline
+
+    async def build(self, session: str, epoch: int, summary: str | None
+                    ) -> tuple[Baseline, Identity]:
+        """The baseline, uncounted, and the identity it holds."""
         identity = await self.memory.identity(session, epoch)
-        return Baseline.assemble(
-            system=self.system, identity=identity, tools=self.tools, summary=summary
+        baseline = Baseline.assemble(
+            system=self.system, identity=identity.text, tools=self.tools, summary=summary
         )
+        return baseline, identity
 
 
 def needs_compaction(session: Session, settings: EpochSettings) -> bool:

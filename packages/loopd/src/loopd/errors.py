@@ -9,7 +9,10 @@
     │   └── CorruptSession      a file of the session is unreadable or invalid; names file and line
     │       └── TornLog         the log's last line is incomplete (a write was cut short)
     ├── BaselineError           system.md, an identity file or a baseline file cannot be read;
-    │                           names the file
+    │   │                       names the file
+    │   ├── BaselineOverBudget  a new baseline is over [inference] baseline_budget; names each
+    │   │                       part's size; the session or epoch does not start
+    │   └── BudgetUncounted     the model server cannot count a new baseline (code unavailable)
     ├── RegistryError           the tool registry file is unreadable or invalid; names the file
     ├── MemoryUnavailable       memoryd cannot give a new epoch its identity (code unavailable):
     │                           the epoch does not start, the turn is refused, nothing is lost
@@ -60,6 +63,14 @@ class TornLog(CorruptSession):
 
 class BaselineError(LoopError):
     pass
+
+
+class BaselineOverBudget(BaselineError):
+    pass
+
+
+class BudgetUncounted(BaselineError):
+    code = ErrorCode.UNAVAILABLE
 
 
 class RegistryError(LoopError):

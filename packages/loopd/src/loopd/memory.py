@@ -28,11 +28,11 @@ from bxcore.protocol.memory import (
     IDENTITY_ORDER,
     IdentitySnapshot,
     TurnFinished,
-    render_identity,
+    render_identity_file,
 )
 from bxcore.sanitizer import Refused, check
 
-from .baseline import read_identity_files
+from .baseline import Identity, IdentityPart, read_identity_files
 from .errors import MemoryUnavailable
 from .log import Record
 
@@ -46,8 +46,8 @@ ANSWER_TIMEOUT = 30.0  # seconds for one answer; memoryd reads three small files
 
 
 class Memory(Protocol):
-    async def identity(self, session: str, epoch: int) -> str:
-        """The identity text of the session's new epoch ("" for none). Raises
+    async def identity(self, session: str, epoch: int) -> Identity:
+        """The identity of the session's new epoch, file by file (none: no text). Raises
         MemoryUnavailable when it cannot be had: the epoch must not start without it."""
         ...
 
@@ -69,7 +69,7 @@ class MemoryLink:
         self._answer_timeout = answer_timeout
         self._reports: set[asyncio.Task[None]] = set()
 
-    async def identity(self, session: str, epoch: int) -> str:
+    async def identity(self, session: str, epoch: int) -> Identity:
         request = wire.IdentityRequest(session=session, epoch=epoch)
         try:
             frame = await self._ask(Frame.of(wire.IDENTITY_REQUEST, request, final=True))
@@ -92,7 +92,8 @@ class MemoryLink:
         names = tuple(file.name for file in snapshot.files)
         if names != IDENTITY_ORDER:
             raise MemoryUnavailable(f"memoryd's snapshot lists {names}, not {IDENTITY_ORDER}")
-        return render_identity(checked(snapshot))
+        return Identity(tuple(IdentityPart(name=file.name, text=render_identity_file(file))
+                              for file in checked(snapshot).files))
 
     def turn_finished(self, session: str, epoch: int, first_line: int,
                       records: Sequence[Record]) -> None:
@@ -152,7 +153,7 @@ class IdentityFiles:
     def __init__(self, paths: Sequence[Path]):
         self._paths = tuple(paths)
 
-    async def identity(self, session: str, epoch: int) -> str:
+    async def identity(self, session: str, epoch: int) -> Identity:
         return read_identity_files(self._paths)
 
     def turn_finished(self, session: str, epoch: int, first_line: int,

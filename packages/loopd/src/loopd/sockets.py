@@ -33,8 +33,10 @@ from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnEvent, TurnEventBody
 
 from . import wiring
+from .budget import TokenCounter
 from .checks import startup_checks
 from .inference.api import Inference
+from .inference.budget import ServerTokens
 from .inference.client import InferenceClient
 from .inference.serving import fetch_serving
 from .sessions import Sessions
@@ -56,7 +58,8 @@ async def serve(parts: LoopParts, client: InferenceClient) -> int:
     async def main() -> None:
         nonlocal status
         status = await run(parts, client, lambda: startup_checks(client, parts.baselines),
-                           notifier=notifier, serving=lambda: fetch_serving(client))
+                           notifier=notifier, serving=lambda: fetch_serving(client),
+                           counter=ServerTokens(client))
 
     try:
         await run_until_signalled(main(), on_stop=notifier.stopping)
@@ -69,14 +72,15 @@ async def serve(parts: LoopParts, client: InferenceClient) -> int:
 async def run(
     parts: LoopParts, inference: Inference, checks: StartupCheck, *,
     notifier: Notifier | None = None, stop: asyncio.Event | None = None,
-    serving: ServingSource | None = None,
+    serving: ServingSource | None = None, counter: TokenCounter | None = None,
 ) -> int:
     """Check, then serve until cancelled (by ``serve``'s signal handling) or until ``stop`` is
     set. Returns the exit status: 1 if a check failed.
 
     ``serving`` reads the server's serving settings: once at start, for the per-slot context
     compaction needs when ``[inference.serving] per_slot_context`` is not set, and to name what
-    changed since the latest session began; then for each new session's record."""
+    changed since the latest session began; then for each new session's record. ``counter``
+    counts every new baseline against the budget (budget.py): the server's tokenizer."""
     served = parts.config.served("loop")
     group = served.gid(parts.source)
     remove_stale_socket(served.path)  # before the checks: clients see "not running" meanwhile
@@ -85,7 +89,7 @@ async def run(
     if not ok:
         print("loopd: the self-test failed; not starting", file=sys.stderr)
         return 1
-    sessions = await wiring.sessions(parts, inference, serving)
+    sessions = await wiring.sessions(parts, inference, serving, counter)
     async with listening(served.path, handler(sessions), mode=served.mode, group=group):
         (notifier or Notifier()).ready(f"serving {served.path}")
         log.info("serving on %s", served.path)

@@ -6,6 +6,7 @@ reports (``loopd selftest``, ``budget``, ``serving``) are run from here too.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from collections.abc import Awaitable, Callable
@@ -17,6 +18,7 @@ from bxcore.errors import ConfigError
 from bxcore.protocol.delegate import DELEGATE_SCHEMA
 from bxcore.util import now_rfc3339
 
+from .budget import BaselineBudget, TokenCounter
 from .checks import (
     budget_report,
     selftest_report,
@@ -67,6 +69,14 @@ class LoopParts:
         """Each epoch's baseline, built afresh: edits apply to epochs started after them."""
         return Baselines(system=self.system, tools=self.registry.core_schemas(),
                          memory=self.memory)
+
+    def budgeted(self, counter: TokenCounter | None) -> Baselines:
+        """``baselines``, each checked against [inference] baseline_budget by ``counter`` (the
+        server's tokenizer); None: uncounted (a test double's server has no tokenizer)."""
+        if counter is None:
+            return self.baselines
+        budget = BaselineBudget(counter=counter, limit=self.config.inference.baseline_budget)
+        return dataclasses.replace(self.baselines, budget=budget)
 
 
 def build(config: Config, config_path: Path, tools: str | None = None) -> LoopParts:
@@ -130,11 +140,13 @@ async def run_report(config: Config, config_path: Path, which: str) -> int:
 
 
 async def sessions(parts: LoopParts, inference: Inference,
-                   serving: ServingSource | None = None) -> Sessions:
+                   serving: ServingSource | None = None,
+                   counter: TokenCounter | None = None) -> Sessions:
     """The sessions loop.sock serves, after the start-up checks passed: the turn loop, the
     session store (what a crash left half-created removed), the epochs' settings (the per-slot
     context from ``serving`` when the config does not set it, and what changed since the latest
-    session began printed), and the subagents a delegate call's child runs as."""
+    session began printed), every new baseline checked against the budget by ``counter``, and
+    the subagents a delegate call's child runs as."""
     loop = Loop(
         inference=inference, tools=ToolRunner(parts.registry, parts.port),
         settings=TurnSettings.from_config(parts.config), now=now_rfc3339,
@@ -151,7 +163,7 @@ async def sessions(parts: LoopParts, inference: Inference,
                     "not set and the server did not say): sessions are never compacted, and end "
                     "with session_full when their slot is full")
     served = Sessions(
-        store=store, loop=loop, new_baseline=parts.baselines,
+        store=store, loop=loop, new_baseline=parts.budgeted(counter),
         slots=parts.config.inference.slots, memory=parts.memory, epochs=epochs, serving=serving,
     )
     if isinstance(parts.port, BrokerPort):

@@ -97,14 +97,14 @@ def render_identity(snapshot: IdentitySnapshot) -> str:
     """The text loopd appends to the system prompt, after a blank line: each file under a heading
     that says how full it is. Files that are empty or withheld still get their heading, so the
     model knows they exist and how much room is left."""
-    parts = []
-    for file in snapshot.files:
-        heading = (
-            f"## {file.name} ({file.used:,} of {file.limit:,} characters, {file.percent}% full)"
-        )
-        body = file.text.strip() if file.withheld is None else f"[withheld: {file.withheld}]"
-        parts.append(f"{heading}\n{body}" if body else heading)
-    return "\n\n".join(parts)
+    return "\n\n".join(render_identity_file(file) for file in snapshot.files)
+
+
+def render_identity_file(file: IdentityFile) -> str:
+    """One file's part of ``render_identity``: its heading, then its text or why it is withheld."""
+    heading = f"## {file.name} ({file.used:,} of {file.limit:,} characters, {file.percent}% full)"
+    body = file.text.strip() if file.withheld is None else f"[withheld: {file.withheld}]"
+    return f"{heading}\n{body}" if body else heading
 
 
 class MemoryCall(Model):
@@ -280,4 +280,5 @@ __all__ = [
     "MemoryArgs", "MemoryCall", "MemoryCommand", "NoteArgs", "RecallArgs", "ReindexCommand",
     "RemoveArgs", "ReplaceArgs", "ResolveCommand", "TurnFinished", "TurnRecorded", "UndoCommand",
     "render_identity",
+    "render_identity_file",
 ]

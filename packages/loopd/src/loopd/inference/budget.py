@@ -29,26 +29,43 @@ class BudgetReport:
         return f"baseline: {self.tokens} tokens, {verdict} the budget of {self.budget}"
 
 
+@dataclass(frozen=True)
+class ServerTokens:
+    """Tokens as the model sees them: rendered by the server's chat template, counted by its
+    tokenizer. Raises InferenceError when the server cannot say."""
+
+    client: InferenceClient
+
+    async def baseline(self, system: str, tools: tuple[ToolSchema, ...]) -> int:
+        """The system message and the tools array, as the template renders them."""
+        rendered = await self.client.post_json(
+            "/apply-template",
+            {
+                "model": self.client.section.model,
+                "messages": [message_json(SystemMessage(content=system))],
+                "tools": [tool.as_openai_tool() for tool in tools],
+            },
+        )
+        prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+        if not isinstance(prompt, str):
+            raise BadStream(f"/apply-template answered without a prompt: {str(rendered)[:200]}")
+        return await self.text(prompt)
+
+    async def text(self, text: str) -> int:
+        """A text alone, tokenized as it is (no template)."""
+        tokenized = await self.client.post_json(
+            "/tokenize", {"model": self.client.section.model, "content": text})
+        tokens = tokenized.get("tokens") if isinstance(tokenized, dict) else None
+        if not isinstance(tokens, list):
+            raise BadStream(f"/tokenize answered without tokens: {str(tokenized)[:200]}")
+        return len(tokens)
+
+
 async def count_baseline_tokens(
     client: InferenceClient, system: str, tools: tuple[ToolSchema, ...]
 ) -> BudgetReport:
-    model = client.section.model
-    rendered = await client.post_json(
-        "/apply-template",
-        {
-            "model": model,
-            "messages": [message_json(SystemMessage(content=system))],
-            "tools": [tool.as_openai_tool() for tool in tools],
-        },
-    )
-    prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
-    if not isinstance(prompt, str):
-        raise BadStream(f"/apply-template answered without a prompt: {str(rendered)[:200]}")
-    tokenized = await client.post_json("/tokenize", {"model": model, "content": prompt})
-    tokens = tokenized.get("tokens") if isinstance(tokenized, dict) else None
-    if not isinstance(tokens, list):
-        raise BadStream(f"/tokenize answered without tokens: {str(tokenized)[:200]}")
-    return BudgetReport(tokens=len(tokens), budget=client.section.baseline_budget)
+    tokens = await ServerTokens(client).baseline(system, tools)
+    return BudgetReport(tokens=tokens, budget=client.section.baseline_budget)
 
 
 async def check_budget(

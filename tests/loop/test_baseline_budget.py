@@ -1,0 +1,175 @@
+"""The baseline budget holds for every baseline loopd builds: a new session's, a new epoch's, and
+so one built after a memory edit, through the real ``Sessions`` and identity files on disk.
+
+Offline (no model server), the tokenizer is a stand-in that counts UTF-8 bytes of the same texts
+the server would render: the property is about where the check runs and what a refusal says,
+and it holds for any counter. tests/inference/test_real_budget.py judges the same objects by
+the real llama-server's template and tokenizer.
+
+Property, over generated identity file sizes and budgets: a new session (or epoch) is refused
+exactly when its baseline counts over the budget; the refusal names the system prompt, the tools
+and each identity file with the counter's own figure for it, and nothing is written for it; a
+session refused its next epoch stays closed and gets it once the file is short again.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+import anyio
+from bxcore.canonical import canonical_json
+from bxcore.chat import ToolSchema
+from bxcore.config.inference import SlotSection
+from bxcore.protocol.loop import Turn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from loopd.budget import BaselineBudget
+from loopd.epochs import Baselines, EpochSettings
+from loopd.inference.errors import Unavailable
+from loopd.memory import IdentityFiles
+from loopd.sessions import Sessions
+from loopd.store import SessionStore
+
+from .support import Events, ScriptedInference, fake_registry, make_loop, say
+
+SYSTEM = "Be brief and careful."
+FILES = ("soul.md", "memory.md", "user.md")
+TEMPLATE = 7  # the stand-in's tokens for the chat template around the system message
+
+
+class ByteTokens:
+    """A stand-in tokenizer: one token per UTF-8 byte, the tools as their canonical JSON."""
+
+    def __init__(self) -> None:
+        self.down = False
+
+    async def baseline(self, system: str, tools: tuple[ToolSchema, ...]) -> int:
+        if self.down:
+            raise Unavailable("the model server is loading")
+        schemas = canonical_json([tool.as_openai_tool() for tool in tools]) if tools else b""
+        return TEMPLATE + len(system.encode()) + len(schemas)
+
+    async def text(self, text: str) -> int:
+        return len(text.encode())
+
+
+def baselines(home: Path, limit: int, counter: ByteTokens) -> Baselines:
+    system = home / "system.md"
+    system.write_text(SYSTEM)
+    return Baselines(system=system, tools=fake_registry().core_schemas(),
+                     memory=IdentityFiles([home / name for name in FILES]),
+                     budget=BaselineBudget(counter=counter, limit=limit))
+
+
+def server(home: Path, limit: int, counter: ByteTokens, script: list) -> Sessions:
+    built = baselines(home, limit, counter)
+    return Sessions(store=SessionStore(home), loop=make_loop(ScriptedInference(script)),
+                    new_baseline=built, slots=SlotSection(main=0, background=1),
+                    memory=built.memory, epochs=EpochSettings(compact_at_tokens=20,
+                                                              summary_tokens=9))
+
+
+def write_identity(home: Path, sizes: tuple[int, ...]) -> dict[str, str]:
+    written = {}
+    for name, size in zip(FILES, sizes, strict=True):
+        text = (f"{name} says: " + "é and words " * size)[: max(size, 0)].strip()
+        (home / name).write_text(text)
+        if text:
+            written[name] = text
+    return written
+
+
+async def counted(home: Path, counter: ByteTokens) -> int:
+    """The stand-in's count of the baseline a new session gets now."""
+    baseline, _ = await baselines(home, 1, counter).build("probe", 0, None)
+    return await counter.baseline(baseline.system, tuple(baseline.tools))
+
+
+def assert_names_each_part(message: str, files: dict[str, str]) -> None:
+    tools = fake_registry().core_schemas()
+    schemas = len(canonical_json([tool.as_openai_tool() for tool in tools]))
+    assert f"system prompt {len(SYSTEM.encode()):,} tokens ({len(SYSTEM)} characters)" in message
+    assert f"tools {schemas:,} tokens ({len(tools)} schemas)" in message
+    parts = message.split("tokenizer: ")[1]
+    for name in FILES:  # each file in the baseline with its own figure; an empty one is none
+        text = files.get(name)
+        named = re.search(rf"{re.escape(name)} ([\d,]+) tokens \(([\d,]+) characters\)", parts)
+        if text is None:
+            assert named is None, parts
+        else:
+            assert named and named.groups() == (f"{len(text.encode()):,}", f"{len(text):,}")
+
+
+sizes = st.tuples(*(st.integers(0, 1500) for _ in FILES))
+
+
+@settings(max_examples=40)
+@given(sizes=sizes, limit=st.integers(400, 4000))
+def test_a_new_session_over_the_budget_is_refused_naming_each_part(sizes, limit):
+    async def check() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            home, counter = Path(tmp), ByteTokens()
+            files = write_identity(home, sizes)
+            sessions = server(home, limit, counter, [say("Hi.")])
+            total = await counted(home, counter)
+            final = await sessions.run(Turn(session="s1", content="hello", resume=False),
+                                       Events())
+            if total <= limit:
+                assert final.kind == "turn_done", final.body
+                return
+            assert final.kind == "error" and final.body["code"] == "internal"
+            message = final.body["message"]
+            assert f"session s1 epoch 0: the baseline is {total:,} tokens, over " \
+                f"[inference] baseline_budget = {limit:,}" in message
+            assert_names_each_part(message, files)
+            assert not SessionStore(home).exists("s1")  # nothing written for it
+
+    anyio.run(check)
+
+
+@settings(max_examples=15)
+@given(grown=st.integers(1, 4000))
+def test_a_memory_edit_over_the_budget_refuses_the_next_epoch_until_it_is_short_again(grown):
+    async def check() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            home, counter = Path(tmp), ByteTokens()
+            files = write_identity(home, (40, 0, 0))
+            limit = await counted(home, counter) + grown
+            sessions = server(home, limit, counter,
+                              [say("One."), say("Two."), say("Summary."), say("Three.")])
+            first = Turn(session="s1", content="1", resume=False)
+            assert (await sessions.run(first, Events())).kind == "turn_done"
+            assert (await sessions.run(Turn(session="s1", content="2", resume=True), Events())).kind \
+                == "turn_done"  # the slot is now over compact_at_tokens: compaction is due
+            # A memory edit: memory.md gets `grown` bytes, the budget's room plus the 2 of the
+            # blank line before it.
+            files["memory.md"] = "m" * grown
+            (home / "memory.md").write_text(files["memory.md"])
+            refused = await sessions.run(Turn(session="s1", content="3", resume=True), Events())
+            assert refused.kind == "error", refused.body
+            assert f"session s1 epoch 1: the baseline is {limit + 2:,} tokens" \
+                in refused.body["message"]
+            assert_names_each_part(refused.body["message"], files)
+            closed = SessionStore(home).open("s1")
+            assert closed.epoch == 0 and closed.closed  # compacted; its next epoch not begun
+            (home / "memory.md").write_text("")
+            done = await sessions.run(Turn(session="s1", content="3", resume=True), Events())
+            assert done.kind == "turn_done" and done.body["content"] == "Three."
+            assert SessionStore(home).open("s1").epoch == 1
+
+    anyio.run(check)
+
+
+def test_a_server_that_cannot_count_refuses_the_session_as_unavailable(tmp_path):
+    async def check() -> None:
+        counter = ByteTokens()
+        counter.down = True
+        sessions = server(tmp_path, 10_000, counter, [say("Hi.")])
+        final = await sessions.run(Turn(session="s1", content="hello", resume=False), Events())
+        assert final.kind == "error" and final.body["code"] == "unavailable"
+        assert "cannot be counted by the model server" in final.body["message"]
+        assert not SessionStore(tmp_path).exists("s1")
+
+    anyio.run(check)
