@@ -141,8 +141,9 @@ def test_a_memory_edit_over_the_budget_refuses_the_next_epoch_until_it_is_short_
                               [say("One."), say("Two."), say("Summary."), say("Three.")])
             first = Turn(session="s1", content="1", resume=False)
             assert (await sessions.run(first, Events())).kind == "turn_done"
-            assert (await sessions.run(Turn(session="s1", content="2", resume=True), Events())).kind \
-                == "turn_done"  # the slot is now over compact_at_tokens: compaction is due
+            second = Turn(session="s1", content="2", resume=True)
+            # After it the slot is over compact_at_tokens: compaction is due.
+            assert (await sessions.run(second, Events())).kind == "turn_done"
             # A memory edit: memory.md gets `grown` bytes, the budget's room plus the 2 of the
             # blank line before it.
             files["memory.md"] = "m" * grown
