@@ -182,6 +182,15 @@ def labels_show(config_path: Path, as_json: bool) -> None:
         click.echo(f"{path}: {label.describe()}")
 
 
+def _user() -> str:
+    """Who runs this command, for the audit record: the uid, and its name where it has one."""
+    uid = os.getuid()
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
 @labels.command("lower")
 @CONFIG
 @click.argument("path")
@@ -198,7 +207,7 @@ def labels_lower(config_path: Path, path: str, data_class: str, trusted: bool) -
     config = _config(config_path)
     target = real_path(os.path.expanduser(path))
     to = Label(DataClass(data_class), not trusted)
-    by = pwd.getpwuid(os.getuid()).pw_name
+    by = _user()
     try:
         with held(wiring.labels_lock(config)):
             store = LabelStore(wiring.labels_file(config))
