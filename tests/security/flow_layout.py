@@ -47,7 +47,8 @@ def layouts(draw: st.DrawFn) -> Layout:
     drawn = draw(st.lists(st.tuples(
         st.lists(st.tuples(st.sampled_from(MOUNTS), st.booleans()), min_size=1, max_size=3,
                  unique_by=lambda mount: mount[0]),
-        st.sampled_from(CLASSES)), min_size=2, max_size=4), label="shell grants")
+        st.one_of(st.just("public"), st.sampled_from(CLASSES))), min_size=2, max_size=4),
+        label="shell grants")
     writable = {m for mounts, _ in drawn for m, w in mounts if w}
 
     # brokerd refuses a grant whose mount lies inside another grant's writable mount (it could
@@ -59,14 +60,16 @@ def layouts(draw: st.DrawFn) -> Layout:
         """The highest class seeded anywhere these mounts show (nested ones included)."""
         return _highest([classes[m] for m in MOUNTS for top in mounts if _within(m, top)])
 
+    # A grant's result class is what it can read, or (sometimes) more: the owner is careful.
+    higher = st.one_of(st.just("public"), st.sampled_from(CLASSES))
     shell = []
     for mounts, result_class in drawn:
         kept = tuple((m, w) for m, w in mounts if allowed(m))
         shell.append(ShellGrant(kept, _highest([result_class, reach([m for m, _ in kept])])))
-    read_class = {m: _highest([draw(st.sampled_from(CLASSES), label=f"read class of {m}"),
-                               reach([m])]) for m in MOUNTS if allowed(m)}
+    read_class = {m: _highest([draw(higher, label=f"read class of {m}"), reach([m])])
+                  for m in MOUNTS if allowed(m)}
     return Layout(classes, tuple(shell), read_class,
-                  draw(st.sampled_from(CLASSES), label="web page grant's class"))
+                  draw(higher, label="web page grant's class"))
 
 
 class Tree:
@@ -163,12 +166,12 @@ class Tree:
         if writable:
             found = [f for f in found if (self._deepest(grant, f) or (b"", False))[1]]
         if utf8:
-            found = [f for f in found if _decodes(f)]
+            found = [f for f in found if decodes(f)]
         return found
 
     def seeds(self) -> list[bytes]:
         return [f for f in self.files(None) if os.path.basename(f).startswith(b"seed-")
-                and _decodes(f)]
+                and decodes(f)]
 
     def directories(self, grant: int | None, *, writable: bool = False,
                     mount_of: bytes | None = None, movable: bool = False) -> list[bytes]:
@@ -194,7 +197,7 @@ class Tree:
         return parent + b"/" + name
 
 
-def _decodes(path: bytes) -> bool:
+def decodes(path: bytes) -> bool:
     try:
         path.decode()
     except UnicodeDecodeError:

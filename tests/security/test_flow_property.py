@@ -48,7 +48,7 @@ from hypothesis.stateful import (
 
 from .calls import UNPRIVILEGED_UID
 from .conftest import CONFIGURATIONS, CONTAINERS_CONF, IMAGE_NAME
-from .flow_layout import Layout, Tree, layouts
+from .flow_layout import Layout, Tree, decodes, layouts
 from .flow_support import (
     COPY,
     LINK,
@@ -68,9 +68,9 @@ from .flow_support import (
 pytestmark = pytest.mark.sandbox
 
 SESSIONS = 4
-STEPS = by_profile(short=10, long=50)
+STEPS = by_profile(short=12, long=50)
 TOTAL_STEPS = int(os.environ.get("FLOW_STEPS", by_profile(short=0, long=10_000)))
-EXAMPLES = by_profile(short=2, long=200)
+EXAMPLES = by_profile(short=3, long=200)
 WAIT = 600.0  # a guard for the concurrent writer's file to appear: never a speed assumption
 
 
@@ -155,7 +155,7 @@ class FlowMachine(RuleBasedStateMachine):
     # --- who does it ------------------------------------------------------------------------
 
     def session(self, data: st.DataObject, label: str = "session") -> str:
-        return data.draw(st.sampled_from(sorted(self.taint)), label=label)
+        return data.draw(st.sampled_from([f"s{i}" for i in range(SESSIONS)]), label=label)
 
     def grant(self, data: st.DataObject, *, writes: bool = False) -> int | None:
         """A shell grant (one that can write, if ``writes``); None when there is none."""
@@ -193,6 +193,7 @@ class FlowMachine(RuleBasedStateMachine):
         canary = self.canaries.new(self.taint[session])
         target = self.tree.new_name(parent, canary, kind)
         self.shell(session, grant, program(WRITE, dst=target, content=canary.encode() + b"\n"))
+        self.read_back(data, target)
 
     @rule(data=st.data(), how=st.sampled_from(["copy", "hard link", "symlink", "move"]))
     def copy_link_or_move(self, data: st.DataObject, how: str) -> None:
@@ -214,6 +215,7 @@ class FlowMachine(RuleBasedStateMachine):
         target = self.tree.new_name(parent, self.canaries.new(self.taint[session]), kind)
         body = {"copy": COPY, "hard link": LINK, "symlink": SYMLINK, "move": MOVE}[how]
         self.shell(session, grant, program(body, src=source, dst=target))
+        self.read_back(data, target)
 
     @rule(data=st.data())
     def rename_a_directory(self, data: st.DataObject) -> None:
@@ -235,6 +237,24 @@ class FlowMachine(RuleBasedStateMachine):
         target = self.tree.new_name(parent, "d-" + self.canaries.new(self.taint[session]),
                                     "plain")
         self.shell(session, grant, program(MOVE, src=moving, dst=target))
+        self.read_back(data, target)
+
+    def read_back(self, data: st.DataObject, written: bytes) -> None:
+        """A new, clean session reads what was just written (a file under it, if it is a
+        directory) through fs.read or through any shell grant that can see it."""
+        assert self.tree is not None
+        under = [f for f in self.tree.files(None) if f == written or f.startswith(written + b"/")]
+        path = self.pick(data, under, "read back")
+        if path is None:
+            return  # the call did not write it (refused, failed)
+        session = f"fresh{len(self.taint)}"
+        self.taint[session] = Label()
+        readers = [g for g in range(len(self.tree.layout.shell)) if path in self.tree.files(g)]
+        if readers and data.draw(st.booleans(), label="read back by shell.run"):
+            grant = data.draw(st.sampled_from(readers), label="reading grant")
+            self.shell(session, grant, program(SHOW, paths=path))
+        elif decodes(path):  # a JSON argument holds no name that is not UTF-8
+            self.call(session, "fs.read", {"path": path.decode()})
 
     @rule(data=st.data(), how=st.sampled_from(["fs.read", "fs.list", "shell.run"]))
     def read(self, data: st.DataObject, how: str) -> None:
