@@ -58,8 +58,18 @@ def hang_guard(trials: int, per_trial: float) -> pytest.MarkDecorator:
 
 
 def fuzz(test: Test) -> Test:
+    return _fuzz(test, FUZZ_EXAMPLES_LONG)
+
+
+def fuzz_at_most(long_examples: int) -> Callable[[Test], Test]:
+    """``fuzz`` for a test whose every input is costly (turns on a real server): at most
+    ``long_examples`` inputs in the long profile (FUZZ_EXAMPLES still lowers it)."""
+    return lambda test: _fuzz(test, min(long_examples, FUZZ_EXAMPLES_LONG))
+
+
+def _fuzz(test: Test, long_examples: int) -> Test:
     if LONG:
-        deep = settings(max_examples=FUZZ_EXAMPLES_LONG, deadline=None, database=None,
+        deep = settings(max_examples=long_examples, deadline=None, database=None,
                         suppress_health_check=list(HealthCheck))
         test = pytest.mark.timeout(FUZZ_HANG_GUARD_LONG)(deep(test))
     if ledger.LEDGER or FUZZ_SECONDS:
