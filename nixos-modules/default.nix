@@ -81,6 +81,11 @@ let
     containersConf = "${containersConf}";
     allow = egressOf role;
     credentialFiles = lib.mapAttrs (_: file: toString file) (roleCredentials role);
+    # Every role reads the config directory at start and never again: a change to settings,
+    # configFiles or systemPrompt is a new directory, and restarts the roles (not the tool
+    # runtime, which reads none of it). Grants are re-read by brokerd on every change, and a
+    # job's file by each run: neither restarts a role (docs/decisions/restart-triggers.md).
+    restartTriggers = [ configDir ];
   };
 in
 {
@@ -198,7 +203,9 @@ in
     };
 
     credentials = lib.mkOption {
-      type = lib.types.attrsOf lib.types.path;
+      # Outside the store, as nixpkgs' own credential options are: the file stays where the
+      # owner put it (a store path would be world-readable, and is refused here).
+      type = lib.types.attrsOf lib.types.externalPath;
       default = { };
       example = { mattermost_token = "/etc/boxmaker/credentials/mattermost_token.cred"; };
       description = ''
@@ -219,6 +226,8 @@ in
       '';
     };
   };
+
+  meta.maintainers = [ ];
 
   config = lib.mkIf cfg.enable {
     services.boxmaker.configFile = settings;
@@ -242,7 +251,7 @@ in
       stack.roleNames)
     // lib.genAttrs cfg.ownerUsers (_: { extraGroups = stack.ownerGroups; });
 
-    systemd.tmpfiles.rules = stack.tmpfiles;
+    systemd.tmpfiles.settings."10-boxmaker" = stack.tmpfilesSettings;
     environment.etc."boxmaker/config".source = configDir;
     # bxctl's maintenance commands run the role's own command (brokerd audit verify, memoryd
     # reindex, ...): every role's command is on the owner's PATH beside bxctl.

@@ -12,6 +12,7 @@ let
   paths = manifest.paths;
   configPath = "${paths.config_dir}/${paths.config_file}";
   unitName = name: "boxmaker-job-${name}";
+  inherit (import ./lib.nix { inherit manifestFile; }) execLine;
 
   # A JSON string is a TOML basic string: the job's text needs no escaping of its own.
   jobFile = job: ''
@@ -33,11 +34,15 @@ let
 
   # One run. It only talks over the role sockets (loop.sock; gateway.sock for the owner's DM), so
   # it gets a user of its own, the units' group for those sockets, and no network at all.
-  # `bxctl`: the bxctl binary; `path`: where `brokerd` is (bxctl reads the job through it).
-  service = { name, bxctl, path }: {
+  # `bxctl`: the bxctl binary; `path`: the unit's `path`, packages whose bin/ NixOS puts on its one
+  # PATH= (brokerd's: bxctl reads the job through it). `job`: the job, whose file the run reads:
+  # a changed job restarts a run in progress, and nothing else.
+  service = { name, bxctl, path, job }: {
     description = "Boxmaker job ${name} (one run)";
     wants = [ "boxmaker-loopd.service" "boxmaker-brokerd.service" ];
     after = [ "boxmaker-loopd.service" "boxmaker-brokerd.service" ];
+    inherit path;
+    restartTriggers = [ (jobFile job) ];
     serviceConfig =
       builtins.removeAttrs manifest.hardening.common [ "PrivateUsers" ]
       // manifest.hardening.network.none
@@ -45,16 +50,18 @@ let
         Type = "oneshot";
         DynamicUser = true;
         SupplementaryGroups = [ manifest.group ];
-        Environment = [ "PATH=${path}" ];
         IPAddressDeny = "any";
-        ExecStart = "${bxctl} job run ${name} --config ${configPath}";
+        ExecStart = execLine [ bxctl "job" "run" name "--config" configPath ];
       };
   };
 
   units = { jobs, bxctl, path }:
     builtins.listToAttrs (map (name: {
       name = unitName name;
-      value = { timer = timer name jobs.${name}; service = service { inherit name bxctl path; }; };
+      value = {
+        timer = timer name jobs.${name};
+        service = service { inherit name bxctl path; job = jobs.${name}; };
+      };
     }) (builtins.attrNames jobs));
 in
 {

@@ -9,7 +9,7 @@ let
   rendered = units.units {
     inherit (cfg) jobs;
     bxctl = lib.getExe' cfg.packages.bxctl "bxctl";
-    path = "${cfg.packages.brokerd}/bin";
+    path = [ cfg.packages.brokerd ];
   };
 in
 {

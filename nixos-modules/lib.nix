@@ -44,6 +44,16 @@ let
     ++ (if manifest.roles.${role}.network == "host"
         then [ "SSL_CERT_FILE=${paths.ca_bundle}" "NIX_SSL_CERT_FILE=${paths.ca_bundle}" ] else [ ]);
 
+  # One word of an Exec*= line, written as nixpkgs' utils.escapeSystemdExecArg writes it: a JSON
+  # string (its escapes are systemd's C escapes) with % and $ doubled, so systemd expands no
+  # specifier and no variable in it (tests/appliance/test_units.py holds it to systemd-analyze).
+  escapeExecArg = arg: builtins.replaceStrings [ "%" "$" ] [ "%%" "$$" ] (builtins.toJSON arg);
+  # The one variable the units' command lines leave to systemd: the image's digest, from the
+  # unit's EnvironmentFile= (the unit is written before the image is built).
+  digestVariable = "\${BOXMAKER_IMAGE_DIGEST}";
+  execLine = args: builtins.replaceStrings [ ("$" + digestVariable) ] [ digestVariable ]
+    (builtins.concatStringsSep " " (map escapeExecArg args));
+
   containerName = role: "boxmaker-${role}";
   userName = role: "boxmaker-${role}";
   unitName = role: "boxmaker-${role}";
@@ -92,7 +102,7 @@ let
 
   # What every unit that runs rootless podman has: its user, the shared group, and a podman store
   # and runtime directory of its own.
-  rootlessPodman = { user, store, containersConf }: {
+  rootlessPodman = { user, store }: {
     Restart = "on-failure";
     RestartSec = "5s";
     User = user;
@@ -101,13 +111,21 @@ let
     StateDirectoryMode = "0700";
     RuntimeDirectory = "boxmaker-podman/${store}";
     RuntimeDirectoryMode = "0700";
-    Environment = [
-      "HOME=${podmanHome store}"
-      "XDG_RUNTIME_DIR=${podmanRun store}"
-      # Added to the host's containers.conf, not instead of it (CONTAINERS_CONF would replace it).
-      "CONTAINERS_CONF_OVERRIDE=${containersConf}"
-    ];
   };
+
+  # Its environment (the unit's `environment`, which NixOS writes as Environment= lines).
+  podmanEnvironment = { store, containersConf }: {
+    HOME = podmanHome store;
+    XDG_RUNTIME_DIR = podmanRun store;
+    # Added to the host's containers.conf, not instead of it (CONTAINERS_CONF would replace it).
+    CONTAINERS_CONF_OVERRIDE = containersConf;
+  };
+
+  # After a new image is loaded, the one it replaced is untagged (each archive is
+  # <name>:latest): `image prune` removes the untagged images no container uses, so each store
+  # keeps one image per name. Run once the unit is up, when `--replace` has removed the old
+  # container; a failure is logged and ignored ("-"): a leftover image costs disk, not service.
+  pruneImages = podman: "-" + execLine [ podman "image" "prune" "--force" ];
 
   # [Service] of one role's unit. Lists become one line per element, as NixOS renders them.
   # `podman`: the podman binary; `imageName`, `imageArchive`, `digestEnv`: the role's image
@@ -133,7 +151,7 @@ let
     // manifest.hardening.network.${r.network}
     // { IPAddressDeny = "any"; }
     // egress
-    // rootlessPodman { user = userName role; store = role; inherit containersConf; }
+    // rootlessPodman { user = userName role; store = role; }
     // {
       Type = "notify";
       NotifyAccess = "all"; # the READY=1 comes from the container, through conmon
@@ -142,8 +160,9 @@ let
       TimeoutStartSec = "${toString (r.start_timeout or 90)}s";
       EnvironmentFile = digestEnv;
       ReadWritePaths = writable;
-      ExecStartPre = "${podman} load --quiet --input=${imageArchive}";
-      ExecStart = builtins.concatStringsSep " " ([ podman ] ++ args);
+      ExecStartPre = execLine [ podman "load" "--quiet" "--input=${imageArchive}" ];
+      ExecStart = execLine ([ podman ] ++ args);
+      ExecStartPost = pruneImages podman;
     }
     // (if credentialIds == [ ] then { } else {
       LoadCredentialEncrypted = map (id: "${id}:${credentialFiles.${id}}") credentialIds;
@@ -176,7 +195,7 @@ let
   toolRuntimeServiceConfig = { podman, toolkitArchive, containersConf }:
     manifest.hardening.common
     // manifest.hardening.network.none
-    // rootlessPodman { user = userName tools.runner; store = "tools"; inherit containersConf; }
+    // rootlessPodman { user = userName tools.runner; store = "tools"; }
     // {
       # Tool containers mount what the owner's grants name (~/notes read-only, ~/inbox
       # read-write): the service must see /home, writable where file permissions allow. What
@@ -192,14 +211,17 @@ let
       IPAddressAllow = "localhost";
       Type = "exec";
       ReadWritePaths = [ toolRuntimeDir ];
-      ExecStartPre = "${podman} load --quiet --input=${toolkitArchive}";
-      ExecStart = builtins.concatStringsSep " " ([ podman ] ++ toolRuntimeArgs);
+      ExecStartPre = execLine [ podman "load" "--quiet" "--input=${toolkitArchive}" ];
+      ExecStart = execLine ([ podman ] ++ toolRuntimeArgs);
+      ExecStartPost = pruneImages podman;
     };
 
-  toolRuntimeUnit = args: {
+  # It reads neither the config nor the grants: nothing of the owner's settings restarts it.
+  toolRuntimeUnit = args@{ containersConf, ... }: {
     description = "Boxmaker tool runtime (podman service for ${tools.runner})";
     before = [ "${unitName tools.runner}.service" ];
     wantedBy = [ "${unitName tools.runner}.service" ];
+    environment = podmanEnvironment { store = "tools"; inherit containersConf; };
     serviceConfig = toolRuntimeServiceConfig args;
   };
 
@@ -211,12 +233,16 @@ let
   # Only a role with a network waits for it; one with none (loopd) has nothing to wait for.
   online = role: if manifest.roles.${role}.network == "none" then [ ] else [ "network-online.target" ];
 
-  unit = args@{ role, ... }: {
+  # `restartTriggers`: what the role reads at start and never again (the module gives the config
+  # directory, which every role reads), so `nixos-rebuild switch` restarts it when that changes.
+  unit = args@{ role, containersConf, restartTriggers ? [ ], ... }: {
     description = "Boxmaker ${role}";
     after = online role;
     wants = dependencies role ++ online role;
     wantedBy = [ "multi-user.target" ];
-    serviceConfig = serviceConfig args;
+    inherit restartTriggers;
+    environment = podmanEnvironment { store = role; inherit containersConf; };
+    serviceConfig = serviceConfig (builtins.removeAttrs args [ "restartTriggers" ]);
   };
 
   # The group a socket's directory admits: the units' group unless the socket names its own.
@@ -233,18 +259,47 @@ let
   stateDirs = builtins.attrNames (builtins.listToAttrs (builtins.concatMap
     (role: map (s: { name = s.dir; value = true; }) manifest.roles.${role}.state) roleNames));
 
-  # systemd-tmpfiles lines: each socket directory belongs to its server (the shared group lets
-  # its clients in), each state directory to the one role that writes it (below).
-  tmpfiles =
-    [ "d ${paths.run} 0755 root root -" "d ${paths.home} 0755 root root -" "d ${paths.grants} 0750 root ${manifest.group} -" "d ${paths.jobs} 0750 root ${manifest.group} -" ]
-    ++ map (name: "d ${socketDir name} 0750 ${userName manifest.sockets.${name}.server} ${socketGroup name} -") socketNames
-    ++ [ "d ${toolRuntimeDir} 0700 ${userName tools.runner} ${manifest.group} -"
-         "d ${toolScratchDir} 0700 ${userName tools.runner} ${manifest.group} -" ]
-    # A state directory: its writer's, the owners' group's to read, and readable by the one role
-    # that mounts it read-only through an ACL entry naming that role's user (a container carries
-    # only its unit's one group). Below it, files stay in the units' group; the directory gates.
-    ++ map (dir: "d ${stateDir dir} 0750 ${userName (builtins.head (writers dir))} ${manifest.owners} -") stateDirs
-    ++ builtins.concatMap (dir: map (role: "a+ ${stateDir dir} - - - - u:${userName role}:r-x") (readers dir)) stateDirs;
+  # systemd.tmpfiles.settings (path -> type -> entry): each socket directory belongs to its
+  # server (the shared group lets its clients in), each state directory to the one role that
+  # writes it (below).
+  directory = mode: user: group: { d = { inherit mode user group; }; };
+  tmpfilesSettings = builtins.foldl' (acc: entry: acc // {
+    ${entry.path} = (acc.${entry.path} or { }) // entry.value;
+  }) { } (
+    map (path: { inherit path; value = directory "0755" "root" "root"; }) [ paths.run paths.home ]
+    ++ map (path: { inherit path; value = directory "0750" "root" manifest.group; }) [ paths.grants paths.jobs ]
+    ++ map (name: {
+      path = socketDir name;
+      value = directory "0750" (userName manifest.sockets.${name}.server) (socketGroup name);
+    }) socketNames
+    ++ map (path: { inherit path; value = directory "0700" (userName tools.runner) manifest.group; })
+      [ toolRuntimeDir toolScratchDir ]
+    # A state directory: its writer's, the owners' group's to read, and readable by the roles
+    # that mount it read-only through ACL entries naming their users (a container carries only
+    # its unit's one group). Below it, files stay in the units' group; the directory gates.
+    ++ map (dir: {
+      path = stateDir dir;
+      value = directory "0750" (userName (builtins.head (writers dir))) manifest.owners
+        // (if readers dir == [ ] then { } else {
+          "a+".argument = builtins.concatStringsSep ","
+            (map (role: "u:${userName role}:r-x") (readers dir));
+        });
+    }) stateDirs
+  );
+
+  # The lines NixOS writes from tmpfilesSettings (nixos/modules/system/boot/systemd/tmpfiles.nix,
+  # mkRuleFileContent: every field quoted, paths and types in attribute order), for the boot
+  # test, which has no NixOS to write them.
+  # tmpfiles.nix's escapeArgument (lib.strings.escapeC [ "\t" "\n" "\r" " " "\\" ]).
+  escapeTmpfilesArgument = builtins.replaceStrings [ "\t" "\n" "\r" " " "\\" ]
+    [ "\\x09" "\\x0a" "\\x0d" "\\x20" "\\x5c" ];
+  tmpfiles = builtins.concatMap (path:
+    map (type:
+      let entry = { mode = "-"; user = "-"; group = "-"; age = "-"; argument = ""; }
+        // tmpfilesSettings.${path}.${type}; in
+      "'${type}' '${path}' '${entry.mode}' '${entry.user}' '${entry.group}' '${entry.age}' ${escapeTmpfilesArgument entry.argument}")
+      (builtins.attrNames tmpfilesSettings.${path}))
+    (builtins.attrNames tmpfilesSettings);
 
   assertions =
     map (dir: {
@@ -258,7 +313,7 @@ let
 in
 {
   inherit manifest roleNames socketPath podmanArgs fixedSettings serviceConfig unit tmpfiles
-    containersSettings
+    tmpfilesSettings containersSettings escapeExecArg execLine
     assertions userName unitName containerName credentialsDirOf toolRuntimeArgs toolRuntimeUnit
     ownerGroups;
 }

@@ -37,7 +37,13 @@ in
 {
   inherit (config.systemd) services timers;
   inherit (config.users) users groups;
-  tmpfiles = config.systemd.tmpfiles.rules;
+  # The tmpfiles.d lines NixOS writes from systemd.tmpfiles.settings (tmpfiles.nix,
+  # mkRuleFileContent), every file's, then any raw rules.
+  tmpfiles = lib.concatLists (lib.mapAttrsToList (_file: paths: lib.concatLists (lib.mapAttrsToList
+    (path: entries: lib.mapAttrsToList
+      (_: e: "'${e.type}' '${path}' '${e.mode}' '${e.user}' '${e.group}' '${e.age}' ${lib.strings.escapeC [ "\t" "\n" "\r" " " "\\" ] e.argument}")
+      entries) paths)) config.systemd.tmpfiles.settings) ++ config.systemd.tmpfiles.rules;
+  maintainers = config.meta.maintainers;
   etc = lib.mapAttrs (_: file: { inherit (file) source target mode text; }) config.environment.etc;
   systemPackages = map (p: p.name) config.environment.systemPackages;
   containers = config.virtualisation.containers.enable;

@@ -8,7 +8,7 @@
 # Types follow nixos/modules (users-groups.nix, system/boot/systemd.nix and
 # lib/systemd-unit-options.nix, system/etc/etc.nix, system/boot/systemd/tmpfiles.nix,
 # config/system-path.nix, virtualisation/containers.nix, misc/assertions.nix).
-{ lib, config, ... }:
+{ lib, config, pkgs, ... }:
 let
   inherit (lib) mkOption types;
 
@@ -40,7 +40,12 @@ let
 
   units = description: mkOption { type = types.listOf unitNameType; default = [ ]; inherit description; };
 
-  service = { name, ... }: {
+  service = { name, config, ... }: {
+    # systemd.nix: every service's PATH is its `path` (after NixOS's defaults), written as an
+    # Environment= line like any other `environment` entry, so a unit that also sets PATH= in
+    # serviceConfig.Environment gets two.
+    config.path = lib.mkAfter [ pkgs.coreutils pkgs.findutils pkgs.gnugrep pkgs.gnused pkgs.systemd ];
+    config.environment.PATH = "${lib.makeBinPath config.path}:${lib.makeSearchPathOutput "bin" "sbin" config.path}";
     options = {
       enable = mkOption { type = types.bool; default = true; description = "Whether the unit is installed."; };
       description = mkOption { type = types.str; default = ""; description = "Description="; };
@@ -142,6 +147,24 @@ in
     systemd.services = mkOption { type = types.attrsOf (types.submodule service); default = { }; description = "Services."; };
     systemd.timers = mkOption { type = types.attrsOf (types.submodule timer); default = { }; description = "Timers."; };
     systemd.tmpfiles.rules = mkOption { type = types.listOf types.str; default = [ ]; description = "tmpfiles.d lines."; };
+    # tmpfiles.nix: file name -> path -> type -> entry.
+    systemd.tmpfiles.settings = mkOption {
+      type = types.attrsOf (types.attrsOf (types.attrsOf (types.submodule ({ name, ... }: {
+        options = {
+          type = mkOption { type = types.str; default = name; description = "The line's type."; };
+          mode = mkOption { type = types.str; default = "-"; description = "Mode."; };
+          user = mkOption { type = types.str; default = "-"; description = "Owner."; };
+          group = mkOption { type = types.str; default = "-"; description = "Group."; };
+          age = mkOption { type = types.str; default = "-"; description = "Age."; };
+          argument = mkOption { type = types.str; default = ""; description = "Argument."; };
+        };
+      }))));
+      default = { };
+      description = "tmpfiles.d files as settings.";
+    };
+
+    # misc/meta.nix (its type, simplified to what a maintainer entry is).
+    meta.maintainers = mkOption { type = types.listOf (types.attrsOf types.unspecified); default = [ ]; description = "Maintainers."; };
 
     environment.etc = mkOption { type = types.attrsOf (types.submodule etcFile); default = { }; description = "/etc files."; };
     environment.systemPackages = mkOption { type = types.listOf types.package; default = [ ]; description = "Packages in the system PATH."; };

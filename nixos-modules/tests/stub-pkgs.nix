@@ -48,6 +48,10 @@ in
   busybox = program "busybox";
   ruff = program "ruff";
   systemd = program "systemd";
+  coreutils = program "coreutils";
+  findutils = program "findutils";
+  gnugrep = program "gnugrep";
+  gnused = program "gnused";
   nixfmt-rfc-style = program "nixfmt";
   cacert = package "cacert" { };
   testers.runNixOSTest = args: package "vm-test-run-${args.name}" { };
@@ -74,7 +78,8 @@ in
       let valueType = oneOf [ bool int float str path (attrsOf valueType) (listOf valueType) ]
         // { description = "TOML value"; };
       in valueType;
-    generate = name: _value: package name { };
+    # The file depends on the value, as nixpkgs' does (a setting changes the config directory).
+    generate = name: value: package name { inherit value; };
   };
   stub = { inherit package program module; };
 }

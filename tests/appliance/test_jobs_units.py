@@ -16,7 +16,7 @@ import pytest
 from brokerd.jobs import parse_job
 
 from .nix import REPO, needs_nix, nix_eval, nix_string
-from .units import render_unit
+from .units import environment, exec_words, render_unit
 
 JOBS_UNITS = REPO / "nixos-modules" / "jobs-units.nix"
 BIN = Path(sys.executable).parent
@@ -41,7 +41,7 @@ def nix_value(value: Any) -> str:
 
 def units_expression(jobs: dict) -> str:
     return (f"(import {JOBS_UNITS} {{ }}).units {{ jobs = {nix_value(jobs)}; "
-            f"bxctl = {nix_string(BIN / 'bxctl')}; path = {nix_string(BIN)}; }}")
+            f"bxctl = {nix_string(BIN / 'bxctl')}; path = [ {nix_string(BIN.parent)} ]; }}")
 
 
 def render_timer(timer: dict) -> str:
@@ -90,8 +90,9 @@ def test_the_timer_runs_bxctl_job_run_at_the_jobs_schedule(tmp_path):
     assert timer["Unit"] == "boxmaker-job-morning-notes.service"
     service = unit["service"]["serviceConfig"]
     assert service["Type"] == "oneshot"
-    assert service["ExecStart"] == (f"{BIN / 'bxctl'} job run morning-notes "
-                                    "--config /etc/boxmaker/config/boxmaker.toml")
+    assert exec_words(service["ExecStart"]) == [
+        str(BIN / "bxctl"), "job", "run", "morning-notes", "--config",
+        "/etc/boxmaker/config/boxmaker.toml"]
     assert service["DynamicUser"] is True and service["SupplementaryGroups"] == ["boxmaker"]
     assert service["PrivateNetwork"] == "yes" and service["IPAddressDeny"] == "any"
     calendar = subprocess.run(["systemd-analyze", "calendar", timer["OnCalendar"]],
@@ -117,3 +118,24 @@ def test_a_schedule_systemd_cannot_parse_is_caught(tmp_path):
                              check=False)
     assert checked.returncode == 1 and "REFUSED" in checked.stderr and "schedule" in \
         checked.stderr
+
+
+def test_a_jobs_run_has_one_path_with_brokerd_on_it(tmp_path):
+    """NixOS writes a unit's ``path`` as its PATH=; a PATH= of the module's own in
+    serviceConfig.Environment would be a second line, and the last one wins."""
+    unit = nix_eval(units_expression(JOBS))["boxmaker-job-morning-notes"]["service"]
+    assert "Environment" not in unit["serviceConfig"]
+    assert environment(unit)["PATH"].split(":")[0] == str(BIN)
+    (path,) = write_units(tmp_path, {"one": JOBS["hourly"]})[1:]
+    assert [line for line in path.read_text().splitlines() if "PATH=" in line] == [
+        f'Environment="PATH={BIN}:{BIN.parent}/sbin"']
+
+
+def test_a_changed_job_changes_its_runs_trigger_and_nothing_else():
+    before = nix_eval(units_expression(JOBS))
+    changed = {**JOBS, "hourly": {**JOBS["hourly"], "ask": "Anything else?"}}
+    after = nix_eval(units_expression(changed))
+    assert before["boxmaker-job-morning-notes"] == after["boxmaker-job-morning-notes"]
+    assert before["boxmaker-job-hourly"]["timer"] == after["boxmaker-job-hourly"]["timer"]
+    assert before["boxmaker-job-hourly"]["service"]["restartTriggers"] != \
+        after["boxmaker-job-hourly"]["service"]["restartTriggers"]

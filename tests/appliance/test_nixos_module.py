@@ -18,6 +18,7 @@ from bxcore.errors import ConfigError
 from bxctl.stack import load_manifest
 
 from .nix import NIXPKGS_LIB, REPO, needs_nix, needs_nixpkgs_lib, nix_error, nix_eval, nix_string
+from .units import exec_words
 
 pytestmark = [needs_nix, needs_nixpkgs_lib]
 
@@ -73,12 +74,15 @@ def test_each_unit_survives_the_nixos_merge_as_its_roles_notify_unit(system, rol
     assert unit["wantedBy"] == ["multi-user.target"]
     assert service["Type"] == "notify" and service["User"] == f"boxmaker-{role}"
     assert service["Group"] == MANIFEST.group
-    assert service["ExecStart"].endswith(f"{role} serve --config {MANIFEST.config_path()}")
-    assert f"--network={MANIFEST.roles[role].network}" in service["ExecStart"].split()
+    words = exec_words(service["ExecStart"])
+    assert words[-4:] == [role, "serve", "--config", MANIFEST.config_path()]
+    assert f"--network={MANIFEST.roles[role].network}" in words
     assert service["IPAddressDeny"] == "any"
-    # A list option stays one list after the merge (one Environment= line per element).
-    assert isinstance(service["Environment"], list)
-    assert all("=" in line for line in service["Environment"])
+    # The environment through NixOS's `environment` (one Environment= line per name), PATH
+    # from NixOS's `path`, and none in serviceConfig.
+    assert "Environment" not in service
+    assert unit["environment"]["HOME"] == f"/var/lib/boxmaker-podman/{role}"
+    assert unit["environment"]["PATH"]
 
 
 def test_the_credential_reaches_only_the_role_the_manifest_gives_it_to(system):
@@ -148,6 +152,10 @@ def test_a_setting_of_the_right_toml_type_but_wrong_for_bxcore_fails_the_config_
         ('services.boxmaker.egress.router = "127.0.0.1";', "services.boxmaker.egress.router"),
         ("services.boxmaker.credentials.mattermost_token = 42;",
          "services.boxmaker.credentials.mattermost_token"),
+        # A credential in the store would be world-readable: an external path, as nixpkgs' own.
+        ('services.boxmaker.credentials.api_key = '
+         '"/nix/store/00000000000000000000000000000000-api_key.cred";',
+         "services.boxmaker.credentials.api_key"),
         ("services.boxmaker.settings.loop.max_turns = null;",  # TOML has no null
          "services.boxmaker.settings.loop.max_turns"),
         ('services.boxmaker.enable = "yes";', "services.boxmaker.enable"),
@@ -200,7 +208,10 @@ def test_a_job_becomes_a_timer_and_a_one_shot_service_under_nixos_types():
     assert timer["wantedBy"] == ["timers.target"]
     service = system["services"]["boxmaker-job-morning-notes"]
     assert service["serviceConfig"]["Type"] == "oneshot"
-    assert "job run morning-notes" in service["serviceConfig"]["ExecStart"]
+    assert exec_words(service["serviceConfig"]["ExecStart"])[1:4] == ["job", "run", "morning-notes"]
+    # One PATH: NixOS's, from the unit's `path` (brokerd's bin first), none of the module's own.
+    assert "Environment" not in service["serviceConfig"]
+    assert service["environment"]["PATH"].split(":")[0].endswith("-brokerd/bin")
     (job_file,) = [f for f in system["etc"].values() if f["target"].endswith("morning-notes.toml")]
     assert 'ask = "Summarise my notes."' in job_file["text"]
 
@@ -224,3 +235,38 @@ def test_the_vm_tests_host_evaluates_with_the_stand_in_model_beside_the_roles():
     stand_in = system["services"]["stand-in-model"]["serviceConfig"]
     assert stand_in["ExecStart"].endswith("-stand-in-model.py 127.0.0.1 8080")
     assert system["configFile"]["inferproxy"]["upstream"] == "tcp://127.0.0.1:8080"
+
+
+def changed_units(setting: str) -> dict[str, set[str]]:
+    """Which units a change gives a new unit file (NixOS's switch restarts those), and in which
+    of their attributes: the host above against the host with ``setting`` too."""
+    job = 'services.boxmaker.jobs.notes = { ask = "Summarise."; schedule = "daily"; };'
+    before = nix_eval(evaluate(with_setting(job), ".services"))
+    host = f"({{ lib, ... }}: {{ imports = [ {with_setting(job)} ]; {setting} }})"
+    after = nix_eval(evaluate(host, ".services"))
+    assert before.keys() == after.keys()
+    return {name: {key for key in unit if unit[key] != after[name][key]}
+            for name, unit in before.items() if unit != after[name]}
+
+
+ROLE_UNITS = {f"boxmaker-{role}" for role in ROLES}
+
+
+@pytest.mark.parametrize(
+    ("setting", "changed"),
+    [
+        # Every role reads the config file at start, and only then; the tool runtime never.
+        ('services.boxmaker.settings.loop.max_turns = 7;',
+         {unit: {"restartTriggers"} for unit in ROLE_UNITS}),
+        ('services.boxmaker.configFiles.allowlist = "/etc/hosts";',
+         {unit: {"restartTriggers"} for unit in ROLE_UNITS}),
+        # The grants' host-wide ceiling is brokerd's unit's own IPAddressAllow=.
+        ('services.boxmaker.egress.grants = [ "100.64.0.9" ];',
+         {"boxmaker-brokerd": {"serviceConfig"}}),
+        # A job's file is read by its own runs: its run's trigger, no role's.
+        ('services.boxmaker.jobs.notes.ask = lib.mkForce "Summarise again.";',
+         {"boxmaker-job-notes": {"restartTriggers"}}),
+    ],
+)  # fmt: skip
+def test_a_change_restarts_exactly_the_units_that_read_it(setting, changed):
+    assert changed_units(setting) == changed

@@ -15,7 +15,7 @@ from bxctl.stack import load_manifest, tool_runtime_args
 from support.requires import needs
 
 from .nix import lib_expression, needs_nix, nix_eval, nix_string
-from .units import render_unit
+from .units import exec_words, render_unit
 
 MANIFEST = load_manifest()
 ROLES = sorted(MANIFEST.roles)
@@ -139,7 +139,7 @@ def test_the_unit_runs_exactly_the_launcher_arguments_with_the_digest_put_in_by_
     image = "localhost/boxmaker/gatewayd@sha256:" + "0" * 64
     expected = podman_args(MANIFEST, "gatewayd", image=image, credentials=credentials)
     expected[expected.index(image)] = "localhost/boxmaker/gatewayd@${BOXMAKER_IMAGE_DIGEST}"
-    assert service["ExecStart"] == " ".join([PODMAN, *expected])
+    assert exec_words(service["ExecStart"]) == [PODMAN, *expected]
     assert service["LoadCredentialEncrypted"] == [
         "mattermost_token:/etc/boxmaker/credentials/mattermost_token.cred"
     ]
@@ -159,7 +159,7 @@ def test_the_role_sockets_form_a_cycle_so_units_are_not_ordered_on_each_other():
 
 def test_tmpfiles_give_each_socket_directory_to_its_server():
     rules = nix_eval(f"{lib_expression()}.tmpfiles")
-    assert "d /run/boxmaker/infer 0750 boxmaker-inferproxy boxmaker -" in rules
+    assert "'d' '/run/boxmaker/infer' '0750' 'boxmaker-inferproxy' 'boxmaker' '-' " in rules
 
 
 
@@ -167,17 +167,17 @@ def test_each_state_directory_is_read_by_the_owners_and_the_one_role_that_mounts
     """Not by the units' group, which every role's user shares: brokerd's audit and consult
     egress log (full payloads) are the owners' to read, loopd's sessions memoryd's too."""
     rules = nix_eval(f"{lib_expression()}.tmpfiles")
-    state = sorted(r for r in rules if r.startswith(("d /var/lib/boxmaker/", "a+ ")))
+    state = sorted(r for r in rules if r.startswith(("'d' '/var/lib/boxmaker/", "'a+' ")))
     assert state == [
-        "a+ /var/lib/boxmaker/broker - - - - u:boxmaker-memoryd:r-x",
-        "a+ /var/lib/boxmaker/sessions - - - - u:boxmaker-memoryd:r-x",
-        "d /var/lib/boxmaker/audit 0750 boxmaker-brokerd boxmaker-owners -",
-        "d /var/lib/boxmaker/broker 0750 boxmaker-brokerd boxmaker-owners -",
-        "d /var/lib/boxmaker/egress 0750 boxmaker-brokerd boxmaker-owners -",
-        "d /var/lib/boxmaker/gateway 0750 boxmaker-gatewayd boxmaker-owners -",
-        "d /var/lib/boxmaker/index 0750 boxmaker-memoryd boxmaker-owners -",
-        "d /var/lib/boxmaker/memory 0750 boxmaker-memoryd boxmaker-owners -",
-        "d /var/lib/boxmaker/sessions 0750 boxmaker-loopd boxmaker-owners -",
+        "'a+' '/var/lib/boxmaker/broker' '-' '-' '-' '-' u:boxmaker-memoryd:r-x",
+        "'a+' '/var/lib/boxmaker/sessions' '-' '-' '-' '-' u:boxmaker-memoryd:r-x",
+        "'d' '/var/lib/boxmaker/audit' '0750' 'boxmaker-brokerd' 'boxmaker-owners' '-' ",
+        "'d' '/var/lib/boxmaker/broker' '0750' 'boxmaker-brokerd' 'boxmaker-owners' '-' ",
+        "'d' '/var/lib/boxmaker/egress' '0750' 'boxmaker-brokerd' 'boxmaker-owners' '-' ",
+        "'d' '/var/lib/boxmaker/gateway' '0750' 'boxmaker-gatewayd' 'boxmaker-owners' '-' ",
+        "'d' '/var/lib/boxmaker/index' '0750' 'boxmaker-memoryd' 'boxmaker-owners' '-' ",
+        "'d' '/var/lib/boxmaker/memory' '0750' 'boxmaker-memoryd' 'boxmaker-owners' '-' ",
+        "'d' '/var/lib/boxmaker/sessions' '0750' 'boxmaker-loopd' 'boxmaker-owners' '-' ",
     ]
     assert MANIFEST.owners in nix_eval(f"{lib_expression()}.ownerGroups")
 
@@ -186,8 +186,9 @@ def test_the_tool_runtime_runs_as_brokerds_user_before_brokerd_with_the_launcher
     unit = tool_runtime_unit()
     service = unit["serviceConfig"]
     assert service["User"] == unit_of("brokerd")["serviceConfig"]["User"] == "boxmaker-brokerd"
-    assert service["ExecStart"] == " ".join([PODMAN, *tool_runtime_args(MANIFEST)])
-    assert service["ExecStartPre"].endswith("load --quiet --input=/nix/store/x-toolkit/image.tar")
+    assert exec_words(service["ExecStart"]) == [PODMAN, *tool_runtime_args(MANIFEST)]
+    assert exec_words(service["ExecStartPre"]) == [
+        PODMAN, "load", "--quiet", "--input=/nix/store/x-toolkit/image.tar"]
     assert unit["before"] == unit["wantedBy"] == ["boxmaker-brokerd.service"]
     # It sees /home (grants mount the owner's files), writable where permissions allow.
     assert (service["ProtectHome"], service["ProtectSystem"]) == ("no", "full")
@@ -198,15 +199,15 @@ def test_the_tool_runtime_runs_as_brokerds_user_before_brokerd_with_the_launcher
 
 def test_tmpfiles_keep_the_tool_runtime_and_the_call_scratch_to_brokerds_user():
     rules = nix_eval(f"{lib_expression()}.tmpfiles")
-    assert "d /run/boxmaker/tools 0700 boxmaker-brokerd boxmaker -" in rules
-    assert "d /run/boxmaker/calls 0700 boxmaker-brokerd boxmaker -" in rules
+    assert "'d' '/run/boxmaker/tools' '0700' 'boxmaker-brokerd' 'boxmaker' '-' " in rules
+    assert "'d' '/run/boxmaker/calls' '0700' 'boxmaker-brokerd' 'boxmaker' '-' " in rules
 
 
 def test_approve_sockets_directory_admits_the_owners_group_and_no_role():
     """brokerd's user namespace shows every other host uid as the overflow uid, so who may answer
     on approve.sock is settled by who can reach it: the owners' group, which no unit runs in."""
     rules = nix_eval(f"{lib_expression()}.tmpfiles")
-    assert "d /run/boxmaker/approve 0750 boxmaker-brokerd boxmaker-owners -" in rules
+    assert "'d' '/run/boxmaker/approve' '0750' 'boxmaker-brokerd' 'boxmaker-owners' '-' " in rules
     assert nix_eval(f"{lib_expression()}.ownerGroups") == ["boxmaker", "boxmaker-owners"]
     for role in ROLES:
         service = unit_of(role)["serviceConfig"]
