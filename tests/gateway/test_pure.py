@@ -14,7 +14,7 @@ from bxcore.protocol.loop import (
 )
 from gatewayd.errors import SetupError
 from gatewayd.models import Post
-from gatewayd.render import Throttle, TurnView, approval_text, split_message
+from gatewayd.render import Throttle, TurnView, approval_posts, split_message
 from gatewayd.routing import (
     Command,
     Ignore,
@@ -126,5 +126,5 @@ def test_the_throttle_allows_one_edit_per_interval():
 
 def test_the_approval_text_shows_every_field_in_a_fence_no_argument_can_close():
     arguments = '{"cmd": "echo ```"}'
-    text = approval_text("id1", "shell", arguments, "shell.toml", "2026-12-01T00:00:00Z")
+    [text] = approval_posts("id1", "shell", arguments, "shell.toml", "2026-12-01T00:00:00Z")
     assert "cmd:\n    echo ```" in text and "````text" in text and "!approve id1" in text

@@ -16,7 +16,7 @@ import pytest
 from bxcore.display import describe_call, visible
 from bxctl.cli import main as bxctl
 from click.testing import CliRunner
-from gatewayd.render import approval_text
+from gatewayd.render import approval_posts
 
 from .laundering_support import audited, chain_ok, directive, grant, scripted_rig, via_call_tool
 
@@ -54,7 +54,8 @@ def test_a_look_alike_host_is_shown_for_what_it_is():
 
 def test_the_mattermost_post_uses_the_same_rendering():
     arguments = '{"command": "echo hi\u202e"}'
-    post = approval_text("id1", "shell.run", arguments, "shell.toml", "2026-12-01T00:00:00Z")
+    post = "".join(approval_posts("id1", "shell.run", arguments, "shell.toml",
+                                  "2026-12-01T00:00:00Z"))
     assert describe_call("shell.run", arguments) in post and RLO not in post
 
 

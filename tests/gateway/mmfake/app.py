@@ -174,7 +174,8 @@ class FakeMattermost:
     async def _create_post(self, body: Any, me: str) -> Reply:
         data = self.data
         if not isinstance(body, dict) or not isinstance(body.get("channel_id"), str) \
-                or not isinstance(body.get("message"), str):
+                or not isinstance(body.get("message"), str) \
+                or not isinstance(body.get("props", {}), dict):
             raise app_error(400, "api.context.invalid_body_param.app_error", "Invalid post")
         channel_id, root_id = body["channel_id"], body.get("root_id", "")
         self._require_member(channel_id, me)
@@ -198,7 +199,8 @@ class FakeMattermost:
             data.pending[pending] = (None, time.monotonic())
         if self.post_save_delay:
             await asyncio.sleep(self.post_save_delay)
-        post = data.new_post(me, channel_id, body["message"], root_id, pending)
+        post = data.new_post(me, channel_id, body["message"], root_id, pending,
+                             props=body.get("props", {}))
         if pending:
             data.pending[pending] = (post["id"], time.monotonic())
         self._broadcast_posted(post)
@@ -216,6 +218,8 @@ class FakeMattermost:
                 raise app_error(400, "model.post.is_valid.message_length.app_error", "Too long")
             post["message"] = body["message"]
             self.edits.append((post["id"], body["message"]))
+        if "props" in body:  # PostPatch.Props replaces the post's props
+            post["props"] = body["props"]
         post["edit_at"] = post["update_at"] = max(now_ms(), post["update_at"] + 1)
         self.hub.emit("post_edited", {"post": json.dumps(post)}, post["channel_id"],
                       self.data.members[post["channel_id"]])

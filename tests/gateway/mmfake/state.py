@@ -77,14 +77,16 @@ class Data:
         return self.add_channel("D", name, {user_a, user_b})
 
     def new_post(
-        self, user_id: str, channel_id: str, message: str, root_id: str, pending_post_id: str
+        self, user_id: str, channel_id: str, message: str, root_id: str, pending_post_id: str,
+        props: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         stamp = max([now_ms()] + [p["create_at"] + 1 for p in self.posts.values()])
         post = {
             "id": new_id(), "create_at": stamp, "update_at": stamp, "edit_at": 0,
             "delete_at": 0, "is_pinned": False, "user_id": user_id, "channel_id": channel_id,
             "root_id": root_id, "original_id": "", "message": message, "type": "",
-            "props": {}, "hashtags": "", "file_ids": [], "pending_post_id": pending_post_id,
+            "props": dict(props or {}), "hashtags": "", "file_ids": [],
+            "pending_post_id": pending_post_id,
             "remote_id": "", "reply_count": 0, "last_reply_at": 0, "participants": None,
             "metadata": {},
         }

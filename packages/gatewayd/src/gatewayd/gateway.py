@@ -50,7 +50,9 @@ class Gateway:
         self.threads = OwnerThreads(self.rest, owner_of(settings.owner, settings.allowlist))
         self.runner = TurnRunner(self.rest, self.queue, settings.loop_socket,
                                  edit_interval=settings.edit_interval,
-                                 tool_choice=settings.tool_choice)
+                                 tool_choice=settings.tool_choice,
+                                 inert_always=settings.inert_always,
+                                 identity_floor=settings.identity_floor)
         posts = OwnerPosts(self.book, self.rest, self.say, threads=self.threads)
         self.approvals = ApprovalServer(settings.gateway_socket, posts,
                                         mode=settings.gateway_socket_mode,

@@ -7,6 +7,9 @@ is told so. A session that did not start in Mattermost (a job's run, a subagent)
 approvals posted in a DM thread of its own with the owner (owner_threads). An ``owner_notice``'s
 text is posted in the session's thread (the same one).
 
+A notice's text (a job's answer) is posted inert, whatever its session: the notice does not say
+the session's taint (docs/decisions/output-channels.md).
+
 What cannot be posted is a ``Refusal``, the error code and message gateway.sock answers with.
 """
 
@@ -21,8 +24,9 @@ from bxcore.protocol.approval import ApprovalRequest, NoticePosted, OwnerNotice
 
 from .approvals import PostedApproval, PostedApprovals
 from .errors import MattermostError
+from .inert import inert_posts
 from .owner_threads import NoOwnerThread, OwnerThreads
-from .render import approval_text, split_message
+from .render import approval_posts
 from .rest import MattermostClient
 
 log = logging.getLogger("gatewayd.approvals")
@@ -55,10 +59,10 @@ class OwnerPosts:
         except MattermostError as exc:
             return Refusal(ErrorCode.UNAVAILABLE, f"cannot reach Mattermost: {exc}")
         try:
-            text = approval_text(request.id, request.tool, request.arguments, request.grant,
-                                 request.expires)
-            for number, part in enumerate(split_message(text)):  # one part unless huge
-                await self._rest.create_post(channel_id, part, root_id=root,
+            parts = approval_posts(request.id, request.tool, request.arguments, request.grant,
+                                   request.expires)
+            for number, part in enumerate(parts):  # one part unless huge, each fenced
+                await self._rest.create_post(channel_id, part, root_id=root, inert=True,
                                              pending_post_id=f"approval:{request.id}:{number}")
         except MattermostError as exc:
             self._book.close(request.id)
@@ -78,8 +82,9 @@ class OwnerPosts:
         """Post ``notice`` in its session's thread (opened in the owner's DM if need be)."""
         try:
             thread = await self._threads.thread_for(notice.session)
-            posts = [await self._rest.create_post(thread.channel_id, part, root_id=thread.root_id)
-                     for part in split_message(notice.text)]
+            posts = [await self._rest.create_post(thread.channel_id, part, root_id=thread.root_id,
+                                                  inert=True)
+                     for part in inert_posts(notice.text)]
         except NoOwnerThread as exc:
             return Refusal(ErrorCode.BAD_REQUEST, str(exc))
         except MattermostError as exc:

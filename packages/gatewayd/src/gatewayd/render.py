@@ -5,12 +5,21 @@ limits edits like any request); tool calls and waiting/progress show as one shor
 which for a tool call brokerd says is still running counts the time (``still running (2 min 5 s)``).
 The final answer replaces the placeholder; an answer over the server's 16,383 runes is split into
 several posts, at a paragraph or line break where there is one.
+
+Model text is made inert (inert.py: no link, image, autolink or HTML) in every post that carries
+it, unless it is a final answer whose session's taint loopd says is public and trusted and the
+owner has not asked for all answers to be inert (``[gateway] inert_output``): the streamed
+placeholder always (loopd says the taint only with the answer), an approval's arguments always
+(fenced in every part), errors always.
 """
 
 from __future__ import annotations
 
+import re
+
 from bxcore.display import describe_call
 from bxcore.protocol.loop import (
+    AnswerTaint,
     CacheLossEvent,
     Content,
     Progress,
@@ -24,13 +33,37 @@ from bxcore.protocol.loop import (
     TurnEventBody,
     Waiting,
 )
+from bxcore.tools import DataClass
 from bxcore.util import format_elapsed
 
+from .inert import code_blocks, inert_posts
 from .models import MAX_POST_RUNES
 
 PLACEHOLDER = "…"
 NO_ANSWER = "_(no answer)_"
 _STATUS_ROOM = 200  # runes kept free for the status line while streaming
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_.:\-]")
+
+
+def answer_is_inert(taint: AnswerTaint | None, *, floor: DataClass, always: bool) -> bool:
+    """Whether an answer is shown inert: always when the owner says so or loopd did not say the
+    session's taint; else when that taint, or ``floor`` (``[memory] identity_ceiling``, which
+    every session's prompt carries), is above public, or anything it saw was untrusted."""
+    if always or taint is None:
+        return True
+    highest = max(floor, taint.highest) if taint.highest is not None else floor
+    return taint.untrusted or highest > DataClass.PUBLIC
+
+
+def answer_posts(content: str, *, inert: bool) -> list[str]:
+    """The answer's posts: inert, or its Markdown as written, each within the server's limit."""
+    parts = inert_posts(content) if inert else split_message(content)
+    return parts or [NO_ANSWER]
+
+
+def tool_label(name: str) -> str:
+    """A tool name as an inline code span nothing in it can end: only name characters."""
+    return f"`{_NOT_IN_A_NAME.sub('?', name[:64])}`"
 
 
 class TurnView:
@@ -49,13 +82,13 @@ class TurnView:
             self.status = "thinking…"
         elif isinstance(event, ToolCallStarted):
             self.tools.append(event.name)
-            self.status = f"⚙ running `{event.name}`"
+            self.status = f"⚙ running {tool_label(event.name)}"
         elif isinstance(event, ToolResultEvent):
-            self.status = f"⚙ `{event.name}` done"
+            self.status = f"⚙ {tool_label(event.name)} done"
         elif isinstance(event, ToolWaitingEvent):
-            name = self.tools[-1] if self.tools else "the tool"
-            self.status = (f"⚙ `{name}` still running ({format_elapsed(event.elapsed)})"
-                           if event.reason == "running" else f"⚙ `{name}` waits for approval")
+            name = tool_label(self.tools[-1]) if self.tools else "the tool"
+            self.status = (f"⚙ {name} still running ({format_elapsed(event.elapsed)})"
+                           if event.reason == "running" else f"⚙ {name} waits for approval")
         elif isinstance(event, Queued):
             self.status = f"queued ({event.ahead} ahead)"
         elif isinstance(event, Waiting):
@@ -71,10 +104,14 @@ class TurnView:
             self.status = "re-reading the conversation"
 
     def text(self) -> str:
-        """The placeholder's text now: the content so far (its tail if long) and the status."""
+        """The placeholder's text now: the content so far, inert (its last post's worth if long:
+        the tail is cut from the model's text, then made inert, so no fence is cut open), and
+        the status."""
         room = MAX_POST_RUNES - _STATUS_ROOM
-        body = self.content if len(self.content) <= room else "…" + self.content[-(room - 1):]
-        tools = " ".join(f"`{name}`" for name in self.tools[-5:])
+        parts = inert_posts(self.content[-room:], room)
+        body = ("…" if len(parts) > 1 or len(self.content) > room else "") + parts[-1] \
+            if parts else ""
+        tools = " ".join(tool_label(name) for name in self.tools[-5:])
         lines = [body] if body else []
         if tools:
             lines.append(f"_⚙ {tools}_")
@@ -116,18 +153,18 @@ def split_message(text: str, limit: int = MAX_POST_RUNES) -> list[str]:
     return [part for part in parts if part]
 
 
-def approval_text(
-    approval_id: str, tool: str, arguments: str, grant: str, expires: str
-) -> str:
-    """The approval post: what will run as bxcore.display shows it (the deciding fields first,
-    wrapped, hidden characters made visible), in a fence no argument can close, and how to
-    answer."""
-    shown = describe_call(tool, arguments)
-    fence = "```"
-    while fence in shown:
-        fence += "`"
-    return (
-        f"**Approval needed** (grant `{grant}`, expires {expires})\n\n"
-        f"{fence}text\n{shown}\n{fence}\n\n"
-        f"Reply in this thread with `!approve {approval_id}` or `!deny {approval_id}`."
-    )
+def approval_posts(
+    approval_id: str, tool: str, arguments: str, grant: str, expires: str,
+    limit: int = MAX_POST_RUNES,
+) -> list[str]:
+    """The approval's posts: what will run as bxcore.display shows it (the deciding fields
+    first, wrapped, hidden characters made visible), in code blocks no argument can close, one
+    or more to a post, every part fenced; the header first, how to answer last."""
+    header = f"**Approval needed** (grant {tool_label(grant)}, expires {expires})"
+    footer = f"Reply in this thread with `!approve {approval_id}` or `!deny {approval_id}`."
+    room = limit - len(header) - len(footer) - 4
+    blocks = code_blocks(describe_call(tool, arguments).split("\n"), "text", room)
+    posts = [f"{header}\n\n{block}" if number == 0 else block
+             for number, block in enumerate(blocks)]
+    posts[-1] += f"\n\n{footer}"
+    return posts

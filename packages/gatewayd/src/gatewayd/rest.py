@@ -30,6 +30,7 @@ log = logging.getLogger("gatewayd.rest")
 M = TypeVar("M", bound=BaseModel)
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+NO_PREVIEW = {"remove_link_preview": "true"}  # the web app shows no OpenGraph preview for it
 
 
 def retry_delay(
@@ -86,8 +87,11 @@ class MattermostClient:
         return await self._call("POST", "/channels/direct", Channel, json=[user_a, user_b])
 
     async def create_post(
-        self, channel_id: str, message: str, *, root_id: str = "", pending_post_id: str = ""
+        self, channel_id: str, message: str, *, root_id: str = "", pending_post_id: str = "",
+        inert: bool = False,
     ) -> Post:
+        """``inert``: the post carries model text made inert; the web app is also told not to
+        show a link preview for it (``remove_link_preview``, the prop its "remove preview" sets)."""
         body: dict[str, Any] = {
             "channel_id": channel_id,
             "message": message,
@@ -95,10 +99,15 @@ class MattermostClient:
         }
         if root_id:
             body["root_id"] = root_id
+        if inert:
+            body["props"] = dict(NO_PREVIEW)
         return await self._call("POST", "/posts", Post, json=body)
 
-    async def patch_post(self, post_id: str, message: str) -> Post:
-        return await self._call("PUT", f"/posts/{post_id}/patch", Post, json={"message": message})
+    async def patch_post(self, post_id: str, message: str, *, inert: bool = False) -> Post:
+        body: dict[str, Any] = {"message": message}
+        if inert:
+            body["props"] = dict(NO_PREVIEW)
+        return await self._call("PUT", f"/posts/{post_id}/patch", Post, json=body)
 
     async def get_post(self, post_id: str) -> Post:
         return await self._call("GET", f"/posts/{post_id}", Post)

@@ -3,7 +3,7 @@
 One loop.sock connection per turn (bxcore.protocol.loop): send ``turn``, read frames until one is
 final. The placeholder is posted at once (and remembered in the queue, so a retry edits the same
 post), edited as events arrive, and replaced by the answer; the rest of a long answer follows as
-further replies in the thread.
+further replies in the thread. What carries model text is made inert (render.py says when).
 
 Every delivery of a post names it with ``origin = mattermost:<post_id>``: a post is marked
 delivered only once loopd's first frame arrives, so a crash just after the ``turn`` was written
@@ -40,10 +40,12 @@ from bxcore.protocol.loop import (
     TurnDone,
     TurnEvent,
 )
+from bxcore.tools import DataClass
 
 from .errors import MattermostError
+from .inert import inert_prose
 from .queue import Item, Queue
-from .render import NO_ANSWER, PLACEHOLDER, Throttle, TurnView, split_message
+from .render import PLACEHOLDER, Throttle, TurnView, answer_is_inert, answer_posts
 from .rest import MattermostClient
 
 log = logging.getLogger("gatewayd.turns")
@@ -72,6 +74,8 @@ class TurnRunner:
         edit_interval: float,
         read_timeout: float = 1800.0,
         tool_choice: tuple[str, ...] = (),
+        inert_always: bool = False,
+        identity_floor: DataClass = DataClass.PUBLIC,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._rest = rest
@@ -81,6 +85,8 @@ class TurnRunner:
         self._read_timeout = read_timeout
         self._clock = clock
         self._tool_choice = list(tool_choice)
+        self._inert_always = inert_always
+        self._identity_floor = identity_floor
 
     async def deliver(self, item: Item) -> TurnOutcome:
         placeholder = item.placeholder or await self._post_placeholder(item)
@@ -134,10 +140,10 @@ class TurnRunner:
                         self._queue.delivered(item.post_id)
                     view.apply(frame.parse(TurnEvent).event)
                     if throttle.due(self._clock()):
-                        await self._edit(placeholder, view.text())
+                        await self._edit(placeholder, view.text(), inert=True)
                 elif frame.kind == TURN_DONE:
                     self._queue.delivered(item.post_id)
-                    await self._answer(item, placeholder, frame.parse(TurnDone).content)
+                    await self._answer(item, placeholder, frame.parse(TurnDone))
                     return TurnOutcome.DELIVERED
                 elif frame.kind == ERROR:
                     return await self._refused(item, placeholder, frame.parse(WireError), resume)
@@ -150,7 +156,8 @@ class TurnRunner:
             log.warning("post %s: loop.sock: %s", item.post_id, exc or type(exc).__name__)
             if not accepted:
                 return TurnOutcome.DOWN
-            await self._edit(placeholder, view.text() + "\n\n⚠ _the agent stopped mid-turn_")
+            await self._edit(placeholder, view.text() + "\n\n⚠ _the agent stopped mid-turn_",
+                             inert=True)
             return TurnOutcome.DELIVERED
 
     async def _refused(
@@ -164,24 +171,27 @@ class TurnRunner:
                                     (ErrorCode.SESSION_EXISTS, False)):
             raise _Again()
         self._queue.delivered(item.post_id)
-        await self._edit(placeholder, f"⚠ {error.code.value}: {error.message}")
+        await self._edit(placeholder, f"⚠ {error.code.value}: {inert_prose(error.message)}",
+                         inert=True)
         return TurnOutcome.DELIVERED
 
-    async def _answer(self, item: Item, placeholder: str, content: str) -> None:
-        parts = split_message(content) or [NO_ANSWER]
-        await self._edit(placeholder, parts[0])
+    async def _answer(self, item: Item, placeholder: str, done: TurnDone) -> None:
+        inert = answer_is_inert(done.taint, floor=self._identity_floor,
+                                always=self._inert_always)
+        parts = answer_posts(done.content, inert=inert)
+        await self._edit(placeholder, parts[0], inert=inert)
         for number, part in enumerate(parts[1:], start=1):
             try:
                 await self._rest.create_post(
-                    item.channel_id, part, root_id=item.root_id,
+                    item.channel_id, part, root_id=item.root_id, inert=inert,
                     pending_post_id=f"{item.post_id}:part{number}",
                 )
             except MattermostError as exc:
                 log.error("post %s: part %d of the answer not posted: %s",
                           item.post_id, number, exc)
 
-    async def _edit(self, post_id: str, text: str) -> None:
+    async def _edit(self, post_id: str, text: str, *, inert: bool = False) -> None:
         try:
-            await self._rest.patch_post(post_id, text)
+            await self._rest.patch_post(post_id, text, inert=inert)
         except MattermostError as exc:
             log.warning("edit of %s failed: %s", post_id, exc)

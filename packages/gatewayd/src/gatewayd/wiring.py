@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bxcore.config import Config
 from bxcore.secrets import Secret, SecretStore
+from bxcore.tools import DataClass
 
 from .errors import SetupError
 from .gateway import Gateway
@@ -37,6 +38,8 @@ class Settings:
     gateway_socket_mode: int = 0o600  # [gateway] mode: brokerd connects
     gateway_socket_group: int | None = None  # [gateway] group, as a gid
     owner: str | None = None  # [gateway] owner (default: the allowlist's only user)
+    inert_always: bool = False  # [gateway] inert_output = "all"
+    identity_floor: DataClass = DataClass.PUBLIC  # [memory] identity_ceiling: in every prompt
 
     @classmethod
     def from_config(cls, config: Config, secrets: SecretStore | None = None,
@@ -67,6 +70,8 @@ class Settings:
             ping_interval=section.ping_interval,
             redeliver=(section.redeliver_min, section.redeliver_max),
             tool_choice=tuple(section.tool_choice),
+            inert_always=section.inert_output == "all",
+            identity_floor=config.memory.identity_ceiling,
         )
 
 

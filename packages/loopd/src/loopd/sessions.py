@@ -45,6 +45,7 @@ from .memory import IdentityFiles, Memory
 from .origins import Taken, taken
 from .store import Session, SessionStore
 from .turn import Loop, run_turn
+from .turn.shell import answer_taint
 
 log = logging.getLogger("loopd")
 
@@ -93,7 +94,7 @@ class Sessions:
             session = await self._session_for(turn)
             earlier = taken(session.records, turn.origin) if turn.origin is not None else None
             if earlier is not None:  # before compaction could move its turn out of this epoch
-                return _taken_frame(turn, earlier)
+                return _taken_frame(turn, earlier, answer_taint(session))
             session = await self._current_epoch(session, events, thinking=turn.thinking)
             done = await self._turn(session, turn, events, loop)
         except LoopError as exc:
@@ -181,12 +182,14 @@ class Sessions:
             self._kept.popitem(last=False)
 
 
-def _taken_frame(turn: Turn, earlier: Taken) -> Frame:
-    """A resent turn is not run again: its earlier answer, or an error saying it has none."""
+def _taken_frame(turn: Turn, earlier: Taken, taint: wire.AnswerTaint) -> Frame:
+    """A resent turn is not run again: its earlier answer (with the session's taint now, never
+    less than then), or an error saying it has none."""
     log.info("session %s: origin %s was taken at line %d; not run again",
              turn.session, turn.origin, earlier.line)
     if earlier.answer is not None:
-        return Frame.of(wire.TURN_DONE, earlier.answer, final=True)
+        answer = earlier.answer.model_copy(update={"taint": taint})
+        return Frame.of(wire.TURN_DONE, answer, final=True)
     return error_frame(
         ErrorCode.BAD_REQUEST,
         f"session {turn.session}: the turn from {turn.origin} was already taken (log line "

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bxcore.ids import check_session_id
 from bxcore.records import EpochEnd, SessionStart, ToolResult, Usage
+from bxcore.taint import CLEAN, Taint
 from bxcore.util import fsync_dir, sha256
 
 from .baseline import Baseline, ChatMessage
@@ -52,6 +53,7 @@ class Session:
     def __init__(
         self, *, session_id: str, epoch: int, directory: Path, baseline: Baseline,
         records: list[Record], size: int, earlier_calls: int = FIRST_CALL - 1,
+        earlier_taint: Taint = CLEAN,
     ):
         start = records[0]
         assert isinstance(start, SessionStart)  # parse_log checked it
@@ -69,6 +71,8 @@ class Session:
         # ToolResult.call of the epochs before this one (M2b design, section 4).
         self._next_call = 1 + highest_call(records, earlier_calls)
         self._last_usage = next((r for r in reversed(records) if isinstance(r, Usage)), None)
+        # Like the counter, the taint runs across epochs: a summary carries what it summarised.
+        self._taint = taint_of(records, earlier_taint)
 
     def __repr__(self) -> str:
         return f"<Session {self.id} epoch={self.epoch} records={len(self._records)}>"
@@ -85,6 +89,11 @@ class Session:
     @property
     def last_usage(self) -> Usage | None:
         return self._last_usage
+
+    @property
+    def taint(self) -> Taint:
+        """Every tool result's class and trust in the session's log, in any epoch."""
+        return self._taint
 
     @property
     def closed(self) -> bool:
@@ -121,6 +130,7 @@ class Session:
             self._messages.append(message)
         if isinstance(record, Usage):
             self._last_usage = record
+        self._taint = taint_of([record], self._taint)
 
     def is_current(self) -> bool:
         """True if the file is still exactly what this object mirrors (nobody else wrote it)."""
@@ -200,7 +210,7 @@ class SessionStore:
         return Session(
             session_id=closed.id, epoch=epoch, directory=closed.directory,
             baseline=Baseline.from_json(data), records=[start], size=len(line),
-            earlier_calls=closed.highest_call,
+            earlier_calls=closed.highest_call, earlier_taint=closed.taint,
         )
 
     def record_serving(self, session: Session, settings: ServingSettings) -> None:
@@ -241,10 +251,11 @@ class SessionStore:
             raise CorruptSession(
                 f"{base_path}: its sha256 is not the {start.baseline} that {path} line 1 records"
             )
+        calls, taint = _earlier(directory, session_id, epoch)
         return Session(
             session_id=session_id, epoch=epoch, directory=directory,
             baseline=Baseline.parse(base_data, base_path), records=records, size=len(data),
-            earlier_calls=_earlier_calls(directory, session_id, epoch),
+            earlier_calls=calls, earlier_taint=taint,
         )
 
 
@@ -263,17 +274,27 @@ def highest_call(records: list[Record], floor: int = FIRST_CALL - 1) -> int:
     return max((r.call for r in records if isinstance(r, ToolResult)), default=floor)
 
 
-def _earlier_calls(directory: Path, session_id: str, epoch: int) -> int:
-    """The highest call of the closed epochs before ``epoch``: their logs are read once, when
-    the session is opened (logs written before the counter ran across epochs restarted it, so
-    every earlier epoch counts, not only the last)."""
+def taint_of(records: list[Record], taint: Taint = CLEAN) -> Taint:
+    """``taint`` with every ``ToolResult`` in ``records`` seen."""
+    for record in records:
+        if isinstance(record, ToolResult):
+            taint = taint.seen(record.data_class, record.untrusted)
+    return taint
+
+
+def _earlier(directory: Path, session_id: str, epoch: int) -> tuple[int, Taint]:
+    """The highest call and the taint of the closed epochs before ``epoch``: their logs are read
+    once, when the session is opened (logs written before the counter ran across epochs
+    restarted it, so every earlier epoch counts, not only the last)."""
     highest = FIRST_CALL - 1
+    taint = CLEAN
     for earlier in range(epoch):
         path = log_path(directory, earlier)
         if path.exists():
             records = parse_log(_read(path), str(path), session=session_id, epoch=earlier)
             highest = highest_call(records, highest)
-    return highest
+            taint = taint_of(records, taint)
+    return highest, taint
 
 
 def _current_epoch(directory: Path) -> int:

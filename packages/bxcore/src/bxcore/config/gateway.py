@@ -48,6 +48,9 @@ class GatewaySection(Section):
     # tool_choice sent with every turn, per completion in order (as `bxctl chat --tool-choice`):
     # empty leaves it to the model; ["none"] keeps a small model to plain answers.
     tool_choice: list[Literal["auto", "required", "none"]] = Field(default_factory=list)
+    # Answers whose session saw anything above public or untrusted are posted inert: no link,
+    # image, autolink or HTML (URLs shown defanged, https⟨:⟩//...). "all": every answer too.
+    inert_output: Literal["tainted", "all"] = "tainted"
 
     @field_validator("server")
     @classmethod

@@ -134,9 +134,23 @@ class TurnUsage(Model):
     thinking_capped: Flag
 
 
-class TurnDone(Model):
+class AnswerTaint(Model):
+    """The session's taint as its log holds it when the answer is given: the highest class of
+    every tool result in every epoch (None: none yet), and whether any was untrusted."""
+
+    highest: DataClass | None
+    untrusted: Flag
+
+
+class TurnDone(OptionalKeys):
+    """``taint`` None: the sender does not say (a loopd from before the field); a channel then
+    treats the answer as tainted (gatewayd: docs/decisions/output-channels.md)."""
+
     content: Text
     usage: TurnUsage
+    taint: AnswerTaint | None = None
+
+    OMITTED_WHEN_NONE = ("taint",)
 
 
 # What each side sends, with each kind's body (bxcore.frames.Kinds).
@@ -146,7 +160,8 @@ FROM_LOOPD = kind_table({TURN_EVENT: TurnEvent, TURN_DONE: TurnDone, ERROR: Wire
 
 __all__ = [
     "ERROR", "FROM_LOOPD", "TO_LOOPD", "TURN", "TURN_DONE", "TURN_EVENT",
-    "CacheLossEvent", "Content", "Progress", "Queued", "Reasoning", "Retrying", "SessionKind",
+    "AnswerTaint", "CacheLossEvent", "Content", "Progress", "Queued", "Reasoning", "Retrying",
+    "SessionKind",
     "ThinkingCapped", "ToolCallStarted", "ToolChoice", "ToolResultEvent", "ToolWaitingEvent",
     "Turn", "TurnDone", "TurnEvent", "TurnEventBody", "TurnUsage", "Waiting", "WireError",
 ]

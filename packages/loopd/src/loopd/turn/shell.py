@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 
 from bxcore.chat import ToolCall
 from bxcore.errors import ErrorCode
-from bxcore.protocol.loop import ToolCallStarted, ToolResultEvent, TurnDone, TurnUsage
+from bxcore.protocol.loop import (
+    AnswerTaint,
+    ToolCallStarted,
+    ToolResultEvent,
+    TurnDone,
+    TurnUsage,
+)
 from bxcore.records import Assistant, CacheLoss, ToolResult, Usage, User
 from bxcore.util import now_rfc3339
 
@@ -88,7 +94,7 @@ async def run_turn(
             match action:
                 case Finish():
                     assert shell.last is not None
-                    return _done(shell.last)
+                    return _done(shell.last, session)
                 case Stop():
                     raise TurnEnded(action.code, action.reason) from shell.failure
                 case _:
@@ -207,9 +213,16 @@ async def _record(
     )
 
 
-def _done(completion: Completion) -> TurnDone:
+def answer_taint(session: Session) -> AnswerTaint:
+    """The session's taint for a channel to show its answer by (gatewayd makes a tainted answer
+    inert): every tool result in its log, in any epoch."""
+    return AnswerTaint(highest=session.taint.highest, untrusted=session.taint.untrusted)
+
+
+def _done(completion: Completion, session: Session) -> TurnDone:
     return TurnDone(
         content=completion.content or "",
+        taint=answer_taint(session),
         usage=TurnUsage(
             cache_n=completion.cache_n, prompt_n=completion.prompt_n,
             predicted_n=completion.predicted_n, reasoning_tokens=completion.reasoning_tokens,
