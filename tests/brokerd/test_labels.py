@@ -154,7 +154,7 @@ class Flow(RuleBasedStateMachine):
         assert settle(self.labels, [r.reach for r in self.running.values()]) == {}
 
 
-Flow.TestCase.settings = settings(max_examples=by_profile(200, 20_000), stateful_step_count=40,
+Flow.TestCase.settings = settings(max_examples=by_profile(200, 5_000), stateful_step_count=40,
                                   deadline=None)
 test_flow = Flow.TestCase
 

@@ -23,6 +23,8 @@ PASSED_THROUGH = [
     (["audit", "verify"], ["brokerd", "audit", "verify"]),
     (["taint", "rebuild"], ["brokerd", "taint", "rebuild"]),
     (["grants", "check"], ["brokerd", "grants", "check"]),
+    (["labels", "show"], ["brokerd", "labels", "show"]),
+    (["labels", "lower"], ["brokerd", "labels", "lower"]),
     (["memory", "log"], ["memoryd", "log"]),
     (["memory", "undo"], ["memoryd", "undo"]),
     (["memory", "staged"], ["memoryd", "staged"]),

@@ -1,4 +1,5 @@
-"""A real ``brokerd serve`` (bubblewrap) for the flow attacks, as root or as an unprivileged uid,
+"""A real ``brokerd serve`` for the flow attacks (bubblewrap as root or as an unprivileged uid, or
+podman through its service as root),
 and its callers: every call goes through broker.sock from a client running as brokerd's own uid
 (broker.sock admits only that uid), and the owner's commands run as that uid too.
 
@@ -36,7 +37,8 @@ class Answer:
 
 
 class LabelRig:
-    def __init__(self, top: Path, *, unprivileged: bool):
+    def __init__(self, top: Path, *, unprivileged: bool, backend: str = ""):
+        """``backend``: more ``[broker]`` lines (podman's); bubblewrap when empty."""
         self.top = top
         self.uid = UNPRIVILEGED_UID if unprivileged else os.geteuid()
         self.tool_uid = UNPRIVILEGED_UID if unprivileged else DEFAULT_SANDBOX_UID
@@ -50,7 +52,7 @@ class LabelRig:
             f"run = {json.dumps(str(top / 'run'))}\n"
             f"[broker]\ngrants = {json.dumps(str(top / 'grants'))}\n"
             f"toolkit_dir = {json.dumps(str(REPO / 'packages/toolkit/src/toolkit'))}\n"
-            f"scratch = {json.dumps(str(self._owned(top / 'scratch')))}\n")
+            f"scratch = {json.dumps(str(self._owned(top / 'scratch')))}\n{backend}")
         self._daemon: subprocess.Popen[bytes] | None = None
         self._calls = 0
 

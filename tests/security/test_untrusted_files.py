@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 from brokerd.policy.grants import parse_grant
+from faults.profile import LONG
 from memoryd.notes import read_notes
+from sandbox.conftest import IMAGE_NAME
 
 from .label_rig import LabelRig
 from .laundering_support import (
@@ -134,14 +136,25 @@ SOURCES = {"secret": ("secret", (), ("secret", False)),
            "untrusted": ("public", ("example.invalid:443",), ("public", True))}
 
 
-@pytest.fixture(params=["root", "unprivileged"])
+PODMAN = pytest.param("podman", marks=pytest.mark.skipif(
+    not LONG, reason="podman (2 minutes on a busy machine) runs in the long profile"))
+
+
+@pytest.fixture(params=["root", "unprivileged", PODMAN])
 def rig(request) -> Iterator[LabelRig]:
-    """A LabelRig with ``source/s.txt`` (the canary), before brokerd starts."""
+    """A LabelRig with ``source/s.txt`` (the canary), before brokerd starts: bubblewrap with
+    brokerd as root and as an unprivileged user, and (long profile) rootful podman through its
+    service. The labels are brokerd's, whatever the backend."""
     if request.param == "unprivileged" and os.geteuid() != 0:
         pytest.skip("brokerd runs unprivileged already: the first case is that one")
+    backend = ""
+    if request.param == "podman":
+        image = f"{IMAGE_NAME}@{request.getfixturevalue('toolkit_digest')}"
+        backend = (f'backend = "podman"\npodman_image = "{image}"\n'
+                   f'podman_remote = "{request.getfixturevalue("podman_service")}"\n')
     top = Path(tempfile.mkdtemp(prefix="bx-labels-"))
     try:
-        made = LabelRig(top, unprivileged=request.param == "unprivileged")
+        made = LabelRig(top, unprivileged=request.param == "unprivileged", backend=backend)
         (made.directory("source") / "s.txt").write_text(CANARY + "\n")
         os.chmod(made.directory("source") / "s.txt", 0o644)
         yield made

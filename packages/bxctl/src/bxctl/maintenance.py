@@ -1,4 +1,5 @@
-"""Checks and maintenance of the files the roles keep: audit, taint, grants, memory, index.
+"""Checks and maintenance of the files the roles keep: audit, taint, grants, the mount labels,
+memory, index.
 
 Each command here is the owning role's own command, passed through (roles.py): ``bxctl audit
 verify ARGS`` runs ``brokerd audit verify ARGS``, and ``--help`` is that command's help. bxctl
@@ -17,6 +18,7 @@ GROUPS = {
     "audit": ("brokerd", ("audit",), ("verify",)),
     "taint": ("brokerd", ("taint",), ("rebuild",)),
     "grants": ("brokerd", ("grants",), ("check",)),
+    "labels": ("brokerd", ("labels",), ("show", "lower")),
     "memory": ("memoryd", (), ("log", "undo", "staged", "accept", "reject")),
 }
 
