@@ -50,5 +50,7 @@ def code_paths(toolkit_dir: Path | None) -> tuple[Protected, ...]:
             found.append((os.path.dirname(os.path.realpath(where)),
                           f"the directory of the sandbox program {program}"))
     unique = {os.path.realpath(path): what for path, what in reversed(found)}
+    # A Python installed with prefix / would protect every path: the packages found above, and
+    # the sandbox's refusal to mount over /usr, /bin and /lib, cover its code there instead.
     return tuple(Protected(path=path, what=what, writes_only=True)
-                 for path, what in sorted(unique.items()))
+                 for path, what in sorted(unique.items()) if path != "/")
