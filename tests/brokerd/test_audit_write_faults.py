@@ -132,3 +132,28 @@ def test_a_write_failing_at_any_byte_leaves_a_log_that_restarts_verifies_and_rec
     assert [e.decision.session for e in entries(directory)][-1] == "s2"
     for path in log_files(directory):
         assert path.read_bytes().endswith(b"\n") or path.stat().st_size == 0
+
+
+def test_an_append_that_finds_the_disk_full_is_made_in_the_logs_held_room(tmp_path,
+                                                                          monkeypatch):
+    """The disk is full until the log frees the room it holds (audit/reserve): the append
+    that found it full is made again there, and succeeds; the room is held again once the
+    reserve is free beside it."""
+    log = AuditLog(tmp_path, reserve_bytes=64 * 1024)
+    room = tmp_path / "reserve"
+    assert room.stat().st_size == 64 * 1024
+
+    written: list[int] = []
+
+    def full_while_held(fd: int, data: bytes | memoryview) -> int:
+        if room.exists():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(REAL_WRITE(fd, data))
+        return written[-1]
+
+    monkeypatch.setattr("brokerd.audit.log.os.write", full_while_held)
+    asyncio.run(log.decision(decision=denial("s1", 1)))
+    assert written  # made once the room was freed
+    assert room.stat().st_size == 64 * 1024  # this disk, not really full, has room again
+    bad, head = verify(tmp_path)
+    assert bad == [] and head == log.head and head.count == 1

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from brokerd.audit.log import entries
+from brokerd.audit.log import entries, log_files
+from brokerd.audit.space import HELD_BYTES
 from faults.stack import BIN
 
 from .laundering_support import chain_ok, scripted_rig, writable_by_tools
@@ -35,7 +36,7 @@ from .test_audit_every_request import exchange, tool_call
 pytestmark = pytest.mark.sandbox
 
 DISK = 24 * 1024 * 1024
-RESERVE = 4 * 1024 * 1024
+RESERVE = 6 * 1024 * 1024  # above HELD_BYTES: a freed room does not let calls through
 FILL = ["dd", "if=/dev/zero", "of=fill", "bs=65536"]  # until the disk is full
 
 
@@ -103,47 +104,68 @@ def test_a_tool_that_fills_the_disk_stops_calls_with_a_clear_error_and_the_log_r
                           grants={"shell.toml": shell_grant(shared)}) as rig:
             stack, home = rig.stack, rig.stack.home
             sock = stack.socket("brokerd")
+            room = home / "audit" / "reserve"
+            assert room.stat().st_size == HELD_BYTES
             # The tool fills the disk through its writable mount (the check before it passed).
-            call(sock, "filler", 1, "shell.run", {"argv": FILL, "cwd": str(shared)})
-            assert free(disk) < 64 * 1024, free(disk)
+            # The log's held room is freed: the call's result and taint are written, and its
+            # answer given.
+            filled = call(sock, "filler", 1, "shell.run", {"argv": FILL, "cwd": str(shared)})
+            assert filled.kind == "tool_response", (filled, stack.log("brokerd")[-3000:])
+            assert "No space left on device" in filled.body["content"]
+            assert not room.exists() and RESERVE > free(disk) > 0
+            assert recorded(home)[-2:] == [("decision", "filler"), ("result", "filler")]
 
-            # Every later call is refused with a clear error, and none runs: first by the room
-            # check (its records still fit the log file's last page) and then, once that page
-            # is full, by the append itself, which fails and is cut back.
+            # A call that can write there is refused before it runs, and recorded.
+            checked = call(sock, "next", 1, "shell.run", {"argv": ["touch", "ran"],
+                                                          "cwd": str(shared)})
+            assert checked.body["status"] == "failed", checked
+            assert "audit_reserve_bytes" in checked.body["content"]
+            assert recorded(home)[-1] == ("result", "next")
+
+            # The disk full to the last byte (the test fills what the room left): every call is
+            # refused with a clear error and none runs, the append that fails is cut back.
+            fill_to(disk / "ballast", 0)
             messages = []
-            for number in range(1, 41):
+            for number in range(2, 41):
                 refused = call(sock, "next", number, "shell.run",
                                {"argv": ["touch", "ran"], "cwd": str(shared)})
-                assert refused.kind == "error" and refused.body["code"] == "unavailable", \
-                    (refused, stack.log("brokerd")[-3000:])
-                messages.append(refused.body["message"])
+                assert (refused.kind == "error" and refused.body["code"] == "unavailable") or \
+                    "audit_reserve_bytes" in refused.body.get("content", ""), refused
+                messages.append(refused.body.get("message", ""))
                 if "audit log cannot be written" in messages[-1]:
                     break
             assert "audit log cannot be written" in messages[-1], messages
-            assert all("No space left on device" in m and str(home) not in m for m in messages)
+            assert all("No space left on device" in m and str(home) not in m
+                       for m in messages if m)
             assert not (shared / "ran").exists()
             assert verified_by_the_cli(stack.config)["ok"] and chain_ok(home)
-            assert all(p.read_bytes().endswith(b"\n") for p in (home / "audit").iterdir())
+            assert all(p.read_bytes().endswith(b"\n") for p in log_files(home / "audit"))
 
-            # Space comes back: the same brokerd records and runs the next call.
+            # Space comes back: the same brokerd records and runs the next call, and holds its
+            # room again.
             (shared / "fill").unlink()
+            (disk / "ballast").unlink()
             ran = call(sock, "next", 100, "shell.run", {"argv": ["touch", "ran"],
                                                         "cwd": str(shared)})
             assert ran.kind == "tool_response" and ran.body["status"] == "ok", ran
             assert (shared / "ran").exists()
-            last = list(entries(home / "audit"))[-2:]
-            assert [(e.kind, e.session if e.kind == "result" else e.decision.session)
-                    for e in last] == [("decision", "next"), ("result", "next")]
+            assert recorded(home)[-2:] == [("decision", "next"), ("result", "next")]
+            assert room.stat().st_size == HELD_BYTES
             before = verified_by_the_cli(stack.config)
             assert before["ok"]
 
-            # brokerd restarts on the log (and raises the filler's taint, which the full disk
-            # kept it from writing, from its audited result) and serves.
+            # brokerd restarts on the log and serves.
             stack.restart("brokerd", inference={})
             again = call(sock, "after", 1, "shell.run", {"argv": ["true"], "cwd": str(shared)})
             assert again.kind == "tool_response" and again.body["status"] == "ok", again
             after = verified_by_the_cli(stack.config)
             assert after["ok"] and after["records"] > before["records"]
+
+
+def recorded(home: Path) -> list[tuple[str, str]]:
+    """(kind, session) of each decision and result in the audit log, in order."""
+    return [(e.kind, e.session if e.kind == "result" else e.decision.session)
+            for e in entries(home / "audit") if e.kind in ("decision", "result")]
 
 
 def test_a_call_that_can_write_to_the_logs_filesystem_is_refused_below_the_reserve(short_dir):

@@ -23,6 +23,7 @@ docs/decisions/audit-log-bounds.md says why.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import re
@@ -45,7 +46,7 @@ from .records import (
     line_of,
     parse_line,
 )
-from .space import DEFAULT_RESERVE, refuse_when_low
+from .space import HeldRoom, refuse_when_low
 from .tail import End, Tail, find_tail
 from .verify import BadLink, Head, Line, check, diagnose
 
@@ -115,10 +116,11 @@ class AuditLog:
     made (files and the directory), so a test or a benchmark can set them against records.
 
     ``reserve_bytes``: a call that can write to the audit directory's filesystem is not run
-    while less than this is free there (``check_room``)."""
+    while less than this is free there (``check_room``), and the log holds room of its own
+    there for when a tool fills it anyway (audit.space.HeldRoom). 0: neither."""
 
     def __init__(self, directory: Path, *, rotate_bytes: int = 64 * 1024 * 1024,
-                 reserve_bytes: int = DEFAULT_RESERVE,
+                 reserve_bytes: int = 0,
                  clock: Callable[[], str] = now_rfc3339):
         self.directory = directory
         self._rotate = rotate_bytes
@@ -133,8 +135,10 @@ class AuditLog:
         self._torn: list[tuple[Path, int]] = []  # files to cut back to a length before writing
         self._pending: list[_Pending] = []
         self._writer: asyncio.Task[None] | None = None
+        self._room = HeldRoom(directory, reserve_bytes)
         if tail.torn:
             self._repair(tail)
+        self._room.hold()
 
     @property
     def head(self) -> Head:
@@ -267,9 +271,13 @@ class AuditLog:
             log.error("%s: cannot append: %s; the batch is cut back", self._path, exc.strerror)
             self._torn = touched
             self._cut_back(quietly=True)
+            if exc.errno == errno.ENOSPC and not self._torn and self._room.release():
+                self._write(lines, last)  # once: the room is gone now
+                return
             raise AuditError(f"the audit log cannot be written ({exc.strerror}): no call runs "
                              "until it can be") from None
         self._end = End(self._path, size, *last)
+        self._room.after_write()  # freed on a full disk, held again once there is room
 
     def _cut_back(self, *, quietly: bool = False) -> None:
         """Cut each file a failed write touched back to its length before it, and fsync it.

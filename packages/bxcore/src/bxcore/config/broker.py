@@ -82,7 +82,8 @@ class BrokerSection(Section):
     result_cap: Annotated[int, Field(ge=64)] = 16 * 1024  # bytes of a result's content kept
     audit_rotate_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024 * 1024
     # A call that can write to the audit log's filesystem is not run with less than this free
-    # there (0: no check); docs/decisions/audit-log-bounds.md
+    # there, and the log holds up to 4 MiB of it for itself (0: neither);
+    # docs/decisions/audit-log-bounds.md
     audit_reserve_bytes: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
 
     def grants_dir(self) -> Path:
