@@ -14,6 +14,7 @@ import json
 import re
 import secrets
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ def validate_response(method: str, path: str, status: int, body: Any) -> None:
     """Raise if ``body`` is not what the spec gives for this operation and status."""
     found = _operation(method, path)
     assert found is not None, f"{method} {path} is not in the spec"
+    if status == 422 and isinstance(body, dict) and isinstance(body.get("detail"), str):
+        return  # the real server's checks after the schema's answer 422 {"detail": "<text>"}
     responses = found[1]["responses"]
     key = str(status) if str(status) in responses else ("200" if status == 201 else None)
     assert key is not None, f"{method} {path}: status {status} not in the spec"
@@ -58,8 +61,41 @@ def _request_errors(method: str, path: str, body: Any) -> list[dict[str, Any]]:
         return []
     errors = []
     for error in _validator(content["schema"]).iter_errors(body):
-        errors.append({"type": error.validator, "loc": ["body", *error.absolute_path],
-                       "msg": error.message, "input": error.instance})
+        errors.append({"type": _pydantic_type(str(error.validator), error.instance),
+                       "loc": ["body", *error.absolute_path], "msg": error.message,
+                       "input": error.instance})
+    return errors
+
+
+def _pydantic_type(validator: str, instance: Any) -> str:
+    """The error type FastAPI (pydantic) names for what a JSON Schema keyword refuses."""
+    if validator in ("minLength", "maxLength", "minItems", "maxItems"):
+        kind = "string_" if isinstance(instance, str) else ""
+        return kind + ("too_short" if validator.startswith("min") else "too_long")
+    return {"pattern": "string_pattern_mismatch", "required": "missing",
+            "minimum": "greater_than_equal", "maximum": "less_than_equal"}.get(validator,
+                                                                             validator)
+
+
+# The query bounds of the listings memoryd pages through (the real server: page >= 1,
+# 1 <= size <= 100; answered 422 like a body error, with loc ["query", name]).
+_QUERY_BOUNDS = {"page": (1, None), "size": (1, 100)}
+
+
+def _query_errors(params: dict[str, str]) -> list[dict[str, Any]]:
+    errors: list[dict[str, Any]] = []
+    for name, (low, high) in _QUERY_BOUNDS.items():
+        if name not in params:
+            continue
+        value = int(params[name])
+        if value < low:
+            errors.append({"type": "greater_than_equal", "loc": ["query", name],
+                           "msg": f"Input should be greater than or equal to {low}",
+                           "input": params[name], "ctx": {"ge": low}})
+        elif high is not None and value > high:
+            errors.append({"type": "less_than_equal", "loc": ["query", name],
+                           "msg": f"Input should be less than or equal to {high}",
+                           "input": params[name], "ctx": {"le": high}})
     return errors
 
 
@@ -93,11 +129,11 @@ class FakeHoncho:
         if self.knobs.outage:
             raise httpx.ConnectError("connection refused", request=request)
         body = json.loads(request.content) if request.content else None
-        errors = _request_errors(method, path, body)
+        errors = _query_errors(dict(request.url.params)) + _request_errors(method, path, body)
         if errors:
             return httpx.Response(422, json={"detail": errors})
         if path.endswith("/chat"):
-            return await self._chat(body)
+            return await self._chat(path, body)
         status, payload = self._route(method, path, body, dict(request.url.params), request)
         if self.check_responses:
             validate_response(method, path, status, payload)
@@ -153,13 +189,18 @@ class FakeHoncho:
         if self.knobs.reject_writes:
             return 422, {"detail": [{"type": "value_error", "loc": ["body", "messages"],
                                      "msg": "rejected by the fake", "input": None}]}
+        refused = [m["peer_id"] for m in batch if not _ID.match(m["peer_id"])]
+        if refused:  # the real server's own check, after the schema's: a string detail
+            return 422, {"detail": f"Peer name(s) {refused} must match pattern {_ID.pattern}"}
         created = []
         for m in batch:  # no de-duplication, like the real server
             self.peers.setdefault((w, m["peer_id"]), self._peer(w, m["peer_id"], None, None))
-            created.append({
-                "id": secrets.token_urlsafe(15)[:21], "content": m["content"],
-                "peer_id": m["peer_id"], "session_id": s, "metadata": m.get("metadata") or {},
-                "created_at": m.get("created_at") or _now(), "workspace_id": w,
+            created.append({  # the real server drops NUL characters (PostgreSQL text)
+                "id": secrets.token_urlsafe(15)[:21], "content": m["content"].replace("\x00", ""),
+                "peer_id": m["peer_id"], "session_id": s, "metadata": _without_nul(
+                    m.get("metadata") or {}),
+                "created_at": _normal_time(m["created_at"]) if m.get("created_at") else _now(),
+                "workspace_id": w,
                 "token_count": len(m["content"].split()),
             })
         self.messages.extend(created)
@@ -177,10 +218,27 @@ class FakeHoncho:
         return {"items": items[(page - 1) * size : page * size], "total": len(items),
                 "page": page, "size": size, "pages": pages}
 
-    async def _chat(self, body: dict[str, Any]) -> httpx.Response:
+    def seed(self, workspace: str, *peers: str) -> FakeHoncho:
+        """A workspace that already holds these peers (the dialectic needs them)."""
+        self.workspaces.setdefault(workspace, {"id": workspace, "metadata": {},
+                                               "configuration": {}, "created_at": _now()})
+        for peer in peers:
+            self.peers.setdefault((workspace, peer), self._peer(workspace, peer, None, None))
+        return self
+
+    async def _chat(self, path: str, body: dict[str, Any]) -> httpx.Response:
         if self.knobs.chat_delay:
             await asyncio.sleep(self.knobs.chat_delay)
-        if self.knobs.chat_500:
+        w, peer = path.strip("/").split("/")[2], path.strip("/").split("/")[4]
+        missing = [p for p in (body.get("target"), peer) if p and (w, p) not in self.peers]
+        if self.knobs.chat_500 or missing:
+            # The real server: 404 naming the peer (the target first), 500 when its model
+            # fails; streaming, either is a 200 with no body at all.
+            if body.get("stream"):
+                return httpx.Response(200, headers={"content-type": "text/event-stream"})
+            if missing:
+                return httpx.Response(404, json={
+                    "detail": f"Peer {missing[0]} not found in workspace {w}"})
             return httpx.Response(500, json={"detail": "An unexpected error occurred"})
         if not body.get("stream"):
             payload = {"content": self.answer}
@@ -197,8 +255,17 @@ class FakeHoncho:
 
 
 def _now() -> str:
-    from datetime import UTC, datetime
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _normal_time(datetime.now(UTC).isoformat())
+
+
+def _normal_time(value: str) -> str:
+    """A time as the real server gives it back: UTC, 'Z', no fraction when it is zero."""
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def _without_nul(metadata: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.replace("\x00", "") if isinstance(v, str) else v for k, v in metadata.items()}
 
 
 def stalled_stream_transport() -> httpx.MockTransport:

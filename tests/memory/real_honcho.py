@@ -168,8 +168,17 @@ class RealHoncho:
         return found
 
 
-def new_workspace() -> str:
-    return f"bx-{secrets.token_hex(6)}"
+def new_workspace(real: RealHoncho | None = None) -> str:
+    """A fresh workspace id. Given the server, the workspace is made there first with Honcho's
+    reasoning (the deriver's extraction) and summaries off: tests that do not ask the dialectic
+    leave no background model work behind them (memoryd finds the workspace and uses it)."""
+    workspace = f"bx-{secrets.token_hex(6)}"
+    if real is not None:
+        off = {"enabled": False}
+        response = real.request("POST", "/v3/workspaces", {
+            "id": workspace, "configuration": {"reasoning": off, "summary": off}})
+        assert response.status_code == 201, response.text
+    return workspace
 
 
 def start_real_honcho(work: Path) -> RealHoncho:

@@ -40,7 +40,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def fake() -> FakeHoncho:
-    return FakeHoncho()
+    return FakeHoncho().seed("bx", "owner", "agent").seed("fleet", "owner", "agent")
 
 
 @pytest.fixture

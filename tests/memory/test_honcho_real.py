@@ -179,7 +179,7 @@ def write_session(home: Path, session: str, turns: list[Turn],
        ledger_lost=st.booleans())
 def test_after_a_crash_anywhere_the_real_server_holds_each_clean_finished_turn_once(
         real_honcho, sessions, crash_at, after, ledger_lost):
-    workspace = new_workspace()
+    workspace = new_workspace(real_honcho)
     home = Path(tempfile.mkdtemp(prefix="bx-honcho-home-"))
     try:
         expected: dict[str, tuple[str, str, str]] = {}
@@ -217,7 +217,7 @@ def test_the_real_server_killed_during_a_write_and_restarted(real_honcho, tmp_pa
     """SIGKILL while the third write is on its way: the server may have committed it or not.
     Either way the sync pauses, stays paused while the server is down, and after the restart
     writes what is missing and nothing twice (an API restart is 7-20 s here: one test)."""
-    workspace = new_workspace()
+    workspace = new_workspace(real_honcho)
 
     async def kill(n: int) -> None:
         if n == 3:
@@ -239,7 +239,7 @@ def test_the_real_server_killed_during_a_write_and_restarted(real_honcho, tmp_pa
 
 def test_a_frozen_server_times_out_and_the_write_it_finishes_later_is_not_sent_again(
         real_honcho, tmp_path):
-    workspace = new_workspace()
+    workspace = new_workspace(real_honcho)
     with service(tmp_path, real_honcho, workspace, request_timeout=3.0) as svc:
         keys = many_turns(svc, tmp_path, sessions=1, turns=2)
         settle(svc)  # workspace, peers and session exist: the next pass only writes
@@ -268,7 +268,7 @@ def wait_until(condition: Callable[[], bool], attempts: int = 600) -> None:
 # -- consolidation and the re-read skip ---------------------------------------------------------
 
 def test_entries_moved_by_consolidate_reach_the_identity_session(real_honcho, tmp_path):
-    workspace = new_workspace()
+    workspace = new_workspace(real_honcho)
     with service(tmp_path, real_honcho, workspace) as svc:
         run(call(svc, "memory", {"action": "add", "file": "user.md", "text": "likes tea"}))
         run(call(svc, "memory", {"action": "consolidate", "file": "user.md",
@@ -280,7 +280,7 @@ def test_entries_moved_by_consolidate_reach_the_identity_session(real_honcho, tm
 
 def test_an_unchanged_settled_source_is_not_read_again(real_honcho, tmp_path,
                                                       reads):  # noqa: F811
-    workspace = new_workspace()
+    workspace = new_workspace(real_honcho)
     with service(tmp_path, real_honcho, workspace) as svc:
         run(turn(svc, tmp_path, "s1", [user("q1"), answer("a1")]))
         run(turn(svc, tmp_path, "s2", [user("q2"), answer("a2")]))

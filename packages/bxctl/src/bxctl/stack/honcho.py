@@ -172,7 +172,9 @@ class HonchoServer:
     def llm_command(self) -> Command:
         return Command("honcho-llm", [
             str(self.llama_server), "-m", str(self.models / MODEL), "--host", "127.0.0.1",
-            "--port", str(self.ports.llm), "-c", "16384", "-np", "2", "-t", "2", "--jinja",
+            # one thread: llama.cpp's threads wait for each other at every step, and on a
+            # machine busier than its cores two threads made a 135M model 100x slower
+            "--port", str(self.ports.llm), "-c", "16384", "-np", "2", "-t", "1", "--jinja",
             "--no-ui"], self._env(), self.work)
 
     def embed_command(self) -> Command:

@@ -79,6 +79,7 @@ class HonchoClient:
             timeout=httpx.Timeout(request_timeout), follow_redirects=False, trust_env=False,
         )
         self._liveness = chat_liveness
+        self._request_timeout = request_timeout
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -147,8 +148,12 @@ class HonchoClient:
         body: dict[str, Any] = {"query": query, "stream": True}
         if target is not None:
             body["target"] = target
+        # The dialectic's first byte comes after the model has read its whole prompt: the
+        # liveness timer, not the ordinary request timeout, decides how long that may take (the
+        # real server's first byte took 34 s on a busy 2-core machine; request_timeout is 30).
         request = self._http.build_request(
-            "POST", f"/v3/workspaces/{workspace}/peers/{peer}/chat", json=body
+            "POST", f"/v3/workspaces/{workspace}/peers/{peer}/chat", json=body,
+            timeout=httpx.Timeout(self._request_timeout, read=None),
         )
         decoder = ChatStreamDecoder()
         with _mapped("chat"):

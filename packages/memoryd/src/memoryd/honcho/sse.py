@@ -74,7 +74,10 @@ class ChatStreamDecoder:
 
     def _finish(self) -> None:
         if not self._seen_bytes:
-            raise HonchoBadResponse("Honcho answered the chat with an empty stream")
+            # The real server streams 200 with no body for any failure behind the stream: an
+            # unknown workspace or peer (404 without streaming), a model that failed (500).
+            raise HonchoBadResponse("Honcho answered the chat with an empty stream (the "
+                                    "workspace or peer may not exist there, or its model failed)")
         self._parse(b"\n\n")  # a last event the server did not end with a blank line
         if not self._done:
             raise HonchoBadResponse("Honcho's chat stream ended before 'done'")
