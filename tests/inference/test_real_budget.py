@@ -18,6 +18,7 @@ from bxcore.config import InferenceSection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loopd.budget import BaselineBudget
+from loopd.checks import budget_report
 from loopd.epochs import Baselines
 from loopd.errors import BaselineOverBudget
 from loopd.inference import InferenceClient
@@ -68,3 +69,23 @@ async def test_a_baseline_is_refused_exactly_when_the_servers_count_is_over(
                 assert figure and figure[1] == f"{await tokens.text(part.text):,}", parts
     finally:
         await client.aclose()
+
+
+async def test_loopd_budget_over_the_budget_names_each_part(llama_router_proxy, tmp_path):
+    """``loopd budget`` (and serve's start-up check) says what each part costs, as a refused
+    session is told."""
+    (tmp_path / "system.md").write_text(SYSTEM)
+    (tmp_path / "soul.md").write_text("I am calm. " * 40)
+    client = InferenceClient(InferenceSection(model="qwen-tools", baseline_budget=50),
+                             socket=llama_router_proxy)
+    built = Baselines(system=tmp_path / "system.md", tools=Registry(FakeTools.schemas)
+                      .core_schemas(), memory=IdentityFiles([tmp_path / "soul.md"]))
+    try:
+        report = await budget_report(client, built, identity_required=True)
+    finally:
+        await client.aclose()
+    assert not report.ok
+    assert report.lines[0].startswith("FAIL baseline_budget: baseline: ")
+    assert "over [inference] baseline_budget = 50" in report.lines[1]
+    assert re.search(r"system prompt \d+ tokens.*tools \d+ tokens \(3 schemas\); soul\.md \d+ "
+                     r"tokens \(439 characters\)", report.lines[1]), report.lines

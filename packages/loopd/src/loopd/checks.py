@@ -16,9 +16,10 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+from .budget import BaselineBudget
 from .epochs import Baselines
-from .errors import CorruptSession, MemoryUnavailable
-from .inference.budget import count_baseline_tokens
+from .errors import BaselineError, CorruptSession, MemoryUnavailable
+from .inference.budget import ServerTokens, count_baseline_tokens
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
 from .inference.selftest import SelfTestReport, self_test
@@ -55,12 +56,12 @@ async def budget_report(
     source = "memoryd" if isinstance(baselines.memory, MemoryLink) else "[baseline] identity"
     note = f"with the identity from {source}"
     try:
-        baseline = await baselines(probe, 0, None)
+        baseline, identity = await baselines.build(probe, 0, None)
     except MemoryUnavailable as exc:
         if identity_required:
             return Report(ok=False, lines=(f"FAIL baseline_budget: no identity: {exc}",))
-        baseline = await Baselines(system=baselines.system, tools=baselines.tools,
-                                   memory=IdentityFiles(()))(probe, 0, None)
+        baseline, identity = await Baselines(system=baselines.system, tools=baselines.tools,
+                                             memory=IdentityFiles(())).build(probe, 0, None)
         note = f"WITHOUT the identity ({exc})"
     try:
         budget = await count_baseline_tokens(client, baseline.system, tuple(baseline.tools))
@@ -68,7 +69,14 @@ async def budget_report(
         return Report(ok=False,
                       lines=(f"FAIL baseline_budget: cannot count the baseline's tokens: {exc}",))
     mark = "ok  " if budget.ok else "FAIL"
-    return Report(ok=budget.ok, lines=(f"{mark} baseline_budget: {budget.describe()}, {note}",))
+    lines = [f"{mark} baseline_budget: {budget.describe()}, {note}"]
+    if not budget.ok:  # what each part costs, as a session refused for it is told
+        parts = BaselineBudget(counter=ServerTokens(client), limit=budget.budget)
+        try:
+            await parts.check(baseline, identity, what="a new session")
+        except BaselineError as exc:
+            lines.append(f"     {exc}")
+    return Report(ok=budget.ok, lines=tuple(lines))
 
 
 SINCE = "serving_since_session"
