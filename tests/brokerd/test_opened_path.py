@@ -5,13 +5,14 @@ row per rule; the race it closes is tests/security/test_path_race.py."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
 from brokerd.policy import CallArguments, parse_grant
 from brokerd.policy._decide import decide, path_arguments
-from brokerd.policy._opened import place
+from brokerd.policy._opened import descend_regexes, place
 from brokerd.sandbox.spec import Mount, OpenedPath
 from brokerd.taint import CLEAN
 from brokerd_support import NOW, request
@@ -71,8 +72,24 @@ def test_the_spec_carries_the_resolved_path_and_the_deciding_grants_globs():
     spec = spec_for("fs.search", "/home/o/notes/../notes/a.md", "/data/notes/a.md")
     assert spec.opened == OpenedPath(
         root="/home/o/notes", relative="a.md", host_path="/data/notes/a.md",
-        globs=(GLOBBED.arguments[0].paths[0].pattern, GLOBBED.arguments[0].paths[1].pattern))
+        globs=(GLOBBED.arguments[0].paths[0].pattern, GLOBBED.arguments[0].paths[1].pattern),
+        descend=(r"/data", r"/data/notes"))
     assert spec.opened.globs[0] == r"/data/notes/[^/]*\.md"
+
+
+@pytest.mark.parametrize(("glob", "enters", "stays_out"), [
+    ("/n/**/*.md", ["/n/a", "/n/a/b/c"], ["/m", "/nx"]),
+    ("/n/docs/*.md", ["/n/docs"], ["/n/private", "/n/docs/deeper"]),
+    ("/n/**", ["/n/a/b"], ["/m/a"]),
+    ("/n/*/x/*.md", ["/n/a/x"], ["/n/a/y", "/n/a/x/z"]),
+    ("/n", [], ["/n/a"]),  # the directory itself: nothing below it is granted
+])
+def test_a_walk_enters_only_directories_that_can_hold_a_match(glob, enters, stays_out):
+    regexes = [re.compile(regex, re.DOTALL) for regex in descend_regexes(glob)]
+    for directory in enters:
+        assert any(r.fullmatch(directory) for r in regexes), directory
+    for directory in stays_out:
+        assert not any(r.fullmatch(directory) for r in regexes), directory
 
 
 def test_a_tool_that_opens_no_path_gets_none():

@@ -63,7 +63,8 @@ def spec_from_json(text: str) -> SandboxSpec:
         hosts=tuple(data["hosts"]), workdir=data["workdir"], limits=SandboxLimits(**data["limits"]),
         data_class=DataClass(data["data_class"]),
         opened=None if data["opened"] is None else OpenedPath(
-            **{**data["opened"], "globs": tuple(data["opened"]["globs"])}),
+            **{key: tuple(value) if isinstance(value, list) else value
+               for key, value in data["opened"].items()}),
     )
 
 

@@ -34,12 +34,14 @@ def grant(tmp_path, how_opened):
     return notes, outside
 
 
-def decided(root, relative: str, *globs: str) -> tuple[str, ...]:
+def decided(root, relative: str, *globs: str, descend: tuple[str, ...] = ()
+            ) -> tuple[str, ...]:
     """The options brokerd passes for a path it resolved to ``root/relative``, ``root`` being
     both the mount's source and its target here."""
     host = os.path.join(root, relative) if relative else str(root)
     return ("--root", str(root), f"--beneath={root}", f"--relative={relative}",
-            f"--host-path={host}", *(f"--glob={g}" for g in globs))
+            f"--host-path={host}", *(f"--glob={g}" for g in globs),
+            *(f"--descend={d}" for d in descend))
 
 
 def test_read_a_granted_file_with_the_class_brokerd_passed(bx_tool, grant):
@@ -144,8 +146,24 @@ def test_search_reads_only_what_the_globs_match(bx_tool, grant):
     (notes / "c.txt").write_text("key in a text file\n")
     globs = (re.escape(str(notes)), re.escape(str(notes)) + r"/[^/]*\.md")
     call = bx_tool("fs.search", {"path": str(notes), "pattern": "key"},
-                   *decided(notes, "", *globs))
+                   *decided(notes, "", *globs, descend=(re.escape(str(notes)),)))
     assert call.content == "a.md:2:beta: the key line"
+
+
+@pytest.mark.parametrize(("enters_sub", "found"), [
+    (True, "a.md:2:beta: the key line\nsub/b.md:1:gamma key"),
+    (False, "a.md:2:beta: the key line"),
+])
+def test_search_enters_only_the_directories_brokerd_names(bx_tool, grant, enters_sub, found):
+    """The walk goes into a directory only when a ``--descend`` regex matches it (brokerd gives
+    those that can hold a granted file), here told apart by a glob that alone would read
+    sub/b.md."""
+    notes, _ = grant
+    top = re.escape(str(notes))
+    descend = (top, top + "/sub") if enters_sub else (top,)
+    call = bx_tool("fs.search", {"path": str(notes), "pattern": "key"},
+                   *decided(notes, "", top + r"/.*\.md", descend=descend))
+    assert call.content == found
 
 
 def test_search_stops_at_max_matches(bx_tool, grant):

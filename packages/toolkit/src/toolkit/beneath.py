@@ -35,24 +35,32 @@ _openat2_works: bool | None = None  # None: not tried yet
 class Opened:
     """Where the decided path is: the mount's root inside the sandbox, the path below it
     (``""`` for the root itself), the path as brokerd resolved it on the host (what the
-    grant's globs match), and those globs (regexes; none when the grant constrains no path)."""
+    grant's globs match), those globs (regexes; none when the grant constrains no path), and
+    the directories that can hold a path they match (regexes)."""
 
-    __slots__ = ("globs", "host_path", "relative", "root")
+    __slots__ = ("descend", "globs", "host_path", "relative", "root")
 
     def __init__(self, root: str, relative: str, host_path: str,
-                 globs: tuple[re.Pattern[str], ...]):
+                 globs: tuple[re.Pattern[str], ...], descend: tuple[re.Pattern[str], ...] = ()):
         self.root = root
         self.relative = relative
         self.host_path = host_path
         self.globs = globs
+        self.descend = descend
 
     def granted(self, below: str) -> bool:
-        """Whether the entry ``below`` (relative to the opened path) is inside the grant's
+        """Whether the file ``below`` (relative to the opened path) is inside the grant's
         globs: a walk reads only those."""
-        if not self.globs:
-            return True
+        return not self.globs or self._matches(self.globs, below)
+
+    def enters(self, below: str) -> bool:
+        """Whether a walk goes into the directory ``below``: only one that can hold a path the
+        globs match."""
+        return not self.globs or self._matches(self.descend, below)
+
+    def _matches(self, regexes: tuple[re.Pattern[str], ...], below: str) -> bool:
         host = self.host_path.rstrip("/") + "/" + below
-        return any(glob.fullmatch(host) for glob in self.globs)
+        return any(regex.fullmatch(host) for regex in regexes)
 
 
 class SymlinkRefused(OSError):

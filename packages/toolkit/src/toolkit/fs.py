@@ -4,8 +4,9 @@ The model's ``path`` only names the call in messages. What is opened is the path
 resolved on the host and matched against the grant (``beneath.Opened``), below the mount it
 lies in, with no symlink followed on the way (``beneath.open_decided``): a symlink swapped in
 after the decision is refused, never read through. fs.search's walk goes down by directory
-descriptors, follows no symlink, and reads only the files the grant's globs match; fs.list
-shows the entries of the one directory it was granted, symlinks marked and never followed.
+descriptors, follows no symlink, enters only directories that can hold a granted file, and
+reads only the files the grant's globs match; fs.list shows the entries of the one directory
+it was granted, symlinks marked and never followed.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def _files(context: Context, fd: int, path: str) -> Iterator[tuple[str, int]]:
     """(name, descriptor) of each regular file to search: the decided file itself, or every
     file below the decided directory that the grant's globs match, in sorted order, reached
     without following a symlink (``os.fwalk`` opens each directory by descriptor and checks it
-    is the one it listed)."""
+    is the one it listed) and without entering a directory the globs leave out."""
     mode = os.fstat(fd).st_mode
     if not stat.S_ISDIR(mode):
         if stat.S_ISREG(mode):
@@ -114,7 +115,8 @@ def _files(context: Context, fd: int, path: str) -> Iterator[tuple[str, int]]:
     if opened is None:  # open_decided would have refused; for the type checker
         return
     for directory, dirs, files, directory_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
-        dirs.sort()
+        # only into directories that can hold a granted file, in order
+        dirs[:] = sorted(d for d in dirs if opened.enters(os.path.normpath(f"{directory}/{d}")))
         for name in sorted(files):
             below = os.path.normpath(os.path.join(directory, name))
             if not opened.granted(below):

@@ -26,15 +26,15 @@ MAX_ARGUMENTS = 1024 * 1024
 EXIT_OUT_OF_MEMORY = 3
 
 
-# The options brokerd passes (``_call.toolkit_args``): each takes one value, ``--root`` and
-# ``--glob`` may repeat. ``--beneath``, ``--relative``, ``--host-path`` and ``--glob`` say where
-# the path a file tool opens is (``beneath.Opened``). Parsed by hand, not with argparse:
-# argparse, with the gettext, shutil and locale it loads, was a third of the program's start
-# (``python -X importtime``).
+# The options brokerd passes (``_call.toolkit_args``): each takes one value; ``--root``,
+# ``--glob`` and ``--descend`` may repeat. ``--beneath``, ``--relative``, ``--host-path``,
+# ``--glob`` and ``--descend`` say where the path a file tool opens is (``beneath.Opened``).
+# Parsed by hand, not with argparse: argparse, with the gettext, shutil and locale it loads,
+# was a third of the program's start (``python -X importtime``).
 _OPTIONS = {"--class": "data_class", "--root": "root", "--cap": "cap",
             "--proxy-socket": "proxy_socket", "--settings": "settings", "--workdir": "workdir",
             "--out": "out", "--beneath": "beneath", "--relative": "relative",
-            "--host-path": "host_path", "--glob": "glob"}  # fmt: skip
+            "--host-path": "host_path", "--glob": "glob", "--descend": "descend"}  # fmt: skip
 
 
 class _Options:
@@ -52,6 +52,7 @@ class _Options:
         self.relative = ""
         self.host_path = ""
         self.glob: list[str] = []
+        self.descend: list[str] = []
 
 
 def _parse(argv: list[str]) -> _Options:
@@ -75,7 +76,7 @@ def _parse(argv: list[str]) -> _Options:
             value = next(items, None)  # type: ignore[assignment]
             if value is None:
                 raise UsageError(f"bx-tool: option {flag}: expected one argument")
-        if field in ("root", "glob"):
+        if field in ("root", "glob", "descend"):
             getattr(options, field).append(value)
         elif field == "cap":
             try:
@@ -151,9 +152,11 @@ def _opened(options: _Options) -> Opened | None:
         return None
     try:
         globs = tuple(re.compile(glob, re.DOTALL) for glob in options.glob)
+        descend = tuple(re.compile(regex, re.DOTALL) for regex in options.descend)
     except re.error as exc:
-        raise UsageError(f"bx-tool: option --glob: not a regular expression: {exc}") from None
-    return Opened(options.beneath, options.relative, options.host_path, globs)
+        raise UsageError(f"bx-tool: --glob or --descend: not a regular expression: {exc}"
+                         ) from None
+    return Opened(options.beneath, options.relative, options.host_path, globs, descend)
 
 
 def _settings(text: str | None) -> dict[str, Any]:

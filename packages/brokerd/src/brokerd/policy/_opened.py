@@ -15,6 +15,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 
 from ..sandbox.spec import Mount, OpenedPath
+from ._match import glob_regex
 from .grants import Grant, GrantMount
 
 # The argument each file tool opens (the toolkit's table names it ``path`` for all four)
@@ -29,13 +30,26 @@ def opened_path(tool: str, grant: Grant, resolved: Mapping[str, str]) -> OpenedP
     path = None if name is None else resolved.get(name)
     if name is None or path is None:
         return None
-    globs = tuple(glob.pattern for constraint in grant.arguments if constraint.name == name
-                  for glob in constraint.paths or ())
-    return place(path, grant.mounts, globs)
+    constraints = [c for c in grant.arguments if c.name == name and c.paths is not None]
+    globs = tuple(glob.pattern for c in constraints for glob in c.paths or ())
+    descend = tuple(dict.fromkeys(regex for c in constraints for glob in c.globs
+                                  for regex in descend_regexes(glob)))
+    return place(path, grant.mounts, globs, descend)
 
 
-def place(path: str, mounts: Sequence[GrantMount | Mount], globs: tuple[str, ...] = ()
-          ) -> OpenedPath | None:
+def descend_regexes(glob: str) -> list[str]:
+    """Regexes of the directories a walk may enter for ``glob``: those that can hold a path it
+    matches. A directory can when it matches a proper prefix of the glob's components, or the
+    whole glob when that ends in ``**``: ``/n/**/*.md`` gives ``/n`` and ``/n/**``, so a walk
+    under ``/n`` enters every directory; ``/n/docs/*.md`` gives ``/n`` and ``/n/docs``, so it
+    enters ``docs`` only."""
+    parts = glob.strip("/").split("/")
+    ends = range(1, len(parts) + (parts[-1] == "**"))
+    return [glob_regex("/" + "/".join(parts[:end])).pattern for end in ends]
+
+
+def place(path: str, mounts: Sequence[GrantMount | Mount], globs: tuple[str, ...] = (),
+          descend: tuple[str, ...] = ()) -> OpenedPath | None:
     """The resolved host ``path`` in the mount holding it (the deepest source first), or None
     when no mount holds it or a nested mount's target would hide it."""
     for mount in sorted(mounts, key=lambda m: len(str(m.source)), reverse=True):
@@ -44,7 +58,8 @@ def place(path: str, mounts: Sequence[GrantMount | Mount], globs: tuple[str, ...
             continue
         inside = posixpath.join(mount.target, relative) if relative else mount.target
         if not _shadowed(inside, mount, mounts):
-            return OpenedPath(root=mount.target, relative=relative, host_path=path, globs=globs)
+            return OpenedPath(root=mount.target, relative=relative, host_path=path, globs=globs,
+                              descend=descend)
     return None
 
 

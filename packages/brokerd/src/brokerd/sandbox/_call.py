@@ -71,7 +71,8 @@ def toolkit_args(spec: SandboxSpec) -> list[str]:
     if (opened := spec.opened) is not None:
         # --opt=value: a relative path may be empty or start with "-"
         args += [f"--beneath={opened.root}", f"--relative={opened.relative}",
-                 f"--host-path={opened.host_path}", *(f"--glob={g}" for g in opened.globs)]
+                 f"--host-path={opened.host_path}", *(f"--glob={g}" for g in opened.globs),
+                 *(f"--descend={d}" for d in opened.descend)]
     return args
 
 

@@ -30,6 +30,9 @@ class OpenedPath:
     relative: str  # the resolved path below the mount's source ("" for the source itself)
     host_path: str  # the resolved path on the host, what the globs match
     globs: tuple[str, ...] = ()  # the deciding grant's regexes for the path; () for none
+    # Regexes of the directories a walk (fs.search) may enter: those that can hold a path the
+    # globs match; () with no globs
+    descend: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
