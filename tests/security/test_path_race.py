@@ -15,7 +15,8 @@ of fs.read, fs.list and fs.search. For each call brokerd's real policy decides o
 layout (so it is allowed), then a swapper process exchanges the component with the symlink
 (``renameat2(RENAME_EXCHANGE)``: the path always names one or the other) as fast as it can
 while the real sandbox runs the call. The property is checked on every result, whoever won the
-race: no result, and no error text, ever contains ``OUT-CANARY``.
+race: no result, and no error text, ever contains ``OUT-CANARY``. The same shapes with ``pub``
+mounted writable and fs.write overwriting the granted file: no file outside the globs changes.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from brokerd.grantstore import read_grant, resolve_paths
-from brokerd.policy import CallArguments, decide, path_arguments
+from brokerd.policy import CallArguments, Grant, decide, path_arguments
+from brokerd.sandbox import SandboxSpec
 from brokerd.taint import CLEAN
 from bxcore.tools import ToolRequest
 from faults.profile import by_profile, hang_guard
@@ -168,6 +170,23 @@ class Swapper:
         self.process.communicate("")
 
 
+def decided(grant: Grant, number: int, tool: str, arguments: dict[str, str]) -> SandboxSpec:
+    """brokerd's real decision on the layout as it is now (unswapped): it must allow."""
+    text = json.dumps(arguments)
+    request = ToolRequest(session="s-race", call=number, tool=tool, arguments=text)
+    decision = decide(request, (grant,), arguments=CallArguments.parse(text),
+                      now=datetime.now(UTC), taint=CLEAN, secrets={},
+                      resolved_paths=resolve_paths(arguments, path_arguments(tool, (grant,))))
+    assert decision.allowed, decision.record.reason
+    return decision.authorize()
+
+
+def report(raced: list[tuple[str, int, bool]]) -> None:
+    flips = sorted(f for _, f, _ in raced)
+    print(f"path race: {len(raced)} calls, {sum(1 for *_, ok in raced if not ok)} refused, "
+          f"exchanges during a call: fewest {flips[0]}, median {flips[len(flips) // 2]}")
+
+
 @hang_guard(trials=EXAMPLES * 3, per_trial=120.0)
 def test_a_swapped_symlink_never_leads_a_file_tool_outside_the_globs(caller):
     raced = []  # (tool, exchanges during the call, whether the call succeeded)
@@ -182,18 +201,11 @@ def test_a_swapped_symlink_never_leads_a_file_tool_outside_the_globs(caller):
             grant, _ = read_grant(grant_file(top, mount))
             swapper = Swapper(component, link)
             try:
-                for number, (tool, top) in enumerate(calls, start=1):
-                    arguments = arguments_for(tool, top, mount, file, component)
-                    text = json.dumps(arguments)
-                    request = ToolRequest(session="s-race", call=number, tool=tool,
-                                          arguments=text)
-                    decision = decide(
-                        request, (grant,), arguments=CallArguments.parse(text),
-                        now=datetime.now(UTC), taint=CLEAN, secrets={},
-                        resolved_paths=resolve_paths(arguments, path_arguments(tool, (grant,))))
-                    assert decision.allowed, decision.record.reason  # decided on the real layout
+                for number, (tool, from_top) in enumerate(calls, start=1):
+                    arguments = arguments_for(tool, from_top, mount, file, component)
+                    spec = decided(grant, number, tool, arguments)
                     assert swapper.say("go") == "going"
-                    result = caller.call(decision.authorize())
+                    result = caller.call(spec)
                     raced.append((tool, int(swapper.say("stop")), result.ok))
                     assert OUT not in result.text, (shape, tool, result.text)
                     if result.ok and tool == "fs.read":
@@ -204,6 +216,74 @@ def test_a_swapped_symlink_never_leads_a_file_tool_outside_the_globs(caller):
             shutil.rmtree(top, ignore_errors=True)
 
     check()
-    flips = sorted(f for _, f, _ in raced)
-    print(f"path race: {len(raced)} calls, {sum(1 for *_, ok in raced if not ok)} refused, "
-          f"exchanges during a call: fewest {flips[0]}, median {flips[len(flips) // 2]}")
+    report(raced)
+
+
+def write_grant_file(top: Path, pub: Path) -> Path:
+    """fs.write on the ``*.md`` files under ``pub``, mounted writable. The glob starts at the
+    writable mount's own directory, as brokerd requires (docs/grants.md)."""
+    path = top / "grants" / "write.toml"
+    path.parent.mkdir()
+    path.write_text(f"""
+tools = ["fs.write"]
+mode = "auto"
+classes = ["public"]
+result_class = "public"
+[arguments.path]
+paths = ["{pub}/**/*.md"]
+[sandbox]
+mounts = [{{ path = "{pub}", write = true }}]
+""")
+    return path
+
+
+def untouchable(top: Path, pub: Path) -> dict[Path, bytes]:
+    """Every regular file a write may not change: all but the ``*.md`` files under ``pub``."""
+    found = {}
+    for directory, _, files in os.walk(top):
+        for name in files:
+            path = Path(directory, name)
+            granted = path.is_relative_to(pub) and name.endswith(".md")
+            if not granted and not path.is_symlink():
+                found[path] = path.read_bytes()
+    return found
+
+
+@hang_guard(trials=EXAMPLES * 3, per_trial=120.0)
+def test_a_swapped_symlink_never_leads_fs_write_outside_the_globs(caller):
+    """The same shapes, with ``pub`` mounted writable and fs.write overwriting the granted
+    file while the swapper runs: no file outside the globs (in the mount or outside it) is
+    changed, and none appears."""
+    raced = []
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(shape=SHAPES, writes=st.integers(1, 3))
+    def check(shape: Shape, writes: int) -> None:
+        top = Path(tempfile.mkdtemp(prefix="bx-race-"))
+        try:
+            mount, file, component, link = plant(top, shape)
+            pub = mount / "pub"
+            if os.geteuid() == 0:  # the tool's uid must be able to write there
+                for path in (pub, *pub.rglob("*")):
+                    os.lchown(path, caller.uid, caller.uid)
+            grant, _ = read_grant(write_grant_file(top, pub))
+            before = untouchable(top, pub)
+            swapper = Swapper(component, link)
+            try:
+                for number in range(writes):
+                    arguments = {"path": str(file), "content": f"{IN} written {number}\n",
+                                 "mode": "overwrite"}
+                    spec = decided(grant, number + 1, "fs.write", arguments)
+                    assert swapper.say("go") == "going"
+                    result = caller.call(spec)
+                    raced.append(("fs.write", int(swapper.say("stop")), result.ok))
+                    assert OUT not in result.text, (shape, result.text)
+            finally:
+                swapper.close()
+            assert untouchable(top, pub) == before, shape
+        finally:
+            shutil.rmtree(top, ignore_errors=True)
+
+    check()
+    report(raced)
