@@ -80,8 +80,9 @@ class Tree:
         for mount in MOUNTS:
             self.create((base / mount).as_posix().encode(), directory=True)
         for mount in MOUNTS:  # the owner's files, one per mount, of the mount's class
-            canary = canaries.new(Label(layout.classes[mount]))
-            self.create(os.fsencode(base / mount / f"seed-{canary}"), canary.encode() + b"\n")
+            label = Label(layout.classes[mount])
+            name = f"seed-{canaries.new(label)}"  # a name's canary is not its content's
+            self.create(os.fsencode(base / mount / name), canaries.new(label).encode() + b"\n")
         for number in range(len(layout.shell)):
             self.key(number).mkdir(parents=True, mode=0o755)
         self.page = Page(canaries.new(Label("public", True)) + "\n")
