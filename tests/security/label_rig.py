@@ -1,7 +1,7 @@
 """A real ``brokerd serve`` for the flow attacks (bubblewrap as root or as an unprivileged uid, or
 podman through its service as root),
-and its callers: every call goes through broker.sock from a client running as brokerd's own uid
-(broker.sock admits only that uid), and the owner's commands run as that uid too.
+and its callers: every call goes through broker.sock from a forked child running as brokerd's
+own uid (broker.sock admits only that uid), and the owner's commands run as that uid too.
 
     with LabelRig(top, unprivileged=False) as rig:
         work = rig.directory("work")
@@ -11,6 +11,7 @@ and its callers: every call goes through broker.sock from a client running as br
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -19,13 +20,50 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import NoReturn
 
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
+from bxcore.frames import Frame
+from bxcore.framestream import SyncFrameSocket
+from bxcore.protocol import broker as broker_wire
+from bxcore.tools import ToolRequest
 
 from .calls import REPO, UNPRIVILEGED_UID
 
-CLIENT = Path(__file__).with_name("label_client.py")
 WAIT = 600.0  # a guard against a brokerd that never answers, not a speed limit
+
+
+@dataclass(frozen=True)
+class Pending:
+    pid: int
+    fd: int  # the pipe the answer comes on
+
+    def running(self) -> bool:
+        return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+
+
+def _call_as(uid: int, broker_socket: Path, request: ToolRequest, out: int) -> NoReturn:
+    """In a forked child: become ``uid``, make the call, write its final frame's body (or why
+    there is none) to ``out``, and exit."""
+    code = 1
+    try:
+        if uid != os.geteuid():
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        with SyncFrameSocket.connect(broker_socket, broker_wire.FROM_BROKERD,
+                                     timeout=WAIT) as conn:
+            conn.write(Frame.of(broker_wire.TOOL_CALL, request, final=True))
+            while not (frame := conn.read(timeout=WAIT)).final:
+                pass
+        data = json.dumps(dict(frame.body)).encode()
+        code = 0 if frame.kind == broker_wire.TOOL_RESPONSE else 1
+    except BaseException as exc:
+        data = repr(exc).encode()
+    finally:
+        with contextlib.suppress(BaseException):
+            os.write(out, data)  # small: one pipe buffer holds it
+        os._exit(code)
 
 
 @dataclass(frozen=True)
@@ -138,22 +176,26 @@ class LabelRig:
 
     # --- calls ----------------------------------------------------------------------------
 
-    def begin(self, session: str, tool: str, arguments: dict[str, object]
-              ) -> subprocess.Popen[str]:
-        """Start one call; ``end`` waits for its answer."""
+    def begin(self, session: str, tool: str, arguments: dict[str, object]) -> Pending:
+        """Start one call from a forked child running as brokerd's uid; ``end`` waits for it."""
         self._calls += 1
-        request = {"session": session, "call": self._calls, "tool": tool,
-                   "arguments": json.dumps(arguments)}
-        python, env = self._python()
-        return subprocess.Popen(
-            [*python, str(CLIENT), str(self.top / "run" / "broker.sock"), json.dumps(request)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd="/")
+        request = ToolRequest(session=session, call=self._calls, tool=tool,
+                              arguments=json.dumps(arguments))
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: no return from here
+            os.close(read_end)
+            _call_as(self.uid, self.top / "run" / "broker.sock", request, write_end)
+        os.close(write_end)
+        return Pending(pid, read_end)
 
     @staticmethod
-    def end(client: subprocess.Popen[str]) -> Answer:
-        out, err = client.communicate(timeout=WAIT)
-        assert client.returncode == 0, err[-3000:]
-        body = json.loads(out)
+    def end(pending: Pending) -> Answer:
+        with os.fdopen(pending.fd, "rb") as answer:
+            data = answer.read()
+        _pid, status = os.waitpid(pending.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, data.decode(errors="replace")
+        body = json.loads(data)
         return Answer(body["status"], body["content"], body["class"], body["untrusted"])
 
     def call(self, session: str, tool: str, arguments: dict[str, object]) -> Answer:

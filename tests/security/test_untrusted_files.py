@@ -262,7 +262,7 @@ def test_a_reader_already_running_when_the_writer_starts_writes_what_it_copies_a
             "sh", "-c", f"touch {out}/started; until [ -s {work}/late.txt ]; do sleep 0.05; done; "
                         f"sleep 0.2; cp {work}/late.txt {out}/copy.txt"]})
         while not (out / "started").exists():  # the relay's sandbox runs
-            assert relay.poll() is None, rig.end(relay)
+            assert relay.running(), rig.end(relay)
             time.sleep(0.05)
         ok(rig.shell("w", f"cp s.txt {work}/late.txt", rig.directory("source")))
         relayed = rig.end(relay)
