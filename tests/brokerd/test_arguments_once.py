@@ -1,6 +1,7 @@
 """A call's arguments are parsed once, where the call enters brokerd (``Broker.call``), and every
 step after takes the parsed ``CallArguments``: ``decide`` (which stays pure and parses nothing),
-the path resolution before it, the egress log (what ``consult`` sends) and the delegate order. Bad JSON still gets the same refusal."""
+the path resolution before it, the egress log (what ``consult`` sends) and the delegate order.
+Bad JSON still gets the same refusal."""
 
 from __future__ import annotations
 

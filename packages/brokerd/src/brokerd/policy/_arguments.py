@@ -1,6 +1,7 @@
 """A call's arguments, parsed once where the call enters brokerd's logic (``Broker.call``) and
 handed to every step after it: ``decide`` (the grants' argument constraints), the shell's path
-resolution, the egress log (the payload ``consult`` sends) and the delegate order. None of them parses the text again.
+resolution, the egress log (the payload ``consult`` sends) and the delegate order. None of
+them parses the text again.
 
 The text stays beside the value: the audit hashes the text (``arguments_sha256``) and the
 sandbox hands the text to the tool unchanged, so neither depends on how the value would be
