@@ -69,7 +69,7 @@ from .flow_support import (
 pytestmark = pytest.mark.sandbox
 
 SESSIONS = 4
-STEPS = by_profile(short=12, long=50)
+STEPS = by_profile(short=20, long=50)
 TOTAL_STEPS = int(os.environ.get("FLOW_STEPS", by_profile(short=0, long=10_000)))
 EXAMPLES = by_profile(short=3, long=200)
 WAIT = 600.0  # a guard for the concurrent writer's file to appear: never a speed assumption
