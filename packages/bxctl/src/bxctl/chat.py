@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -18,10 +19,11 @@ from bxcore.ids import check_session_id, new_session_id
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnDone, TurnEvent
 
-from .render import Renderer
+from .render import Renderer, terminal_text
 from .roles import default_config
 
 QUIT = "/quit"
+_RAW_CONTROL = re.compile("[\x7f-\x9f]")  # only inside JSON strings: JSON has no other place
 
 
 def default_socket() -> Path:
@@ -38,7 +40,7 @@ def default_socket() -> Path:
 
 class TurnFailed(Exception):
     def __init__(self, error: WireError):
-        super().__init__(f"{error.code}: {error.message}")
+        super().__init__(terminal_text(f"{error.code}: {error.message}"))
         self.error = error
 
 
@@ -91,10 +93,16 @@ class ChatSession:
         raise BoxmakerError("loopd closed the turn without a final frame")
 
 
+def json_line(body: object) -> str:
+    """A frame body as one JSON line with no control character raw: JSON escapes C0 itself; DEL
+    and C1 (which a terminal may take for CSI and OSC) are written as ``\\u`` escapes too."""
+    return _RAW_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", canonical_text(body))
+
+
 def frame_printer(renderer: Renderer | None, json_out: TextIO | None) -> Callable[[Frame], None]:
     def show(frame: Frame) -> None:
         if json_out is not None:
-            json_out.write(canonical_text(frame.body) + "\n")
+            json_out.write(json_line(frame.body) + "\n")
             json_out.flush()
         if renderer is not None and frame.kind == wire.TURN_EVENT:
             renderer.event(frame.parse(TurnEvent).event)
@@ -156,12 +164,12 @@ def _say(chat: ChatSession, text: str, renderer: Renderer | None, as_json: bool)
     except TurnFailed as failed:
         raise click.ClickException(str(failed)) from None
     except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal_text(str(exc))) from None
     finally:
         if renderer is not None:
             renderer.end_turn()
     if not as_json:
-        click.echo(done.content)
+        click.echo(terminal_text(done.content))
 
 
 def _interactive(chat: ChatSession, renderer: Renderer | None, lines: TextIO) -> None:
@@ -176,7 +184,7 @@ def _interactive(chat: ChatSession, renderer: Renderer | None, lines: TextIO) ->
         except TurnFailed as failed:
             click.echo(f"error: {failed}", err=True)
         except BoxmakerError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(terminal_text(str(exc))) from None
         finally:
             if renderer is not None:
                 renderer.end_turn()

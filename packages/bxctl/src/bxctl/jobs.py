@@ -25,6 +25,7 @@ from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnDone
 
 from .chat import turn_frames
+from .render import terminal_text
 from .roles import config_option, default_config, run_role
 
 NOTICE_TIMEOUT = 60.0  # seconds for gatewayd to post the answer (it retries Mattermost itself)
@@ -94,8 +95,8 @@ def job_run(config_path: Path | None, name: str) -> None:
     answer, text = run_turn(config, name, session, job["ask"])
     click.echo(f"session {session}; {tell_owner(config, session, text)}", err=True)
     if answer is None:
-        raise click.ClickException(text.replace("**", ""))
-    click.echo(answer)
+        raise click.ClickException(terminal_text(text.replace("**", "")))
+    click.echo(terminal_text(answer))
 
 
 COMMANDS = [job_group]

@@ -4,6 +4,12 @@ processing as a live bar on a terminal (plain lines otherwise). A tool call that
 updates the live line on a terminal (``running shell.run… 45 s``) and gets a short line per
 notice otherwise.
 
+Everything an event carries (content, reasoning, tool names, errors, approval ids) came from the
+model or a tool, and a terminal acts on escape sequences (OSC 8 links, OSC 52 clipboard writes,
+CSI cursor moves): it is shown through ``terminal_text``, every control and invisible character
+written as ``⟨U+001B⟩`` the way approvals are shown, newlines and tabs kept. The renderer's own
+escapes (dim, clear line) are the only ones it writes.
+
 The renderer only writes to the streams it is given, so tests feed it events and read the text.
 """
 
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from bxcore.display import visible
 from bxcore.protocol.loop import (
     CacheLossEvent,
     Content,
@@ -29,6 +36,12 @@ from bxcore.util import format_elapsed
 
 DIM, RESET, CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
 BAR_WIDTH = 30
+
+
+def terminal_text(text: str) -> str:
+    """``text`` with nothing a terminal acts on: every control character but newline and tab,
+    and every invisible one, written as ``⟨U+XXXX⟩`` (bxcore.display.visible)."""
+    return visible(text)[0]
 
 
 def progress_bar(progress: Progress, width: int = BAR_WIDTH) -> str:
@@ -86,14 +99,15 @@ class Renderer:
                 self._progress(event)
             case Content():
                 if self._show_content and event.text:
-                    self._write(self._text, event.text, partial=True)
+                    self._write(self._text, terminal_text(event.text), partial=True)
             case Reasoning():
-                text = f"{DIM}{event.text}{RESET}" if self._tty else event.text
+                shown = terminal_text(event.text)
+                text = f"{DIM}{shown}{RESET}" if self._tty else shown
                 self._write(self._status, text, partial=True)
             case ToolCallStarted():
-                self._tool = event.name
+                self._tool = terminal_text(event.name)
                 if self._tty:
-                    self._bar(f"running {event.name}…")
+                    self._bar(f"running {self._tool}…")
             case ToolWaitingEvent(reason="running"):
                 if self._tty:
                     self._bar(f"running {self._tool}… {format_elapsed(event.elapsed)}")
@@ -103,7 +117,7 @@ class Renderer:
             case _:
                 line = status_line(event)
                 if line is not None:
-                    self._write(self._status, line + "\n", partial=False)
+                    self._write(self._status, terminal_text(line) + "\n", partial=False)
 
     def end_turn(self) -> None:
         """Close the turn's last line."""
