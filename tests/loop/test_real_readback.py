@@ -28,7 +28,7 @@ import pytest
 from bxcore.config import InferenceSection
 from bxcore.config.inference import SamplingSection
 from bxcore.records import Assistant, CacheLoss, Usage
-from faults.profile import by_profile, fuzz_at_most, hang_guard
+from faults.profile import LONG, by_profile, fuzz_at_most, hang_guard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from inference.fake_server import FakeServer, _Body, completion
@@ -209,11 +209,17 @@ def server(llama_router: LlamaServer) -> Iterator[LlamaServer]:
     yield llama_router
 
 
+# Each example is a few real completions: the short profile's own count and checks. The long one
+# sets both in fuzz_at_most (hypothesis takes one settings object per test).
+short_profile = (lambda test: test) if LONG else settings(
+    max_examples=EXAMPLES, deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                           HealthCheck.data_too_large])
+
+
 @fuzz_at_most(LONG_EXAMPLES)
 @hang_guard(EXAMPLES, 120)
-@settings(max_examples=EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@short_profile
 @given(injected=hostile_completion(), identity=odd_text, summary=st.none() | odd_text)
 def test_any_completion_leaves_a_session_the_real_server_answers(
     server, tmp_path, injected, identity, summary
