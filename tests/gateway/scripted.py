@@ -25,6 +25,7 @@ class ScriptedLoop:
         self.sessions: set[str] = set()
         self.busy_next = 0  # answer session_busy to this many turns
         self.answer = lambda turn: f"echo: {turn.content}"
+        self.taint: dict[str, object] | None = None  # the session's taint turn_done says
         self.steps: asyncio.Queue[None] | None = None  # set: one event per put (a slow turn)
         self._server: asyncio.Server | None = None
 
@@ -65,8 +66,9 @@ class ScriptedLoop:
                 await stream.write(Frame.of(loop.TURN_EVENT, TurnEvent(event=event), final=False))
             usage = {"cache_n": 50, "prompt_n": 100, "predicted_n": 10, "reasoning_tokens": 0,
                      "thinking_capped": False}
-            await stream.write(Frame.of(loop.TURN_DONE, TurnDone.model_validate(
-                {"content": answer, "usage": usage}), final=True))
+            done = {"content": answer, "usage": usage, "taint": self.taint}
+            await stream.write(Frame.of(loop.TURN_DONE, TurnDone.model_validate(done),
+                                        final=True))
         except StreamEnded:
             pass
         finally:

@@ -15,12 +15,14 @@ import json
 import re
 
 import pytest
+from bxcore.config import load_config
 from bxcore.display import describe_call
 from bxcore.protocol.loop import AnswerTaint, Content, ToolCallStarted
 from bxcore.tools import DataClass
 from gatewayd.inert import inert_posts
 from gatewayd.models import MAX_POST_RUNES
 from gatewayd.render import TurnView, answer_is_inert, answer_posts, approval_posts
+from gatewayd.wiring import Settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.requires import require
@@ -135,3 +137,21 @@ def test_a_clean_answer_keeps_its_markdown(judge):
     text = "See [the docs](https://example.org/docs) and **this**."
     assert answer_posts(text, inert=False) == [text]
     assert "link" in judge.render(text).active()
+
+
+@pytest.mark.parametrize(("line", "always", "floor"), [
+    ("", False, DataClass.PUBLIC),
+    ('inert_output = "all"\n', True, DataClass.PUBLIC),
+    ('[memory]\nceiling = "secret"\nidentity_ceiling = "private"\n', False, DataClass.PRIVATE),
+])
+def test_the_owners_setting_and_the_identity_floor_reach_gatewayd(tmp_path, monkeypatch, line,
+                                                                 always, floor):
+    (tmp_path / "allow.txt").write_text(f"{'a' * 26}\n")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[secrets.mattermost_token]\nbackend = "env"\nvariable = "GW_TEST_TOKEN"\n'
+        f'[gateway]\nserver = "http://127.0.0.1:9"\nallowlist = "allow.txt"\n{line}'
+    )
+    monkeypatch.setenv("GW_TEST_TOKEN", "t")
+    settings = Settings.from_config(load_config(config), source=config)
+    assert (settings.inert_always, settings.identity_floor) == (always, floor)
