@@ -12,7 +12,8 @@ file it was copied, linked or moved from. The owner's grants are consistent: a g
 The property, checked on every answer and after every stop of brokerd:
 
 1. a result that contains a canary is classed at least the canary's class, and untrusted if
-   the canary is;
+   the canary is (a canary the call itself sent, a path echoed back, does not count); every
+   write is read back at once by a new, clean session, through fs.read or any shell grant;
 2. every call brokerd allowed has its audited result record;
 3. ``brokerd audit verify`` says ok;
 4. brokerd stops on SIGTERM and starts again on its own state (a rule does that at random).
@@ -21,7 +22,8 @@ brokerd is a black box: only its socket, its audit log's JSON lines and its comm
 A failure prints hypothesis' minimal steps and the blob that replays them.
 
     uv run --frozen pytest tests/security/test_flow_property.py     (short: scripts/test)
-    BOXMAKER_PROFILE=long ... (scripts/reliability): 10,000 steps per configuration
+    BOXMAKER_PROFILE=long ... (scripts/reliability): 10,000 steps per configuration (FLOW_STEPS)
+    BOXMAKER_FLOW_SOURCES=<a tree>/packages ...      judges that tree's brokerd instead
 """
 
 from __future__ import annotations
