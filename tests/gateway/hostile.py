@@ -57,6 +57,8 @@ OTHER_FORMS: dict[str, Form] = {
     "unclosed_fence": lambda u, w: f"```\n![{w}]({u})",
     "tilde_fence_with_backticks": lambda u, w: f"~~~\n```\n~~~\n![{w}]({u})\n```",
     "fence_with_backtick_info": lambda u, w: f"```a`b\n![{w}]({u})\n```",
+    # marked opens a fence at "```a`b" (CommonMark does not) and closes it mid-line later
+    "backtick_info_then_fence": lambda u, w: f"```a`b\n{w}\n\n```\nx ```\n![{w}]({u})\n```",
     "fence_in_quote": lambda u, w: f"> ```\n> ![{w}]({u})\n> ```\n![{w}]({u})",
     "latex_href": lambda u, w: f"$\\href{{{u}}}{{{w}}}$",
     "data_uri": lambda u, w: f"![{w}](data:image/png;base64,iVBORw0KGgo=)",

@@ -95,6 +95,7 @@ def test_the_streamed_placeholder_is_inert(judge, answer, tool):
         _assert_inert(judge, [view.text()])
 
 
+@settings(max_examples=50)  # each example renders up to 40,000 characters
 @given(fill=st.text(alphabet="`~ \n{}ab[](:/.", min_size=0, max_size=60),
        length=st.sampled_from([10, 5_000, 17_000, 40_000]))
 def test_every_part_of_an_approval_shows_the_arguments_only_in_code_blocks(judge, fill, length):

@@ -114,8 +114,10 @@ def _blocks(text: str) -> list[_Prose | _Code]:
     lines = text.split("\n")
     index = 0
     while index < len(lines):
+        # Any line some renderer opens a fence with is one here (marked allows a backtick in
+        # the info, CommonMark does not): prose keeps no fence a renderer could open.
         opened = _FENCE_OPEN.match(lines[index])
-        if opened is None or (opened.group(1)[0] == "`" and "`" in opened.group(2)):
+        if opened is None:
             prose.append(lines[index])
             index += 1
             continue

@@ -41,7 +41,6 @@ from .models import MAX_POST_RUNES
 
 PLACEHOLDER = "…"
 NO_ANSWER = "_(no answer)_"
-_STATUS_ROOM = 200  # runes kept free for the status line while streaming
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_.:\-]")
 
 
@@ -107,16 +106,15 @@ class TurnView:
         """The placeholder's text now: the content so far, inert (its last post's worth if long:
         the tail is cut from the model's text, then made inert, so no fence is cut open), and
         the status."""
-        room = MAX_POST_RUNES - _STATUS_ROOM
-        parts = inert_posts(self.content[-room:], room)
-        body = ("…" if len(parts) > 1 or len(self.content) > room else "") + parts[-1] \
-            if parts else ""
         tools = " ".join(tool_label(name) for name in self.tools[-5:])
-        lines = [body] if body else []
-        if tools:
-            lines.append(f"_⚙ {tools}_")
+        lines = [f"_⚙ {tools}_"] if tools else []
         if self.status:
             lines.append(f"_{self.status}_")
+        room = MAX_POST_RUNES - sum(len(line) + 2 for line in lines) - 1
+        parts = inert_posts(self.content[-room:], room)
+        if parts:
+            lines.insert(0, ("…" if len(parts) > 1 or len(self.content) > room else "")
+                         + parts[-1])
         return "\n\n".join(lines) or PLACEHOLDER
 
 
