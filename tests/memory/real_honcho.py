@@ -28,6 +28,7 @@ from bxctl.stack.honcho import (
     Command,
     HonchoServer,
     HonchoStartError,
+    running,
     wait_http,
     wait_postgres,
 )
@@ -81,20 +82,20 @@ class RealHoncho:
         server.prepare()
         llm, embed = self.spawn(server.llm_command()), self.spawn(server.embed_command())
         postgres = self.spawn(server.postgres_command())
-        wait_postgres(server, lambda: postgres.poll() is None)
+        wait_postgres(server, running(postgres))
         server.migrate()
         self.spawn(server.deriver_command())
         self.start_api()
         for name, process, port in (("honcho-llm", llm, server.ports.llm),
                                     ("honcho-embed", embed, server.ports.embed)):
-            wait_http(f"http://127.0.0.1:{port}/health", lambda p=process: p.poll() is None,
-                      name, server.logs / f"{name}.log")
+            wait_http(f"http://127.0.0.1:{port}/health", running(process), name,
+                      server.logs / f"{name}.log")
         self.started_in = time.monotonic() - began
 
     def start_api(self) -> None:
         began = time.monotonic()
         api = self.spawn(self.server.api_command())
-        wait_http(f"{self.url}/health", lambda: api.poll() is None, "Honcho's API",
+        wait_http(f"{self.url}/health", running(api), "Honcho's API",
                   self.server.logs / "honcho-api.log")
         self.api_starts.append(time.monotonic() - began)
 

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import httpx
+from bxctl.doctor import check_honcho
 from bxctl.stack.honcho import free_port
 from memoryd.honcho import HonchoClient
 from memoryd.wiring import build
@@ -202,3 +203,11 @@ def test_ask_memory_fails_cleanly_when_the_real_server_stalls_or_is_gone(real_ho
         assert refused.status == "failed" and "ConnectError" in refused.content
     finally:
         run(gone.aclose())
+
+
+def test_doctor_says_the_real_honcho_answers_and_which_workspace_memoryd_uses(real_honcho,
+                                                                              tmp_path):
+    check = check_honcho(config(tmp_path, honcho_toml(real_honcho, "bx-doctor")))
+    assert check.ok, check.detail
+    assert real_honcho.url in check.detail and "'bx-doctor'" in check.detail
+    assert "bx-doctor (trusted)" in check.detail

@@ -8,6 +8,8 @@ import os
 import socket
 import stat
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +131,28 @@ def check_taint(config_path: Path, config: Config) -> Check:
     return Check("taint files", True, f"{len(current)} match their rebuild from the audit log")
 
 
+def check_honcho(config: Config) -> Check:
+    """Whether the configured Honcho answers, and which workspaces memoryd uses there."""
+    honcho = config.memory.honcho
+    if honcho is None:
+        return Check("honcho", True, "not configured: memory stays on this machine")
+    readable = ", ".join(f"{w} ({'trusted' if honcho.is_trusted(w) else 'untrusted'})"
+                         for w in honcho.readable())
+    where = f"turns go to workspace {honcho.workspace!r}; ask_memory reads {readable}"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as memoryd: no proxy
+    try:
+        with opener.open(f"{honcho.url}/health", timeout=5) as response:
+            status = response.status
+    except (OSError, urllib.error.URLError) as exc:
+        return Check("honcho", False, f"{honcho.url} does not answer ({exc}); {where}",
+                     "start Honcho (`bxctl up --honcho` runs a local one) or fix "
+                     "[memory.honcho] url; memoryd keeps every turn and catches up")
+    if status != 200:
+        return Check("honcho", False, f"{honcho.url}/health answered HTTP {status}; {where}",
+                     "see Honcho's log")
+    return Check("honcho", True, f"{honcho.url} answers; {where}")
+
+
 def run_checks(config_path: Path) -> list[Check]:
     try:
         config = load_config(config_path)
@@ -154,6 +178,7 @@ def run_checks(config_path: Path) -> list[Check]:
                            "records", config_path),
         lambda: check_taint(config_path, config),
         lambda: check_credentials(config),
+        lambda: check_honcho(config),
     ]
     for step in steps:
         result = step()
@@ -166,7 +191,7 @@ def run_checks(config_path: Path) -> list[Check]:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per check.")
 def doctor_command(config_path: Path | None, as_json: bool) -> None:
     """Run every check of the setup: model server settings, the baseline budget, sockets and
-    their modes, grant files, the audit chain, taint files, credentials.
+    their modes, grant files, the audit chain, taint files, credentials, Honcho.
 
     Exit 0 when all pass, 1 when any fails. Example: bxctl doctor
     """

@@ -52,6 +52,13 @@ def _layout(state: Path | None) -> StackLayout:
     "--model", default=DEFAULT_MODEL, show_default=True, help="The router preset loopd talks to."
 )
 @click.option(
+    "--honcho",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Also run the real Honcho from this directory (scripts/honcho-server.sh prints it); "
+    "memoryd syncs finished turns to it.",
+)
+@click.option(
     "--chat/--no-chat",
     default=True,
     show_default=True,
@@ -64,6 +71,7 @@ def up_command(
     serving_src: Path,
     grants: Path,
     model: str,
+    honcho: Path | None,
     chat: bool,
 ) -> None:
     """Start the whole harness locally: llama-server, inferproxy, memoryd, brokerd, loopd.
@@ -72,6 +80,8 @@ def up_command(
 
         bxctl up --llama-server "$(scripts/llama-server.sh binary)" \
                  --models "$(scripts/llama-server.sh models)"
+
+    With memory reaching a real Honcho: add --honcho "$(scripts/honcho-server.sh)".
     """
     layout = _layout(state)
     try:
@@ -83,6 +93,7 @@ def up_command(
             grants=grants,
             model=model,
             say=lambda line: click.echo(line, err=True),
+            honcho=honcho,
         )
     except StackError as exc:
         raise click.ClickException(str(exc)) from None

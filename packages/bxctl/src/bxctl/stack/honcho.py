@@ -7,13 +7,14 @@ Honcho is third-party AGPL code: it runs from the directory ``scripts/honcho-ser
 prints (a copy of its source, its own venv, the tokenizer files), as separate processes; nothing
 of it is imported here. Why SmolLM2-135M and embeddings on: docs/decisions/honcho-in-tests.md.
 
-This module only says what to run (argv, environment, directories) and waits for readiness;
-the caller starts and stops the processes (bxctl's processes.py, or a test fixture).
+``HonchoServer`` says what to run (argv, environment, directories); ``start_local`` runs it for
+`bxctl up` (bxctl's processes.py stops it with the rest), a test fixture runs it its own way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import socket
@@ -25,6 +26,8 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .processes import Started, save, spawn
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -154,13 +157,18 @@ class HonchoServer:
         )
 
     def _pgroot(self) -> Path:
-        """A directory the cluster's user owns; under root, in /tmp (a root home is closed)."""
-        if os.geteuid() != 0:
+        """A fresh directory the cluster's user owns: ``pgroot`` if given (emptied first), else
+        ``work/pg``; under root, a new one in /tmp (the postgres user cannot enter root's
+        home)."""
+        root = self.pgroot
+        if root is None and os.geteuid() == 0:
+            root = Path(tempfile.mkdtemp(prefix="bx-honcho-pg-"))
+        elif root is None:
             root = self.work / "pg"
-            root.mkdir(mode=0o700)
-            return root
-        root = Path(tempfile.mkdtemp(prefix="bx-honcho-pg-"))
-        shutil.chown(root, "postgres", "postgres")
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(root, "postgres", "postgres")
         return root
 
     def _env(self) -> dict[str, str]:
@@ -218,6 +226,10 @@ class HonchoServer:
             shutil.rmtree(self.pgroot, ignore_errors=True)
 
 
+def running(process: subprocess.Popen[bytes]) -> Callable[[], bool]:
+    return lambda: process.poll() is None
+
+
 def wait_http(url: str, alive: Callable[[], bool], name: str, log: Path,
               timeout: float = READY_TIMEOUT) -> None:
     """Until ``url`` answers 200; ``alive()`` false (the process exited) fails at once."""
@@ -246,3 +258,63 @@ def wait_postgres(server: HonchoServer, alive: Callable[[], bool]) -> None:
             return
         time.sleep(0.1)
     raise HonchoStartError(f"PostgreSQL not ready within {READY_TIMEOUT:g} s")
+
+
+def memory_section(url: str, workspace: str = "boxmaker") -> str:
+    """The [memory.honcho] a local stack with --honcho adds to its config: our workspace,
+    trusted, with the sync kicked after every turn as always."""
+    return f"""
+[memory.honcho]  # added by `bxctl up --honcho`: the local real Honcho
+url = "{url}"
+workspace = "{workspace}"
+[[memory.honcho.workspaces]]
+id = "{workspace}"
+trusted = true
+"""
+
+
+def configured_port(config_text: str) -> int | None:
+    """The API port of a local Honcho an earlier `up --honcho` put in the config, if any."""
+    for line in config_text.splitlines():
+        if line.startswith('url = "http://127.0.0.1:') and "[memory.honcho]" in config_text:
+            with contextlib.suppress(ValueError):
+                return int(line.split(":")[2].split('"')[0].split("/")[0])
+    return None
+
+
+def stack_pgroot(state: Path) -> Path:
+    """Where a local stack's cluster lives, made afresh on every `up`: under the state
+    directory, or under root in /tmp (the postgres user cannot enter root's home)."""
+    if os.geteuid() != 0:
+        return state / "honcho" / "pg"
+    return Path(tempfile.gettempdir()) / (
+        "bx-honcho-pg-" + hashlib.sha256(str(state).encode()).hexdigest()[:12])
+
+
+def start_local(state: Path, install: Path, *, llama_server: Path, models: Path,
+                api_port: int | None, started: list[Started], record: Path) -> HonchoServer:
+    """Start a local real Honcho for `bxctl up --honcho`, each process recorded in
+    ``started`` (and saved to ``record``) as soon as it runs, so `bxctl down` stops it."""
+    server = HonchoServer(install=install, work=state / "honcho", llama_server=llama_server,
+                          models=models, ports=Ports(api=api_port) if api_port else Ports(),
+                          pgroot=stack_pgroot(state))
+    server.prepare()
+
+    def run(command: Command) -> subprocess.Popen[bytes]:
+        process = spawn(command.name, command.argv, server.logs, command.env, cwd=command.cwd)
+        started.append(Started(command.name, process.pid, command.argv, None))
+        save(record, started)
+        return process
+
+    llm, embed = run(server.llm_command()), run(server.embed_command())
+    postgres = run(server.postgres_command())
+    wait_postgres(server, running(postgres))
+    server.migrate()
+    run(server.deriver_command())
+    api = run(server.api_command())
+    for name, process, url in (("Honcho's API", api, f"{server.url}/health"),
+                               ("honcho-llm", llm, f"http://127.0.0.1:{server.ports.llm}/health"),
+                               ("honcho-embed", embed,
+                                f"http://127.0.0.1:{server.ports.embed}/health")):
+        wait_http(url, running(process), name, server.logs)
+    return server

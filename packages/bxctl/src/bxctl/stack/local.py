@@ -27,6 +27,7 @@ from bxcore.canonical import canonical_text
 from bxcore.config import load_config
 from bxcore.errors import ConfigError
 
+from . import honcho
 from .grantdirs import prepare_writable_mounts
 from .notify import NotifyListener
 from .processes import Started, alive, load, save, spawn, stop
@@ -224,8 +225,11 @@ def up(
     grants: Path,
     model: str = DEFAULT_MODEL,
     say: Callable[[str], None] = print,
+    honcho: Path | None = None,
 ) -> list[Started]:
-    """Start everything and return what runs. On any failure, stop what was started."""
+    """Start everything and return what runs. On any failure, stop what was started.
+    ``honcho``: what scripts/honcho-server.sh printed; a real Honcho then runs too and memoryd
+    syncs to it."""
     running = [s for s in load(layout.record) if alive(s.pid)]
     if running:
         raise StackError(f"the local stack is already running ({layout.state}); `bxctl down` first")
@@ -268,6 +272,8 @@ def up(
         save(layout.record, started)
         wait_llama(sock, proc, layout.logs / "llama-server.log")
         say(f"up: llama-server (router, {model}) on {sock}")
+        if honcho is not None:
+            say(f"up: {_start_honcho(layout, honcho, llama_server, models, started)}")
         isolate = network_isolation()
         for role in (*ROLES, SCHEDULER):
             prefix = isolate if role == "loopd" else []
@@ -299,6 +305,23 @@ def up(
     finally:
         listener.close()
     return started
+
+
+def _start_honcho(layout: StackLayout, install: Path, llama_server: Path, models: Path,
+                  started: list[Started]) -> str:
+    """The real Honcho beside the stack, and memoryd's config pointed at it (kept on the next
+    `up`, with the same port)."""
+    text = layout.config.read_text()
+    try:
+        server = honcho.start_local(layout.state, install, llama_server=llama_server,
+                                    models=models, api_port=honcho.configured_port(text),
+                                    started=started, record=layout.record)
+    except (honcho.HonchoStartError, OSError, subprocess.CalledProcessError) as exc:
+        raise StackError(f"the local Honcho did not start: {exc}") from None
+    if "[memory.honcho]" not in text:
+        layout.config.write_text(text + honcho.memory_section(server.url))
+    return (f"honcho at {server.url} (workspace from {layout.config}; its logs in "
+            f"{server.logs}; its database is made afresh on every `up`)")
 
 
 _SOCKETS = {"inferproxy": "infer", "memoryd": "memory", "brokerd": "broker", "loopd": "loop"}
