@@ -162,6 +162,7 @@ id = "{absent}"
 def test_ask_memory_round_trips_through_the_real_dialectic(real_honcho, tmp_path):
     """The tiny model's answer is not judged, only that it arrives whole and is labelled: our
     own workspace trusted, another untrusted, one the server does not have refused cleanly."""
+    real_honcho.warmed()  # its chats then read the dialectic's prompt from the model's cache
     workspace, fleet = new_workspace(), new_workspace()
     extra = FLEET.format(fleet=fleet, absent=f"{workspace}-absent")
     real_honcho.request("POST", "/v3/workspaces", {"id": fleet})
