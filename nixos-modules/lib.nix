@@ -121,11 +121,13 @@ let
     CONTAINERS_CONF_OVERRIDE = containersConf;
   };
 
-  # After a new image is loaded, the one it replaced is untagged (each archive is
-  # <name>:latest): `image prune` removes the untagged images no container uses, so each store
-  # keeps one image per name. Run once the unit is up, when `--replace` has removed the old
-  # container; a failure is logged and ignored ("-"): a leftover image costs disk, not service.
-  pruneImages = podman: "-" + execLine [ podman "image" "prune" "--force" ];
+  # Old images out of the unit's store once it is up (a new build is loaded at every start).
+  # A role: every image no container uses (its running container holds the current one; the
+  # old container went with `--replace`). The tool runtime, whose toolkit image no container
+  # holds between calls: the untagged ones (the load moved `<name>:latest` to the new build).
+  # A failure is logged and ignored ("-"): a leftover image costs disk, not service.
+  pruneImages = { podman, unused ? true }:
+    "-" + execLine ([ podman "image" "prune" "--force" ] ++ (if unused then [ "--all" ] else [ ]));
 
   # [Service] of one role's unit. Lists become one line per element, as NixOS renders them.
   # `podman`: the podman binary; `imageName`, `imageArchive`, `digestEnv`: the role's image
@@ -162,7 +164,7 @@ let
       ReadWritePaths = writable;
       ExecStartPre = execLine [ podman "load" "--quiet" "--input=${imageArchive}" ];
       ExecStart = execLine ([ podman ] ++ args);
-      ExecStartPost = pruneImages podman;
+      ExecStartPost = pruneImages { inherit podman; };
     }
     // (if credentialIds == [ ] then { } else {
       LoadCredentialEncrypted = map (id: "${id}:${credentialFiles.${id}}") credentialIds;
@@ -213,7 +215,7 @@ let
       ReadWritePaths = [ toolRuntimeDir ];
       ExecStartPre = execLine [ podman "load" "--quiet" "--input=${toolkitArchive}" ];
       ExecStart = execLine ([ podman ] ++ toolRuntimeArgs);
-      ExecStartPost = pruneImages podman;
+      ExecStartPost = pruneImages { inherit podman; unused = false; };
     };
 
   # It reads neither the config nor the grants: nothing of the owner's settings restarts it.

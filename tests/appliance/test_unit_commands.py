@@ -114,24 +114,38 @@ def images(env: dict[str, str]) -> list[str]:
     return sorted(image["Id"] for image in json.loads(listed))
 
 
+def post(unit: str) -> str:
+    """A unit's ExecStartPost= as lib.nix writes it, for a role or the tool runtime."""
+    if unit == "tools":
+        expression = ('.toolRuntimeUnit { podman = "podman"; toolkitArchive = "a"; '
+                      'containersConf = "c"; }')
+    else:
+        expression = (f'.unit {{ role = "{unit}"; podman = "podman"; imageName = "i"; '
+                      'imageArchive = "a"; digestEnv = "d"; containersConf = "c"; }')
+    return nix_eval(f"({lib_expression()}{expression}).serviceConfig.ExecStartPost")
+
+
 @pytest.mark.sandbox
 @needs_nix
 @needs("podman")
-def test_after_a_second_deploy_the_units_store_keeps_one_image(tmp_path):
+@pytest.mark.parametrize("unit", ["loopd", "tools"])
+def test_after_a_second_deploy_the_units_store_keeps_one_image(tmp_path, unit):
+    """A role's store: its running container holds the current image. The tool runtime's: no
+    container holds the toolkit image between calls."""
     builder = store(tmp_path / "builder")
     old, new = (image_archive(tmp_path, name, builder) for name in ("old", "new"))
-    unit = store(tmp_path / "unit")
+    env = store(tmp_path / "unit")
     for archive in (old, new):  # two deploys: ExecStartPre= loads each build in turn
-        subprocess.run(["podman", "load", "-q", f"--input={archive}"], env=unit, check=True,
+        subprocess.run(["podman", "load", "-q", f"--input={archive}"], env=env, check=True,
                        capture_output=True)
-    loaded = images(unit)
-    assert len(loaded) == 2
+    assert len(images(env)) == 2
     current = json.loads(subprocess.run(
-        ["podman", "image", "inspect", "localhost/boxmaker/probe:latest"], env=unit, check=True,
+        ["podman", "image", "inspect", "localhost/boxmaker/probe:latest"], env=env, check=True,
         capture_output=True, text=True).stdout)[0]["Id"]
-    post = nix_eval(f'({lib_expression()}.serviceConfig {{ role = "loopd"; podman = "podman"; '
-                    'imageName = "i"; imageArchive = "a"; digestEnv = "d"; '
-                    'containersConf = "c"; }).ExecStartPost')
-    assert post.startswith("-")  # a failed prune does not fail the unit
-    subprocess.run(exec_words(post), env=unit, check=True, capture_output=True)
-    assert images(unit) == [current]
+    if unit != "tools":  # the role's container, as `podman run --replace` leaves it
+        subprocess.run(["podman", "create", "--name=role", "--network=none", current, "/x"],
+                       env=env, check=True, capture_output=True)
+    line = post(unit)
+    assert line.startswith("-")  # a failed prune does not fail the unit
+    subprocess.run(exec_words(line), env=env, check=True, capture_output=True)
+    assert images(env) == [current]
