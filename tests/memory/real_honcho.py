@@ -132,6 +132,18 @@ class RealHoncho:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
 
+    def stop_database(self) -> None:
+        """PostgreSQL stopped at once (SIGQUIT: its immediate shutdown, as after a crash); the
+        API stays up and answers what it cannot do with a 5xx."""
+        self.warmed()
+        process = self.processes.pop("honcho-postgres")
+        os.kill(process.pid, signal.SIGQUIT)
+        process.wait(timeout=STOP_WAIT)
+
+    def start_database(self) -> None:
+        postgres = self.spawn(self.server.postgres_command())
+        wait_postgres(self.server, running(postgres))
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """The API frozen (SIGSTOP) inside the block: a request sent now waits in its socket

@@ -76,6 +76,26 @@ def test_a_frozen_server_times_out_and_the_write_it_finishes_later_is_not_sent_a
     assert set(stored(real_honcho, workspace)) == keys
 
 
+def test_the_real_server_answering_5xx_without_its_database_pauses_the_sync(real_honcho,
+                                                                            tmp_path):
+    """PostgreSQL gone under a running API: the real server's 5xx is an outage, nothing is
+    marked refused, and once the database is back the next pass writes it all, once."""
+    workspace = new_workspace(real_honcho)
+    with service(tmp_path, real_honcho, workspace) as svc:
+        keys = many_turns(svc, tmp_path, sessions=1, turns=1)
+        settle(svc)
+        run(turn(svc, tmp_path, "s0", [user("while the database is down"), answer("ok")]))
+        real_honcho.stop_database()
+        try:
+            report = run(svc.sync.sync_once())
+        finally:
+            real_honcho.start_database()
+        assert report.outage is not None and "HTTP 5" in report.outage, report
+        assert report.rejected == 0
+        settle(svc)
+    assert set(stored(real_honcho, workspace)) == keys | {"s0/0#3", "s0/0#4"}
+
+
 def wait_until(condition: Callable[[], bool], attempts: int = 600) -> None:
     for _ in range(attempts):
         if condition():
