@@ -35,7 +35,6 @@ from .processes import Started, alive, load, save, spawn, stop
 # Bounded: a daemon that never gets ready fails `up` with its log. loopd gets ready after its
 # self-test completions: with the 1.5B `coder` preset, minutes on a busy 2-core machine.
 READY_TIMEOUT = 1800.0
-ROLES = ("inferproxy", "memoryd", "brokerd", "loopd")
 
 
 class StackError(Exception):
@@ -271,33 +270,25 @@ def up(
         started.append(Started("llama-server", proc.pid, argv, str(sock)))
         save(layout.record, started)
         wait_llama(sock, proc, layout.logs / "llama-server.log")
+        preload(sock, model)
         say(f"up: llama-server (router, {model}) on {sock}")
         if honcho is not None:
             say(f"up: {_start_honcho(layout, honcho, llama_server, models, started)}")
         isolate = network_isolation()
-        for role in (*ROLES, SCHEDULER):
-            prefix = isolate if role == "loopd" else []
-            argv = [*prefix, *_command(bin_dir, role), "--config", str(layout.config)]
-            proc = spawn(role, argv, layout.logs, {**env, "NOTIFY_SOCKET": str(listener.path)})
-            served = _SOCKETS.get(role)
-            started.append(Started(role, proc.pid, argv,
-                                   str(layout.socket(served)) if served else None))
+        for group in START_ORDER:
+            procs: dict[str, subprocess.Popen[bytes]] = {}
+            for role in group:  # a group's daemons start together, each waits for none of them
+                prefix = isolate if role == "loopd" else []
+                argv = [*prefix, *_command(bin_dir, role), "--config", str(layout.config)]
+                procs[role] = spawn(role, argv, layout.logs,
+                                    {**env, "NOTIFY_SOCKET": str(listener.path)})
+                served = _SOCKETS.get(role)
+                started.append(Started(role, procs[role].pid, argv,
+                                       str(layout.socket(served)) if served else None))
             save(layout.record, started)
-            ready = listener.wait_ready({proc.pid}, READY_TIMEOUT, partial(_running, proc))
-            if ready is None:
-                raise StackError(f"{role} did not get ready; see {layout.logs / (role + '.log')}")
-            note = ""
-            if role == "loopd":
-                note = (
-                    " (network: loopback only)"
-                    if isolate
-                    else " (NOT network-isolated: unshare is not allowed on this machine)"
-                )
-            if role == "brokerd":
-                note = f" (sandbox: {backend})"
-            if role == SCHEDULER:
-                note = f" (scheduled jobs from {layout.jobs})"
-            say(f"up: {role}{note}")
+            for role, proc in procs.items():
+                _wait_ready(listener, role, proc, layout)
+                say(f"up: {role}{_note(role, isolate, backend, layout)}")
     except BaseException:
         stop(started)
         layout.record.unlink(missing_ok=True)
@@ -305,6 +296,45 @@ def up(
     finally:
         listener.close()
     return started
+
+
+# Who waits for whom: loopd's start-up checks call inferproxy and memoryd; the scheduler sends
+# jobs to loopd. inferproxy, memoryd and brokerd need none of the others.
+START_ORDER = (("inferproxy", "memoryd", "brokerd"), ("loopd",), ("scheduler",))
+
+
+def _wait_ready(listener: NotifyListener, role: str, proc: subprocess.Popen[bytes],
+                layout: StackLayout) -> None:
+    if listener.wait_ready({proc.pid}, READY_TIMEOUT, partial(_running, proc)) is None:
+        raise StackError(f"{role} did not get ready; see {layout.logs / (role + '.log')}")
+
+
+def _note(role: str, isolate: list[str], backend: str, layout: StackLayout) -> str:
+    if role == "loopd":
+        return (" (network: loopback only)" if isolate
+                else " (NOT network-isolated: unshare is not allowed on this machine)")
+    if role == "brokerd":
+        return f" (sandbox: {backend})"
+    if role == SCHEDULER:
+        return f" (scheduled jobs from {layout.jobs})"
+    return ""
+
+
+def preload(sock: Path, model: str) -> None:
+    """Ask the router to load ``model`` now, so it loads while the daemons start (loopd's
+    self-test would load it on its first request otherwise). Best effort: a failure here shows
+    again, named, in that self-test."""
+    body = canonical_text({"model": model}).encode()
+    head = (f"POST /models/load HTTP/1.1\r\nHost: llama\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(10)
+            client.connect(str(sock))
+            client.sendall(head + body)
+            client.recv(64)
+    except OSError:
+        return
 
 
 def _start_honcho(layout: StackLayout, install: Path, llama_server: Path, models: Path,

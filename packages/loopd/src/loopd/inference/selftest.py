@@ -106,7 +106,9 @@ async def _round_trip_checks(client: InferenceClient) -> list[SelfTestCheck]:
     checks = [SelfTestCheck(name="tool_call", ok=True, detail=f"{call.name}({call.arguments})")]
     result = ToolMessage(tool_call_id=first.tool_calls[0].id, content=PROBE_RESULT)
     try:
-        second = await client.chat(probe((*asked, first.message(), result), 16, "none"), _ignore)
+        # one token: a completion is all round_trip and cache_hit need, and every token
+        # generated costs a start as much as ~8 prompt tokens (docs/performance.md, bench:up)
+        second = await client.chat(probe((*asked, first.message(), result), 1, "none"), _ignore)
     except InferenceError as exc:
         checks.append(SelfTestCheck(name="round_trip", ok=False,
                                     detail=f"the tool result failed: {exc}"))

@@ -32,10 +32,11 @@ NAME = "slot_switch"
 # last one, and the template may render the replayed answer's end differently from how it was
 # generated (measured: 1 to 2 with the tiny Qwen).
 SLACK = 4
-# About 130 tokens of system text: a re-read is far above the slack, and the three requests stay
-# cheap at every start (each probe session reads it: they share only the template's first tokens).
+# About 50 tokens of system text: a lost session re-reads all of it, over ten times the slack, and
+# the three requests stay cheap at every start (each probe session reads it: they share only the
+# template's first tokens).
 PROBE_SYSTEM = "You are a terse assistant checking a model server. " + " ".join(
-    f"Rule {n}: answer in one short line and never repeat the question back." for n in range(8)
+    f"Rule {n}: answer in one short line and never repeat the question back." for n in range(2)
 )
 FLAGS = {
     "--cache-ram": ("-cram", "the host-RAM prompt cache is off", "--cache-ram 8192 (the default)"),
@@ -56,7 +57,7 @@ async def _ignore(_event: TurnEventBody) -> None:
 
 def _probe(client: InferenceClient, session: str, messages: Sequence[Any]) -> ChatRequest:
     return ChatRequest(
-        messages=tuple(messages), tools=(), session=session, max_tokens=4, tool_choice="none",
+        messages=tuple(messages), tools=(), session=session, max_tokens=1, tool_choice="none",
         slot=client.section.slots.background, thinking=False,
     )
 
