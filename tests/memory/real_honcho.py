@@ -37,7 +37,7 @@ from support.llama import LlamaUnavailable, llama_paths
 from support.requires import setup_done
 
 REPO = Path(__file__).resolve().parents[2]
-STOP_WAIT = 20.0
+STOP_WAIT = 5.0
 WARMUP_WAIT = 900.0  # bound on the warm-up chat: 2.5 min was seen at a load average of 12
 
 
@@ -157,13 +157,20 @@ class RealHoncho:
             os.killpg(process.pid, signal.SIGCONT)
 
     def stop(self) -> None:
-        for name in reversed(list(self.processes)):
-            process = self.processes.pop(name)
+        """Every process asked to stop at once; what is still running after STOP_WAIT (a
+        deriver waiting on its model, a server mid-prompt) is killed: nothing here is kept."""
+        processes, self.processes = self.processes, {}
+        for name, process in processes.items():
+            # PostgreSQL's fast shutdown (SIGINT) ends its clients' sessions; SIGTERM would
+            # wait for them
+            stop = signal.SIGINT if name == "honcho-postgres" else signal.SIGTERM
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGCONT)
-                os.killpg(process.pid, signal.SIGTERM)
+                os.killpg(process.pid, stop)
+        deadline = time.monotonic() + STOP_WAIT
+        for process in processes.values():
             try:
-                process.wait(timeout=STOP_WAIT)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)

@@ -197,8 +197,10 @@ class HonchoServer:
         return Command("honcho-postgres", [
             *as_postgres_user(), str(PG_BIN / "postgres"), "-D", str(self.pgroot / "data"),
             "-p", str(self.ports.postgres), "-h", "127.0.0.1", "-k", str(self.pgroot),
-            # a throw-away cluster: durability is not wanted, speed is
-            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
+            # A throw-away cluster: no fsync (only a machine crash loses what it skips). Commits
+            # stay synchronous: without that a crashed PostgreSQL loses commits it acknowledged,
+            # and Honcho, which cached them, then fails every write with a 500.
+            "-c", "fsync=off", "-c", "full_page_writes=off"],
             self._env(), self.work)
 
     def api_command(self) -> Command:
@@ -252,7 +254,7 @@ def wait_postgres(server: HonchoServer, alive: Callable[[], bool]) -> None:
         if not alive():
             raise HonchoStartError(f"PostgreSQL exited; see {server.logs}")
         probe = subprocess.run(
-            [str(PG_BIN / "pg_isready"), "-q", "-h", "127.0.0.1", "-p",
+            [str(PG_BIN / "pg_isready"), "-q", "-h", "127.0.0.1", "-U", "postgres", "-p",
              str(server.ports.postgres)], check=False)
         if probe.returncode == 0:
             return
