@@ -121,13 +121,13 @@ let
     CONTAINERS_CONF_OVERRIDE = containersConf;
   };
 
-  # Old images out of the unit's store once it is up (a new build is loaded at every start).
-  # A role: every image no container uses (its running container holds the current one; the
-  # old container went with `--replace`). The tool runtime, whose toolkit image no container
-  # holds between calls: the untagged ones (the load moved `<name>:latest` to the new build).
-  # A failure is logged and ignored ("-"): a leftover image costs disk, not service.
-  pruneImages = { podman, unused ? true }:
-    "-" + execLine ([ podman "image" "prune" "--force" ] ++ (if unused then [ "--all" ] else [ ]));
+  # Old images out of the unit's store, right after the new build is loaded: the load moved
+  # `<name>:latest` to it, and `image prune` removes the untagged images no container uses (the
+  # old container went with the unit's stop: `--rm`). Not after the unit is up: there podman
+  # cannot join the running container's user namespace under the unit's hardening (the boot
+  # test's journal: "cannot re-exec process to join the existing user namespace"). A failure is
+  # logged and ignored ("-"): a leftover image costs disk, not service.
+  pruneImages = podman: "-" + execLine [ podman "image" "prune" "--force" ];
 
   # [Service] of one role's unit. Lists become one line per element, as NixOS renders them.
   # `podman`: the podman binary; `imageName`, `imageArchive`, `digestEnv`: the role's image
@@ -162,9 +162,8 @@ let
       TimeoutStartSec = "${toString (r.start_timeout or 90)}s";
       EnvironmentFile = digestEnv;
       ReadWritePaths = writable;
-      ExecStartPre = execLine [ podman "load" "--quiet" "--input=${imageArchive}" ];
+      ExecStartPre = [ (execLine [ podman "load" "--quiet" "--input=${imageArchive}" ]) (pruneImages podman) ];
       ExecStart = execLine ([ podman ] ++ args);
-      ExecStartPost = pruneImages { inherit podman; };
     }
     // (if credentialIds == [ ] then { } else {
       LoadCredentialEncrypted = map (id: "${id}:${credentialFiles.${id}}") credentialIds;
@@ -213,9 +212,8 @@ let
       IPAddressAllow = "localhost";
       Type = "exec";
       ReadWritePaths = [ toolRuntimeDir ];
-      ExecStartPre = execLine [ podman "load" "--quiet" "--input=${toolkitArchive}" ];
+      ExecStartPre = [ (execLine [ podman "load" "--quiet" "--input=${toolkitArchive}" ]) (pruneImages podman) ];
       ExecStart = execLine ([ podman ] ++ toolRuntimeArgs);
-      ExecStartPost = pruneImages { inherit podman; unused = false; };
     };
 
   # It reads neither the config nor the grants: nothing of the owner's settings restarts it.

@@ -9,6 +9,7 @@ the owner's router and Mattermost, while loopd's container has only lo.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -23,7 +24,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+import roles as images  # images/ is on sys.path (tests/appliance/conftest.py)
 from bxctl.stack import load_manifest
+from bximage import build_cached
 from consult.support import fake_cloud, grant_text
 from gateway.mmthread import running_fake
 from support import llama
@@ -250,6 +253,39 @@ def test_restarting_one_unit_keeps_the_rest_working(machine):
         assert wait_active(booted, unit) == "active", unit
     done = owner(booted, "bxctl", "chat", "--tool-choice", "none", "--say", "Say hi.")
     assert done.returncode == 0, done.stderr
+
+
+def stored_images(booted: boot.Machine, store: str) -> list[dict]:
+    """The images in one unit's rootless podman store, read from its files (as root)."""
+    home = booted.root / f"var/lib/boxmaker-podman/{store}/.local/share/containers/storage"
+    found = [image for listing in home.glob("*-images/images.json")
+             for image in json.loads(listing.read_text())]
+    return found
+
+
+def test_a_second_deploy_leaves_each_store_one_image(machine):
+    """Each unit's ExecStartPost= prunes the image a new load replaced: deploy memoryd again
+    (a new build of its image, another digest), restart it, one image is left, the new one
+    (an image's id is its config's digest)."""
+    booted, _ = machine
+    for store in [*ROLES, "tools"]:
+        assert len(stored_images(booted, store)) == 1, store
+    (first,) = stored_images(booted, "memoryd")
+    again = dataclasses.replace(images.config_for("memoryd"), labels={
+        **images.config_for("memoryd").labels, "org.boxmaker.deploy": "second"})
+    built = build_cached(images.entries("memoryd"), again, images.default_cache(),
+                         ref="boxmaker-memoryd")
+    index = json.loads((built.layout / "index.json").read_text())
+    manifest = built.layout / "blobs" / index["manifests"][0]["digest"].replace(":", "/")
+    config = json.loads(manifest.read_text())["config"]["digest"].removeprefix("sha256:")
+    assert config != first["id"]
+    boot.Install(booted.root).image("memoryd", built.layout, built.digest)
+    assert booted.systemctl("restart", "boxmaker-memoryd").returncode == 0
+    # Active: READY=1 from the container podman ran by the new digest.
+    assert wait_active(booted, "boxmaker-memoryd") == "active", booted.journal("boxmaker-memoryd")
+    left = stored_images(booted, "memoryd")
+    assert [image["id"] for image in left] == [config], (
+        f"{[(i['id'][:12], i.get('names')) for i in left]}\n{booted.journal('boxmaker-memoryd')}")
 
 
 def test_systemd_252_knows_every_key_of_the_units_but_those_listed(machine):

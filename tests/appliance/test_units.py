@@ -187,7 +187,7 @@ def test_the_tool_runtime_runs_as_brokerds_user_before_brokerd_with_the_launcher
     service = unit["serviceConfig"]
     assert service["User"] == unit_of("brokerd")["serviceConfig"]["User"] == "boxmaker-brokerd"
     assert exec_words(service["ExecStart"]) == [PODMAN, *tool_runtime_args(MANIFEST)]
-    assert exec_words(service["ExecStartPre"]) == [
+    assert exec_words(service["ExecStartPre"][0]) == [
         PODMAN, "load", "--quiet", "--input=/nix/store/x-toolkit/image.tar"]
     assert unit["before"] == unit["wantedBy"] == ["boxmaker-brokerd.service"]
     # It sees /home (grants mount the owner's files), writable where permissions allow.
