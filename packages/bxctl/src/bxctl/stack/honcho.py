@@ -63,13 +63,16 @@ class Ports:
 
 def honcho_config(ports: Ports) -> str:
     """Honcho's config.toml: every model client on the local llama-servers, small outputs (the
-    answers' quality does not matter here, the round trips do), no dreams, no cache."""
+    answers' quality does not matter here, the round trips do), no dreams, no cache, no
+    per-message embeddings."""
     llm = f"http://127.0.0.1:{ports.llm}/v1"
     model = '\ntransport = "openai"\nmodel = "local"\n'
     return f"""# Written by Boxmaker for a local Honcho (bxctl/stack/honcho.py)
 [app]
 LOG_LEVEL = "INFO"
-EMBED_MESSAGES = true
+# Each message's own embedding is background work nothing here reads, and a 25,000-character
+# message is minutes of it for this CPU; the dialectic's and the deriver's embeddings stay on.
+EMBED_MESSAGES = false
 [db]
 CONNECTION_URI = "postgresql+psycopg://postgres@127.0.0.1:{ports.postgres}/postgres"
 [auth]
@@ -189,7 +192,7 @@ class HonchoServer:
         return Command("honcho-embed", [
             str(self.llama_server), "-m", str(self.models / MODEL), "--host", "127.0.0.1",
             "--port", str(self.ports.embed), "--embeddings", "--pooling", "mean", "-c", "4096",
-            "-np", "1", "-b", "4096", "-ub", "4096", "-t", "1", "--no-ui"], self._env(),
+            "-np", "2", "-b", "2048", "-ub", "2048", "-t", "1", "--no-ui"], self._env(),
             self.work)
 
     def postgres_command(self) -> Command:
