@@ -38,13 +38,13 @@ def honcho_messages(url: str, workspace: str) -> list[dict]:
 def test_up_with_honcho_carries_a_chat_turn_to_the_real_honcho(tmp_path, monkeypatch):
     require_llama()
     binary, models = llama_paths()
+    install = honcho_install()  # before HOME moves: the cache is the real home's
     state = tmp_path / "stack"
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     up = bxctl("up", "--no-chat", "--state", str(state), "--llama-server", str(binary),
-               "--models", str(models), "--model", "qwen-tools", "--honcho",
-               str(honcho_install()))
+               "--models", str(models), "--model", "qwen-tools", "--honcho", str(install))
     pids: list[int] = []
     try:
         assert up.returncode == 0, up.stderr
