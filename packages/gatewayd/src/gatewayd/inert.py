@@ -144,10 +144,11 @@ def _language(info: str) -> str:
     return "text"
 
 
-def _cut(text: str, limit: int) -> list[str]:
-    """Inert prose cut at breaks into pieces of at most ``limit`` runes; a hard cut is safe too
-    (a piece of an entity or of a ``⟨.⟩`` forms nothing), only less pretty."""
-    pieces = []
+def split_message(text: str, limit: int = MAX_POST_RUNES) -> list[str]:
+    """Cut ``text`` into posts of at most ``limit`` runes (code points, as the server counts),
+    after a paragraph break, else a line break, else a space, in the second half of the window.
+    Nothing is dropped: the parts joined are the text (no parts for an empty text)."""
+    parts = []
     while len(text) > limit:
         window = text[:limit]
         cut = limit
@@ -156,10 +157,16 @@ def _cut(text: str, limit: int) -> list[str]:
             if found > 0:
                 cut = found + len(separator)
                 break
-        pieces.append(text[:cut])
+        parts.append(text[:cut])
         text = text[cut:]
-    pieces.append(text)
-    return [piece for piece in pieces if piece.strip()]
+    parts.append(text)
+    return [part for part in parts if part]
+
+
+def _cut(text: str, limit: int) -> list[str]:
+    """Inert prose cut like a post (``split_message``), leaving out pieces of white space only; a
+    hard cut is safe too (a piece of an entity or of a ``⟨.⟩`` forms nothing), only less pretty."""
+    return [piece for piece in split_message(text, limit) if piece.strip()]
 
 
 def _pack(chunks: list[str], limit: int) -> list[str]:

@@ -36,7 +36,7 @@ from bxcore.protocol.loop import (
 from bxcore.tools import DataClass
 from bxcore.util import format_elapsed
 
-from .inert import code_blocks, inert_posts
+from .inert import code_blocks, inert_posts, split_message
 from .models import MAX_POST_RUNES
 
 PLACEHOLDER = "…"
@@ -130,25 +130,6 @@ class Throttle:
             return False
         self._last = now
         return True
-
-
-def split_message(text: str, limit: int = MAX_POST_RUNES) -> list[str]:
-    """Cut ``text`` into posts of at most ``limit`` runes (code points, as the server counts),
-    after a paragraph break, else a line break, else a space, in the second half of the window.
-    Nothing is dropped: the parts joined are the text (no parts for an empty text)."""
-    parts = []
-    while len(text) > limit:
-        window = text[:limit]
-        cut = limit
-        for separator in ("\n\n", "\n", " "):
-            found = window.rfind(separator, limit // 2)
-            if found > 0:
-                cut = found + len(separator)
-                break
-        parts.append(text[:cut])
-        text = text[cut:]
-    parts.append(text)
-    return [part for part in parts if part]
 
 
 def approval_posts(
