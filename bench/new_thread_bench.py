@@ -185,7 +185,7 @@ def main() -> None:
             finally:
                 server.stop()
     text = render(results, load_note())
-    print(text if args.no_write else write_section("new-thread", text))
+    print(text if args.no_write else write_section("new_thread", text))
 
 
 if __name__ == "__main__":
