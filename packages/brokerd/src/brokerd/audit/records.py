@@ -25,27 +25,29 @@ from pydantic import Field, TypeAdapter
 GENESIS = "sha256:" + "0" * 64
 
 
-class DecisionEntry(Model):
+class Chained(Model):
+    """What every record has: its place in the chain, when, and the hash of the one before."""
+
+    seq: Annotated[int, Field(ge=1, strict=True)]
+    time: Time
+    prev: Text
+
+
+class DecisionEntry(Chained):
     """A policy decision, denials included. ``approval`` names the approval it asked for or
     that settled it; ``by`` who answered it."""
 
     kind: Literal["decision"] = "decision"
-    seq: Annotated[int, Field(ge=1, strict=True)]
-    time: Time
-    prev: Text
     decision: DecisionRecord
     approval: Text | None = None
     by: Text | None = None
 
 
-class ResultEntry(Model):
+class ResultEntry(Chained):
     """What one call that ran gave back. The content itself is not kept (it may be secret);
     its hash is."""
 
     kind: Literal["result"] = "result"
-    seq: Annotated[int, Field(ge=1, strict=True)]
-    time: Time
-    prev: Text
     session: SessionId
     call: Count
     tool: Text
@@ -56,15 +58,12 @@ class ResultEntry(Model):
     content_sha256: Text
 
 
-class RefusedEntry(Model):
+class RefusedEntry(Chained):
     """A request on broker.sock refused before any decision: its frame could not be decoded
     (text that is not Unicode, bad JSON) or is not a tool request. Whatever it named is kept
     when it could be read; ``request_sha256`` is the hash of its body when it had one."""
 
     kind: Literal["refused"] = "refused"
-    seq: Annotated[int, Field(ge=1, strict=True)]
-    time: Time
-    prev: Text
     reason: Text
     session: Text | None = None
     call: Count | None = None
@@ -72,14 +71,11 @@ class RefusedEntry(Model):
     request_sha256: Text | None = None
 
 
-class LabelEntry(Model):
+class LabelEntry(Chained):
     """The owner lowered a mount's label (``brokerd labels lower``; brokerd.labels): the path,
     the label it had, the label it has now, and the user who ran the command."""
 
     kind: Literal["label"] = "label"
-    seq: Annotated[int, Field(ge=1, strict=True)]
-    time: Time
-    prev: Text
     path: Text
     was_class: DataClass
     was_untrusted: Flag
@@ -88,16 +84,13 @@ class LabelEntry(Model):
     by: Text
 
 
-class RepairedEntry(Model):
+class RepairedEntry(Chained):
     """brokerd found the newest file ending in bytes that are not a whole line (a write cut
     short by a crash) and cut them off before appending again: which file, at what length,
     how many bytes, their hash, and the file beside the log that keeps them (brokerd.audit.log).
     Its members sort before ``hash``, as verify's fast check needs a member there."""
 
     kind: Literal["repaired"] = "repaired"
-    seq: Annotated[int, Field(ge=1, strict=True)]
-    time: Time
-    prev: Text
     cut_file: Text
     cut_at: Count
     cut_bytes: Count
