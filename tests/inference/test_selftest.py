@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from bxcore.config import InferenceSection
-from bxcore.config.inference import ServingSection
+from bxcore.config.inference import KV_CACHE_TYPES, ServingSection
 from bxcore.util import sha256
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from loopd.inference import InferenceClient, OverBudget, check_budget, self_test
+from loopd.inference.selftest import serving_checks
 
 from .fake_server import FakeServer, Reply, completion
 
@@ -57,6 +62,7 @@ async def test_a_healthy_server_passes_every_check():
         "context",
         "chat_template",
         "speculative",
+        "kv_cache",
     ]
     first, second = fake.chat_bodies
     assert first["id_slot"] == second["id_slot"] == 1  # the background slot
@@ -135,3 +141,25 @@ async def test_the_baseline_budget_uses_the_servers_template_and_tokenizer():
     path, body = fake.route_bodies[1]
     assert path == "/tokenize"
     assert body == {"model": "qwen-tools", "content": "<|im_start|>system\nsys<|im_end|>\n"}
+
+
+KV_TYPES = st.sampled_from(KV_CACHE_TYPES)
+
+
+@settings(max_examples=60)
+@given(served=st.tuples(KV_TYPES, KV_TYPES), recorded=st.none() | st.tuples(KV_TYPES, KV_TYPES),
+       listed=st.booleans())
+def test_the_kv_cache_check_passes_exactly_when_the_launch_flags_match_the_record(
+    served, recorded, listed
+):
+    """kv_cache compares the type the router's /models shows the model launched with (the
+    flags as llama-server takes them) with the recorded one; a server that does not show it
+    passes only when nothing is recorded."""
+    args = ["--model", "m.gguf", "--cache-type-k", served[0], "-ctv", served[1]]
+    models = {"data": [{"id": "qwen-tools", "status": {"args": args}}]} if listed else None
+    section = InferenceSection(model="qwen-tools", serving=ServingSection(
+        kv_cache_type=None if recorded is None else "/".join(recorded)))
+    check = next(c for c in serving_checks(SimpleNamespace(section=section), PROPS, SLOTS, models)
+                 if c.name == "kv_cache")
+    expected = recorded is None or (listed and recorded == served)
+    assert check.ok is expected, check.detail

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from ._common import ConfigPath, Seconds, Section, SocketMode
 
@@ -38,16 +38,34 @@ class SlotSection(Section):
     background: Annotated[int, Field(ge=0)] = 1
 
 
+# llama-server's --cache-type-k / --cache-type-v values (ggml's KV cache types)
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
+def _kv_cache_type(value: str) -> str:
+    """"q8_0" (keys and values alike) or "q8_0/f16" (keys/values), kept as "<k>/<v>"."""
+    parts = value.split("/")
+    if len(parts) not in (1, 2) or any(part not in KV_CACHE_TYPES for part in parts):
+        raise ValueError(
+            f'expected a KV cache type such as "q8_0" (keys and values alike) or "q8_0/f16" '
+            f"(keys/values), each one of {', '.join(KV_CACHE_TYPES)}, as llama-server's "
+            f"--cache-type-k and --cache-type-v take them")
+    return f"{parts[0]}/{parts[-1]}"
+
+
 class ServingSection(Section):
     """Serving settings the owner's host is expected to run with (recorded, not owned).
 
-    The startup self-test compares them with /props and /slots. A key left out is not checked.
+    The startup self-test compares them with /props, /slots and the router's /models. A key left
+    out is not checked.
     """
 
     chat_template_sha256: str | None = None
     slot_count: Annotated[int, Field(ge=1)] | None = None
     per_slot_context: Annotated[int, Field(ge=1)] | None = None
     speculative: bool | None = False
+    # the KV cache's type, "<k>/<v>" ("q8_0" alone means both); only a router's /models says it
+    kv_cache_type: Annotated[str, AfterValidator(_kv_cache_type)] | None = None
 
 
 class SamplingSection(Section):

@@ -9,7 +9,9 @@ Checks, each named in the report:
 - ``slots``: the configured slots exist, and the slot count matches ``/props`` and ``/slots``;
 - ``context``: the per-slot context of ``/props`` and ``/slots`` matches the recorded one;
 - ``chat_template``: the sha256 of the served chat template matches the recorded one;
-- ``speculative``: no slot decodes speculatively (or as recorded).
+- ``speculative``: no slot decodes speculatively (or as recorded);
+- ``kv_cache``: the KV cache type the router's ``/models`` shows the model launched with matches
+  the recorded one (a server that does not show it fails a recorded type: it cannot be checked).
 
 Checks whose recorded value is left out of ``[inference.serving]`` report what the server runs
 with and pass. The test runs on the background slot, so the main sessions' cache is untouched.
@@ -28,6 +30,7 @@ from bxcore.util import sha256
 from .api import ChatRequest, Completion, cache_outcome
 from .client import InferenceClient
 from .errors import InferenceError
+from .serving import kv_cache_type
 
 PROBE_TOOL = ToolSchema(
     name="read_file",
@@ -79,8 +82,16 @@ async def self_test(client: InferenceClient) -> SelfTestReport:
         checks.append(SelfTestCheck(name="serving", ok=False,
                                     detail=f"cannot read /props, /slots: {exc}"))
     else:
-        checks.extend(serving_checks(client, props, slots))
+        checks.extend(serving_checks(client, props, slots, await _models(client)))
     return SelfTestReport(checks=tuple(checks))
+
+
+async def _models(client: InferenceClient) -> Any:
+    """The router's /models; None from a server that is not a router."""
+    try:
+        return await client.get_json("/models")
+    except InferenceError:
+        return None
 
 
 async def _round_trip_checks(client: InferenceClient) -> list[SelfTestCheck]:
@@ -136,8 +147,10 @@ def _tool_call_problem(completion: Completion) -> str | None:
     return None
 
 
-def serving_checks(client: InferenceClient, props: Any, slots: Any) -> list[SelfTestCheck]:
-    """Compare the server's /props and /slots with the configuration (pure)."""
+def serving_checks(client: InferenceClient, props: Any, slots: Any, models: Any = None
+                   ) -> list[SelfTestCheck]:
+    """Compare the server's /props, /slots and (a router's) /models with the configuration
+    (pure)."""
     if not isinstance(props, dict) or not isinstance(slots, list):
         return [SelfTestCheck(name="serving", ok=False,
                               detail="/props or /slots has an unexpected shape")]
@@ -195,4 +208,16 @@ def serving_checks(client: InferenceClient, props: Any, slots: Any) -> list[Self
             detail=f"slots speculative: {speculative}, recorded {recorded.speculative}",
         )
     )
+    checks.append(_kv_cache_check(kv_cache_type(models, section.model), recorded.kv_cache_type))
     return checks
+
+
+def _kv_cache_check(served: str | None, recorded: str | None) -> SelfTestCheck:
+    if served is None:
+        detail = "the server does not say (only a router's /models lists launch flags)"
+        return SelfTestCheck(name="kv_cache", ok=recorded is None,
+                             detail=detail if recorded is None
+                             else f"{detail}, so the recorded {recorded} cannot be checked")
+    return SelfTestCheck(name="kv_cache", ok=recorded is None or served == recorded,
+                         detail=f"served {served}" + ("" if recorded is None
+                                                      else f", recorded {recorded}"))

@@ -49,14 +49,16 @@ def settings_from(props: Any, slots: Any, models: Any, model: str) -> ServingSet
     template = props.get("chat_template")
     return ServingSettings(
         chat_template_sha256=sha256(template.encode()) if isinstance(template, str) else None,
-        kv_cache_type=_kv_cache_type(models, model),
+        kv_cache_type=kv_cache_type(models, model),
         speculative=any(bool(s.get("speculative")) for s in slots),
         slot_count=total,
         per_slot_context=context,
     )
 
 
-def _kv_cache_type(models: Any, model: str) -> str | None:
+def kv_cache_type(models: Any, model: str) -> str | None:
+    """"<k>/<v>" from the router's /models launch arguments of ``model``; None where they are
+    not listed (pure)."""
     entries = models.get("data") if isinstance(models, dict) else None
     for entry in entries if isinstance(entries, list) else ():
         if not isinstance(entry, dict) or model not in (entry.get("id"), *entry.get("aliases", ())):
