@@ -158,6 +158,7 @@ class Broker:
             request, grants, arguments=arguments, now=self._clock(), taint=taint,
             resolved_paths=resolve_paths(arguments.value or {}, names),
             secrets=self._secrets_for(request.tool, grants), configured=self._configured,
+            labels=self._runner.mount_labels(),
         )
 
     def _secrets_for(self, tool: str, grants: tuple[Grant, ...]) -> dict[str, Secret]:

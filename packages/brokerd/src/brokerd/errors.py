@@ -60,6 +60,10 @@ class LabelError(BrokerError):
     pass
 
 
+class FlowRefused(LabelError):
+    """A call would bring data over the ceiling of a call that reaches the network."""
+
+
 class ApprovalError(BrokerError):
     code = ErrorCode.UNKNOWN_APPROVAL
 

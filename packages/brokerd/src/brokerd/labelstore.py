@@ -7,8 +7,10 @@ started) is skipped, and cut off before the next append. The file is plain for t
 read; ``brokerd labels show`` prints it as labels.
 
 ``start`` and ``finish`` bracket each sandboxed call. Both run under one lock, so a call's
-raises, their propagation through the running calls and its registration as running are one
-step, and the file holds the raises before ``start`` returns (before the sandbox exists).
+raises, their propagation through the running calls (and their exposures, kept here in memory
+while they run) and its registration as running are one step, and the file holds the raises
+before ``start`` returns (before the sandbox exists). A call that would bring a call that reaches
+the network over its ceiling (itself or one running) does not start: ``FlowRefused``.
 ``brokerd serve`` holds ``labels.lock`` for its lifetime, so the owner's ``lower`` runs only
 while no call does.
 """
@@ -21,6 +23,7 @@ import itertools
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from bxcore._base import Count, Flag, Model, Text
@@ -29,7 +32,7 @@ from bxcore.tools import DataClass
 from bxcore.util import fsync_dir
 from pydantic import Field, ValidationError
 
-from .errors import LabelError
+from .errors import FlowRefused, LabelError
 from .labels import Label, Reach, seen, settle
 
 
@@ -50,11 +53,19 @@ class LabelLine(Model):
         return Label(self.data_class, self.untrusted)
 
 
+@dataclass
+class Running:
+    reach: Reach
+    session: str
+    call: int
+    exposure: Label  # all that has reached it so far (brokerd.labels)
+
+
 class LabelStore:
     def __init__(self, path: Path):
         self.path = path
         self._labels: dict[str, Label] = {}
-        self._running: dict[int, Reach] = {}
+        self._running: dict[int, Running] = {}
         self._tokens = itertools.count(1)
         self._lock = threading.Lock()
         self._whole = 0  # bytes up to the end of the last whole line
@@ -68,24 +79,34 @@ class LabelStore:
             return dict(self._labels)
 
     def start(self, reach: Reach, *, session: str, call: int) -> int:
-        """Raise what ``reach`` writes, and what every running call that can read it writes,
-        durably; register the call as running. A token for ``finish``. LabelError when the
-        raises cannot be written: then nothing is raised and the call must not run."""
+        """Raise what ``reach`` writes, and what every running call that can read it (or shares
+        a zone with it) writes, durably; register the call as running. A token for ``finish``.
+        FlowRefused when it would bring a call with egress over its ceiling, LabelError when
+        the raises cannot be written: then nothing is raised and the call must not run."""
         with self._lock:
-            changes = settle(self._labels, [*self._running.values(), reach])
+            running = list(self._running.values())
+            settled = settle(self._labels, [r.reach for r in running] + [reach],
+                             [r.exposure for r in running])
+            if settled.over:
+                index = max(settled.over)  # this call's own ceiling before a running one's
+                raise FlowRefused(_over_why(running, index, settled.exposures[index], reach))
             self._append([LabelLine.model_validate({
                 "path": path, "class": label.data_class, "untrusted": label.untrusted,
-                "session": session, "call": call}) for path, label in sorted(changes.items())])
-            self._labels.update(changes)
+                "session": session, "call": call})
+                for path, label in sorted(settled.raised.items())])
+            self._labels.update(settled.raised)
+            for entry, exposure in zip(running, settled.exposures, strict=False):
+                entry.exposure = exposure
             token = next(self._tokens)
-            self._running[token] = reach
+            self._running[token] = Running(reach, session, call, settled.exposures[-1])
             return token
 
     def finish(self, token: int) -> Label:
-        """The label of everything the call could read, now that it has ended."""
+        """The label of everything that reached the call (brokerd.labels, rule 3), now that it
+        has ended."""
         with self._lock:
-            reach = self._running.pop(token)
-            return seen(self._labels, reach.mounts)
+            ended = self._running.pop(token)
+            return ended.exposure.join(seen(self._labels, ended.reach.mounts))
 
     def lower(self, path: str, to: Label, *, by: str) -> Label:
         """Set ``path``'s label to ``to`` (at most what it is); the label it had. Only while no
@@ -145,8 +166,26 @@ class LabelStore:
             if created:
                 fsync_dir(self.path.parent)
         except OSError as exc:
-            raise LabelError(f"{self.path}: cannot append: {exc.strerror}") from None
+            raise LabelError(f"the mount labels cannot be written: {self.path}: cannot append: "
+                             f"{exc.strerror}") from None
         self._whole += len(data)
+
+
+def _over_why(running: list[Running], index: int, exposure: Label, reach: Reach) -> str:
+    if index == len(running):
+        ceiling = reach.ceiling
+        whose = "this call reaches the network"
+    else:
+        other = running[index]
+        ceiling = other.reach.ceiling
+        whose = (f"a running call that reaches the network (session {other.session}, call "
+                 f"{other.call}) shares a mount with this one")
+    assert ceiling is not None
+    allowed = ", ".join(sorted(c.value for c in ceiling.classes))
+    return (f"{whose}, and its grant allows it {allowed} data"
+            f"{'' if ceiling.untrusted else ', trusted only'}; running this call now would "
+            f"bring it {exposure.describe()} (the sessions, the mounts' labels and the calls "
+            "running beside it)")
 
 
 @contextlib.contextmanager

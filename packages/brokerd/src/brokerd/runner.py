@@ -65,14 +65,12 @@ def _utc_now() -> datetime:
 
 
 def reach_of(decision: Decision, taint: Taint) -> Reach:
-    """What the call's sandbox reaches, and the floor of what it writes: the session's taint
-    joined with the label its grant gives its results."""
-    result_class, untrusted = decision.result_label
-    floor = Label(taint.highest or DataClass.PUBLIC, taint.untrusted).join(
-        Label(result_class, untrusted))
+    """What the call's sandbox reaches, what its session has seen, the label its grant gives
+    its results, and its ceiling when it reaches the network."""
     return Reach(mounts=frozenset(str(m.source) for m in decision.mounts),
                  writes=frozenset(str(m.source) for m in decision.mounts if m.writable),
-                 floor=floor)
+                 taint=Label(taint.highest or DataClass.PUBLIC, taint.untrusted),
+                 emits=Label(*decision.result_label), ceiling=decision.ceiling)
 
 
 def raised_to(answer: ToolResponse, label: Label) -> ToolResponse:
@@ -93,6 +91,11 @@ class Runner:
         self._taints = taints
         self._cap = result_cap
         self._clock = clock
+
+    def mount_labels(self) -> dict[str, Label]:
+        """The mount labels now, for policy: a grant with egress must allow what its mounts
+        hold."""
+        return self._labels.labels()
 
     async def run(self, decision: Decision, request: ToolRequest, *, arguments: CallArguments,
                   taint: Taint, children: Children | None = None) -> ToolResponse:
@@ -135,7 +138,7 @@ class Runner:
                                          call=request.call)
         except LabelError as exc:
             log.error("call %s/%s not run: %s", request.session, request.call, exc)
-            return not_run(f"Nothing ran: the mount labels cannot be written: {exc}")
+            return not_run(f"Nothing ran: {exc}")
         try:
             answer = await self._run_sandboxed(decision, request)
         finally:

@@ -11,11 +11,18 @@ name. The rules (docs/grants.md):
 3. A grant matches when it names the tool (or ``*``), has not expired, and every argument it
    constrains satisfies the constraint. An auto or ask grant must also allow the session's
    taint: every class seen within its ``classes``, and ``allow_untrusted`` if the session read
-   untrusted content; and every secret it injects must be available.
+   untrusted content; and every secret it injects must be available. A grant with egress must
+   allow, the same way, the labels of everything its mounts can read (``brokerd.labels``):
+   its call could send any of it out. (brokerd checks that again, with the calls running
+   beside it, when the call starts.)
 4. A tool whose settings brokerd's config fixes (consult: its endpoint) matches only grants
    whose ``[sandbox] hosts`` are exactly the hosts those settings connect to, and which inject
    the secrets they name.
-5. No matching grant: deny. Otherwise the most restrictive matching grant decides:
+5. A grant that injects secrets labels its results secret, whatever its ``result_class``
+   says, when the tool runs code the model wrote or chose: the secret is in its sandbox. A
+   tool whose settings brokerd's config fixes (consult) keeps the grant's class: its program
+   and its endpoint are the owner's.
+6. No matching grant: deny. Otherwise the most restrictive matching grant decides:
    deny over ask over auto; among equals, the first by name.
 """
 
@@ -27,9 +34,10 @@ from typing import Any
 
 from bxcore.protocol.memory import MEMORY_TOOLS
 from bxcore.secrets import Secret
-from bxcore.tools import CLOCK, DecisionRecord, ToolRequest, Verdict
+from bxcore.tools import CLOCK, DataClass, DecisionRecord, ToolRequest, Verdict
 from bxcore.util import text_sha256
 
+from ..labels import Ceiling, Label, seen
 from ..sandbox.spec import Mount, SandboxSpec, ToolSettings
 from ..taint import Taint
 from ._arguments import NOT_AN_OBJECT, CallArguments
@@ -66,6 +74,7 @@ def decide(
     resolved_paths: Mapping[str, str],
     secrets: Mapping[str, Secret],
     configured: Mapping[str, ToolSettings] | None = None,
+    labels: Mapping[str, Label] | None = None,
 ) -> Decision:
     if arguments.text != request.arguments:
         raise ValueError(f"call {request.call}: the arguments given were parsed from another call")
@@ -94,7 +103,7 @@ def decide(
         if not grant.applies_to(request.tool):
             continue
         miss = _miss(grant, arguments.value, now, taint, resolved_paths, secrets) or \
-            _setup_miss(grant, setup)
+            _setup_miss(grant, setup) or _egress_miss(grant, taint, labels or {})
         if miss:
             misses.append(f"{grant.name}: {miss}")
         else:
@@ -154,6 +163,25 @@ def _setup_miss(grant: Grant, setup: ToolSettings | None) -> str | None:
     return None
 
 
+def ceiling_of(grant: Grant) -> Ceiling | None:
+    """What a call of ``grant`` may hold while it runs: set for a grant with egress only."""
+    return Ceiling(grant.classes, grant.allow_untrusted) if grant.hosts else None
+
+
+def _egress_miss(grant: Grant, taint: Taint, labels: Mapping[str, Label]) -> str | None:
+    """Why a grant with egress does not match: its mounts hold more than it may send."""
+    ceiling = ceiling_of(grant)
+    if ceiling is None or grant.mode == "deny":
+        return None
+    held = seen(labels, [str(m.source) for m in grant.mounts])
+    if ceiling.admits(held.join(Label(taint.highest or DataClass.PUBLIC, taint.untrusted))):
+        return None
+    return (f"its mounts hold {held.describe()} data (their labels), and it reaches the "
+            "network, which it allows only for " +
+            ", ".join(sorted(c.value for c in grant.classes)) +
+            ("" if grant.allow_untrusted else ", trusted"))
+
+
 def _argument_miss(
     constraint: ArgumentConstraint, arguments: Mapping[str, Any], resolved: Mapping[str, str]
 ) -> str | None:
@@ -195,7 +223,9 @@ def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret],
         secrets=tuple(secrets[name] for name in grant.secrets),
         workdir=grant.workdir,
         limits=grant.limits,
-        data_class=grant.result_class,
+        data_class=grant.result_class if setup is not None or not grant.secrets
+        else DataClass.SECRET,  # rule 5: the code that holds the secret can return it
+        ceiling=ceiling_of(grant),
         settings=setup.text if setup is not None else None,
         opened=opened_path(request.tool, grant, resolved_paths),
     )

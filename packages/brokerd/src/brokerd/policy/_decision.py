@@ -16,6 +16,7 @@ import weakref
 from bxcore.tools import DataClass, DecisionRecord
 
 from ..errors import NotAuthorized
+from ..labels import Ceiling
 from ..sandbox.spec import Mount, SandboxSpec
 
 _MINT = object()
@@ -56,6 +57,11 @@ class Decision:
         if self._spec is None:
             return DataClass.PUBLIC, False
         return self._spec.data_class, bool(self._spec.hosts)
+
+    @property
+    def ceiling(self) -> Ceiling | None:
+        """What the call may hold while it runs, when it reaches the network. Information only."""
+        return self._spec.ceiling if self._spec is not None else None
 
     @property
     def allowed(self) -> bool:

@@ -12,6 +12,8 @@ from pathlib import Path
 from bxcore.secrets import Secret
 from bxcore.tools import DataClass
 
+from ..labels import Ceiling
+
 
 @dataclass(frozen=True, kw_only=True)
 class Mount:
@@ -58,6 +60,9 @@ class SandboxSpec:
     # The label the grant gives this call's results. Secret unless the grant says otherwise, so
     # a result is never labelled lower than intended by accident.
     data_class: DataClass = DataClass.SECRET
+    # What a call with ``hosts`` may hold while it runs (its grant's classes, brokerd.labels);
+    # None for a call without network.
+    ceiling: Ceiling | None = None
     # The tool's settings from brokerd's config as JSON text (``bx-tool --settings``), e.g.
     # consult's endpoint. Configuration, never secrets; None for tools that have none.
     settings: str | None = None
