@@ -61,9 +61,10 @@ class Disk:
             self.durable[target] = os.fstat(fd).st_size
 
     def records(self) -> list:
-        """Every record in the durable part of the audit files, in file order."""
+        """Every record in the durable part of the audit files, in file order (the open calls'
+        checkpoints beside them are not records)."""
         found = []
-        for path in sorted(self.durable):
+        for path in sorted(p for p in self.durable if p.suffix == ".jsonl"):
             with path.open("rb") as handle:
                 data = handle.read(self.durable[path])
             found += [parse_line(raw)[0] for raw in data.splitlines()]

@@ -54,8 +54,10 @@ def serve(config_path: Path) -> None:
     config = _config(config_path)
     try:
         with held(wiring.labels_lock(config)):  # no label is lowered while calls run
-            broker = wiring.build(config, wiring.backend_for(config))
-            asyncio.run(sockets.serve(broker, config, config_path))
+            backend = wiring.backend_for(config)
+            wiring.remove_leftovers(backend)
+            broker, unfinished = wiring.build_serving(config, backend)
+            asyncio.run(sockets.serve(broker, config, config_path, unfinished))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None
 

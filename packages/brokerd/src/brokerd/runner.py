@@ -22,7 +22,10 @@ could read. A call whose raises cannot be written does not run.
 
 Every allowed call that reaches the runner ends in an audited result and a taint update,
 whatever goes wrong on the way: an unexpected exception is logged as brokerd's own bug and the
-call's result is "failed".
+call's result is "failed"; a call cancelled because brokerd is stopping is "failed" too, labelled
+with all it may have seen (``stopped``), and the cancellation goes on once it is audited. A call
+brokerd never got to run, or one a SIGKILL cut off, is closed by the audit log's open calls
+(brokerd.audit.opencalls).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from .audit import AuditLog
 from .delegate import Children, run_delegate
 from .egresslog import CONSULT, ConsultEgress
 from .errors import EgressLogError, LabelError
-from .labels import Label, Reach
+from .labels import Label, Reach, seen
 from .labelstore import LabelStore
 from .policy import CallArguments, Decision
 from .sandbox import Sandbox
@@ -54,6 +57,9 @@ log = logging.getLogger("brokerd.runner")
 class MemoryPort(Protocol):
     async def call(self, decision: Decision, request: ToolRequest, taint: Taint) -> ToolResponse:
         ...
+
+
+STOPPED_WHILE_RUNNING = "brokerd stopped while the call ran; what it did before is unknown"
 
 
 def not_run(why: str) -> ToolResponse:
@@ -112,7 +118,19 @@ class Runner:
                           request.session, request.call, request.tool)
             answer = not_run(f"brokerd failed while running the call ({type(exc).__name__}); "
                              "this is a bug in brokerd, and its log has the details")
+        except BaseException:  # brokerd is stopping (CancelledError): audited all the same
+            await self._finish(request, self.stopped(decision, STOPPED_WHILE_RUNNING),
+                               reason=STOPPED_WHILE_RUNNING)
+            raise
         return await self._finish(request, answer)
+
+    def stopped(self, decision: Decision, why: str) -> ToolResponse:
+        """The result of a call brokerd stopped before it ended: failed, and labelled with all
+        it may have seen, since what it gave back is unknown: its grant's result label joined
+        with the labels of everything it mounts."""
+        mounts = (str(m.source) for m in decision.mounts)
+        label = Label(*decision.result_label).join(seen(self._labels.labels(), mounts))
+        return raised_to(not_run(why), label)
 
     async def _dispatch(self, decision: Decision, request: ToolRequest,
                         arguments: CallArguments, taint: Taint,
@@ -169,7 +187,8 @@ class Runner:
             answer = answer.model_copy(update={"data_class": floor})
         return answer
 
-    async def _finish(self, request: ToolRequest, answer: ToolResponse) -> ToolResponse:
+    async def _finish(self, request: ToolRequest, answer: ToolResponse,
+                      reason: str | None = None) -> ToolResponse:
         content, cut = cap_text(answer.content, self._cap)
         response = answer.model_copy(update={"content": content,
                                              "truncated": answer.truncated or cut})
@@ -178,7 +197,7 @@ class Runner:
                 session=request.session, call=request.call, tool=request.tool,
                 status=response.status, untrusted=response.untrusted,
                 truncated=response.truncated,
-                content_sha256=sha256(response.content.encode("utf-8")),
+                content_sha256=sha256(response.content.encode("utf-8")), reason=reason,
                 **{"class": response.data_class},
             )
         finally:  # a result the log could not take still raises the session's taint

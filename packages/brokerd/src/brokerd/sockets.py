@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Collection
@@ -33,10 +34,14 @@ from bxcore.tools import ToolRequest
 from .approvals import local_approver
 from .calls import Broker
 from .errors import ApprovalError, AuditError, TaintError
+from .unfinished import FOUND_AT_START, STOPPED_BEFORE_END, Unfinished
 
 log = logging.getLogger("brokerd.sockets")
 
 REQUEST_TIMEOUT = 30.0  # seconds for a client to send its one request frame
+# Seconds a stop waits for the running calls to be killed and audited: under systemd's
+# default TimeoutStopSec (90 s), so that brokerd, not systemd, decides what happens then.
+STOP_TIMEOUT = 60.0
 
 Handler = Callable[[FrameStream, asyncio.StreamWriter], Awaitable[None]]
 
@@ -182,22 +187,89 @@ def local_uids(approvers: list[str]) -> frozenset[int]:
     return frozenset(int(a.removeprefix("local:")) for a in approvers if LOCAL_UID.fullmatch(a))
 
 
-async def serve(broker: Broker, config: Config, source: str | Path = "config") -> None:
+def tracked(handle: daemon.Handler, running: set[asyncio.Task[None]]) -> daemon.Handler:
+    """``handle``, its task in ``running`` while it runs (so that a stop can end it)."""
+
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        running.add(task)
+        try:
+            await handle(reader, writer)
+        except asyncio.CancelledError:
+            return  # brokerd is stopping (end_calls): the call is audited; nothing to report
+        finally:
+            running.discard(task)
+
+    return one
+
+
+def waiting_at(task: object) -> list[str]:
+    """Where ``task`` waits, innermost last, through the tasks it awaits (a stop's report)."""
+    found: list[str] = []
+    while isinstance(task, asyncio.Task):
+        step: object = task.get_coro()
+        while step is not None:
+            frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None)
+            if frame is not None:
+                found.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+            step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
+        waiter = getattr(task, "_fut_waiter", None)  # asyncio keeps no public one
+        found.append(repr(waiter)[:200])
+        task = waiter
+    return found
+
+
+async def end_calls(running: set[asyncio.Task[None]], timeout: float) -> None:
+    """Cancel every connection's task, once, and wait for them: a call's sandbox is killed and
+    its result audited (brokerd.runner) before its task ends. Past ``timeout`` brokerd exits
+    at once (status 1): what is still open then is closed at the next start."""
+    for task in running:
+        task.cancel()
+    if not running:
+        return
+    _, stuck = await asyncio.wait(set(running), timeout=timeout)
+    if stuck:
+        log.critical("%d call(s) did not end within %g s of the stop; exiting without them "
+                     "(the next start audits them), each waiting at: %s", len(stuck), timeout,
+                     "; ".join(" <- ".join(waiting_at(task)) for task in stuck))
+        logging.shutdown()
+        os._exit(1)
+
+
+async def serve(broker: Broker, config: Config, source: str | Path = "config",
+                unfinished: Unfinished | None = None) -> None:
     """broker.sock and approve.sock, bound with their modes and groups, until SIGTERM or
-    SIGINT; READY=1 once both are bound. ``source`` (the config file) names it in errors."""
+    SIGINT; READY=1 once both are bound. ``source`` (the config file) names it in errors.
+    ``unfinished`` closes the calls the audit log holds open: a previous life's before
+    serving, and, at the stop, those brokerd stopped before it ran them, once every call's
+    connection has ended (``end_calls``: within STOP_TIMEOUT)."""
     served = config.served("broker"), config.served("approve")
     groups = [each.gid(source) for each in served]
     notifier = Notifier()
     section_approvers = config.broker.approvers
 
+    running: set[asyncio.Task[None]] = set()
+
     async def main() -> None:
+        if unfinished is not None:
+            await unfinished.close(broker.audit.unfinished, FOUND_AT_START)
+        try:
+            await listen()
+        finally:  # stopping: nothing is accepted any more
+            await end_calls(running, STOP_TIMEOUT)
+            if unfinished is not None:
+                await unfinished.close(broker.audit.open_calls(), STOPPED_BEFORE_END)
+            await broker.audit.flush()
+
+    async def listen() -> None:
         async with contextlib.AsyncExitStack() as stack:
             tables = ((broker_wire.TO_BROKERD, broker_wire.FROM_BROKERD),
                       (approval_wire.TO_APPROVE_SOCKET, approval_wire.FROM_APPROVE_SOCKET))
             for each, group, (kinds, sends), handle in zip(
                 served, groups, tables, handlers(broker), strict=True
             ):
-                handler = connection(each.path, kinds, handle, sends)
+                handler = tracked(connection(each.path, kinds, handle, sends), running)
                 # approve.sock also admits the uids its local:<uid> approvers name.
                 extra = local_uids(section_approvers) if each.name == "approve" else frozenset()
                 await stack.enter_async_context(listening(

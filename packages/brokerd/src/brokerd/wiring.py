@@ -11,6 +11,7 @@ starts, denies every call, and says so loudly.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -34,6 +35,7 @@ from .runner import Runner
 from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
 from .sandbox._workspace import default_scratch_root
 from .taint import TaintStore, reconcile
+from .unfinished import Unfinished
 
 log = logging.getLogger("brokerd")
 
@@ -59,6 +61,12 @@ def egress_dir(config: Config) -> Path:
     return config.paths.home / "egress"
 
 
+def instance_of(config: Config) -> str:
+    """This brokerd's name on the sandboxes it starts: one per state directory, since two
+    brokerds never serve one (``labels.lock``)."""
+    return hashlib.sha256(str(config.paths.home.resolve()).encode("utf-8")).hexdigest()[:16]
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -75,7 +83,7 @@ def backend_for(config: Config) -> Sandbox:
         setup = PodmanSetup(image=section.podman_image, containers_conf=section.containers_conf,
                             remote=section.podman_remote)
         return PodmanSandbox(setup, scratch_root=section.scratch,
-                             sandbox_uid=section.sandbox_uid)
+                             sandbox_uid=section.sandbox_uid, owner=instance_of(config))
     toolkit = section.toolkit_dir or _installed_toolkit()
     return BubblewrapSandbox(toolkit_dir=toolkit, scratch_root=section.scratch,
                              sandbox_uid=section.sandbox_uid)
@@ -111,6 +119,11 @@ def _installed_toolkit() -> Path:
 
 
 def build(config: Config, backend: Sandbox) -> Broker:
+    return build_serving(config, backend)[0]
+
+
+def build_serving(config: Config, backend: Sandbox) -> tuple[Broker, Unfinished]:
+    """The Broker, and what closes the calls the audit log holds open (brokerd.unfinished)."""
     section = config.broker
     if not section.approvers:
         log.warning("[broker] approvers is empty: every 'ask' call will expire and be denied")
@@ -129,13 +142,23 @@ def build(config: Config, backend: Sandbox) -> Broker:
                         waiting_interval=section.waiting_interval)
     consult = None if config.consult is None else ConsultEgress(config.consult,
                                                                  egress_dir(config))
+    labels = LabelStore(labels_file(config))
     runner = Runner(backend=backend,
                     memory=MemoryClient(config.served("memory").path),
-                    audit=audit, taints=taints, labels=LabelStore(labels_file(config)),
+                    audit=audit, taints=taints, labels=labels,
                     result_cap=section.result_cap, consult=consult, clock=now)
     grants = GrantStore(section.grants_dir(), harness_paths(config, os.environ))
     grants.current()  # load now, so a broken or empty grants directory is reported at start
-    return Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
-                  secrets=secrets, clock=now,
-                  configured={CONSULT: consult.settings} if consult is not None else None,
-                  floor=config.memory.identity_ceiling)
+    broker = Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
+                    secrets=secrets, clock=now,
+                    configured={CONSULT: consult.settings} if consult is not None else None,
+                    floor=config.memory.identity_ceiling)
+    return broker, Unfinished(audit, taints, grants, labels.labels)
+
+
+def remove_leftovers(backend: Sandbox) -> None:
+    """Before serving: a sandbox an earlier brokerd on this state left running (it was killed)
+    is killed and waited for, so no mount is written by a call nobody counts as running. Only
+    podman's can outlive brokerd: a bubblewrap sandbox dies with it (``--die-with-parent``)."""
+    if isinstance(backend, PodmanSandbox):
+        backend.remove_leftovers()

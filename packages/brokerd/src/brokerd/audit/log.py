@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from ..errors import AuditError
 from .bounds import RECORD_BYTES, bounded, needs_bounding
+from .opencalls import Change, Key, OpenCall, apply, change_of, still_open, write_checkpoint
 from .records import (
     DecisionEntry,
     Entry,
@@ -109,6 +110,7 @@ class _Pending(NamedTuple):
     durable: asyncio.Future[None]
     seq: int
     digest: str
+    change: Change | None  # how it changes the open calls (audit.opencalls)
 
 
 class AuditLog:
@@ -136,13 +138,28 @@ class AuditLog:
         self._pending: list[_Pending] = []
         self._writer: asyncio.Task[None] | None = None
         self._room = HeldRoom(directory, reserve_bytes)
+        self._durable_open: dict[Key, OpenCall] = {}  # as on disk; the writer thread's
         if tail.torn:
             self._repair(tail)
+        newest = log_files(directory)[-1:]
+        self._durable_open = still_open(newest[0] if newest else None,
+                                        entries(directory, newest_only=True))
+        self._open = dict(self._durable_open)  # as chained, pending records included
+        self.unfinished = tuple(self._open.values())  # allowed, no result: a previous life's
         self._room.hold()
 
     @property
     def head(self) -> Head:
         return Head(self._seq, self._head)
+
+    async def flush(self) -> None:
+        """Return once every record appended so far is on disk (or has failed)."""
+        while self._writer is not None:
+            await asyncio.wait({self._writer})
+
+    def open_calls(self) -> list[OpenCall]:
+        """The calls with an allowing decision and no result yet (audit.opencalls)."""
+        return list(self._open.values())
 
     def check_room(self, writable: Iterable[Path]) -> None:
         """Raise AuditError when a call that can write through one of ``writable`` (host paths)
@@ -190,8 +207,10 @@ class AuditLog:
     async def _append(self, kind: type[Entry], fields: dict[str, Any]) -> Any:
         entry, line, digest = self._chain(kind, fields)
         self._seq, self._head = entry.seq, digest
+        change = change_of(entry)
+        apply(self._open, change)
         durable = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(line, durable, entry.seq, digest))
+        self._pending.append(_Pending(line, durable, entry.seq, digest, change))
         if self._writer is None:
             self._start_writer()
         # Shielded: a caller that goes away does not take its record out of the batch.
@@ -212,7 +231,8 @@ class AuditLog:
         while self._pending:
             batch, self._pending = self._pending, []
             job = asyncio.get_running_loop().run_in_executor(
-                None, self._write, [p.line for p in batch], (batch[-1].seq, batch[-1].digest))
+                None, self._write, [p.line for p in batch], (batch[-1].seq, batch[-1].digest),
+                [p.change for p in batch])
             try:
                 await asyncio.wait({job})  # neither raises the job's error nor cancels it
             except asyncio.CancelledError:
@@ -245,26 +265,34 @@ class AuditLog:
         for pending in waiting:
             pending.durable.set_exception(exc)
         self._path, self._seq, self._head = self._end.path, self._end.seq, self._end.head
+        self._open = dict(self._durable_open)
 
-    def _write(self, lines: list[bytes], last: tuple[int, str]) -> None:
-        """Append ``lines`` in order (``last``: the seq and hash of the last one), rotating as
-        each needs, with one fsync per file written (and one of the directory when a file was
-        created). Runs in a worker thread.
+    def _write(self, lines: list[bytes], last: tuple[int, str],
+               changes: list[Change | None]) -> None:
+        """Append ``lines`` in order (``last``: the seq and hash of the last one; ``changes``:
+        how each changes the open calls), rotating as each needs, with one fsync per file
+        written (and one of the directory when a file was created); a new file's checkpoint of
+        the open calls is durable before its first record (audit.opencalls). Runs in a worker
+        thread.
         On any failure every file is cut back to its length before the batch, so the log
         never keeps a torn or unacknowledged line, and AuditError says why."""
         self._cut_back()
         touched: list[tuple[Path, int]] = []
+        calls = dict(self._durable_open)
         try:
             size = _size(self._path)
             created, chunk = size == 0, list[bytes]()
             touched.append((self._path, size))
-            for line in lines:
+            for line, change in zip(lines, changes, strict=True):
                 if size and size + len(line) > self._rotate:
                     self._write_file(b"".join(chunk), created)
                     self._path = self._path.with_name(f"{int(self._path.stem) + 1:08d}.jsonl")
                     created, chunk, size = True, [], 0
                     touched.append((self._path, 0))
+                    write_checkpoint(self._path, calls)
+                    self.fsyncs += 2  # the checkpoint and its directory
                 chunk.append(line)
+                apply(calls, change)
                 size += len(line)
             self._write_file(b"".join(chunk), created)
         except OSError as exc:
@@ -272,11 +300,12 @@ class AuditLog:
             self._torn = touched
             self._cut_back(quietly=True)
             if exc.errno == errno.ENOSPC and not self._torn and self._room.release():
-                self._write(lines, last)  # once: the room is gone now
+                self._write(lines, last, changes)  # once: the room is gone now
                 return
             raise AuditError(f"the audit log cannot be written ({exc.strerror}): no call runs "
                              "until it can be") from None
         self._end = End(self._path, size, *last)
+        self._durable_open = calls
         self._room.after_write()  # freed on a full disk, held again once there is room
 
     def _cut_back(self, *, quietly: bool = False) -> None:
@@ -342,7 +371,7 @@ class AuditLog:
             "cut_file": path.name, "cut_at": at, "cut_bytes": len(tail.torn),
             "cut_sha256": sha256(tail.torn), "cut_kept": kept.name})
         try:
-            self._write([line], (entry.seq, digest))
+            self._write([line], (entry.seq, digest), [None])
         except AuditError as exc:
             raise AuditError(f"{path}: cannot repair its torn end: {exc}") from None
         self._seq, self._head = entry.seq, digest

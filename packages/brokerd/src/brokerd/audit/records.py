@@ -20,7 +20,7 @@ from bxcore.ids import SessionId
 from bxcore.records import Time
 from bxcore.tools import DataClass, DecisionRecord
 from bxcore.util import sha256
-from pydantic import Field, TypeAdapter
+from pydantic import Field, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
 
 GENESIS = "sha256:" + "0" * 64
 
@@ -44,8 +44,10 @@ class DecisionEntry(Chained):
 
 
 class ResultEntry(Chained):
-    """What one call that ran gave back. The content itself is not kept (it may be secret);
-    its hash is."""
+    """What one allowed call gave back. The content itself is not kept (it may be secret);
+    its hash is. ``reason`` is brokerd's own word on a call it closed without an answer
+    (brokerd stopped, or was killed, while it ran: audit.opencalls); a record without one
+    has no such member, so the records written before it existed keep their bytes."""
 
     kind: Literal["result"] = "result"
     session: SessionId
@@ -56,6 +58,14 @@ class ResultEntry(Chained):
     untrusted: Flag
     truncated: Flag
     content_sha256: Text
+    reason: Text | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_reason(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        body: dict[str, Any] = dump(self)
+        if body.get("reason") is None:
+            body.pop("reason", None)
+        return body
 
 
 class RefusedEntry(Chained):

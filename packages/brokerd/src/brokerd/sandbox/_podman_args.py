@@ -63,6 +63,9 @@ class PodmanSetup:
         return [self.podman, *remote, *self.storage]
 
 
+OWNER_LABEL = "org.boxmaker.brokerd"
+
+
 def podman_run_argv(
     spec: SandboxSpec,
     setup: PodmanSetup,
@@ -72,7 +75,10 @@ def podman_run_argv(
     egress_dir: Path | None,
     seccomp_profile: Path,
     user: str = "0:0",
+    owner: str | None = None,
 ) -> list[str]:
+    """``owner``: the brokerd the container belongs to (OWNER_LABEL), so that the next start of
+    that brokerd finds it if it outlives brokerd."""
     limits = spec.limits
     tmpfs = tmpfs_bytes(spec)
     argv = [
@@ -94,6 +100,7 @@ def podman_run_argv(
         f"--timeout={math.ceil(limits.timeout_s) + 5}",
         "--log-driver=none",
         *setup.namespaces(),
+        *([] if owner is None else [f"--label={OWNER_LABEL}={owner}"]),
     ]
     for mount in spec.mounts:
         mode = "rw" if mount.writable else "ro"
@@ -103,6 +110,12 @@ def podman_run_argv(
     if egress_dir is not None:
         argv.append(f"--volume={egress_dir}:{EGRESS_DIR}:ro")
     return [*argv, setup.image, *toolkit_args(spec)]
+
+
+def podman_owned_argv(setup: PodmanSetup, owner: str) -> list[str]:
+    """Every container ``owner`` started that still exists, running or not: one name a line."""
+    return [*setup.base(), "ps", "--all", f"--filter=label={OWNER_LABEL}={owner}",
+            "--format={{.Names}}"]
 
 
 def podman_remove_argv(setup: PodmanSetup, name: str) -> list[str]:

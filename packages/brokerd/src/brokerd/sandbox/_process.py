@@ -66,13 +66,50 @@ async def run_process(
         timed_out = True
     finally:
         if timed_out or overflowed or process.returncode is None:
-            _kill_group(process.pid)
-            if on_kill is not None:
-                await on_kill()
-            await process.wait()
+            # Killed (a deadline, an overflow, brokerd stopping): the sandbox is gone before
+            # this returns or re-raises, however often the caller is cancelled meanwhile.
+            await finish_uncancelled(_put_down(process, on_kill))
     assert process.returncode is not None
     return Finished(status=process.returncode, stdout=bytes(stdout[:stdout_cap]),
                     stderr=bytes(stderr), timed_out=timed_out, overflowed=overflowed)
+
+
+async def _put_down(process: asyncio.subprocess.Process,
+                    on_kill: Callable[[], Awaitable[None]] | None) -> None:
+    """Kill the process group, tear down what outlives it, and reap the process. Its pipes are
+    closed first: once nothing reads them (the collectors were cancelled) a full pipe pauses
+    its transport, EOF is never seen, and ``wait()``, which waits for the pipes too, would
+    never return (brokerd hung on SIGTERM so, with a tool printing more than 128 KiB)."""
+    _kill_group(process.pid)
+    transport: asyncio.SubprocessTransport = process._transport  # type: ignore[attr-defined]
+    for fd in (0, 1, 2):  # Process has no public way to drop its pipes
+        pipe = transport.get_pipe_transport(fd)
+        if pipe is None or pipe.is_closing():
+            continue
+        if isinstance(pipe, asyncio.WriteTransport):
+            pipe.abort()  # stdin: whatever is still buffered for it is dropped
+        else:
+            pipe.close()
+    if on_kill is not None:
+        await on_kill()
+    await process.wait()
+
+
+async def finish_uncancelled(work: Awaitable[None]) -> None:
+    """Run ``work`` to its end even if the caller is cancelled meanwhile (each cancellation
+    is held until then and raised after): tearing a sandbox down is never left half done."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 def _kill_group(pid: int) -> None:

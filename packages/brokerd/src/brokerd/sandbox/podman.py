@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -35,12 +36,14 @@ from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from ._backend import Backend
 from ._call import stdout_cap
 from ._outcome import SandboxOutcome, interpret
-from ._podman_args import PodmanSetup, podman_remove_argv, podman_run_argv
+from ._podman_args import PodmanSetup, podman_owned_argv, podman_remove_argv, podman_run_argv
 from ._process import run_process
 from ._seccomp import oci_profile
 from ._workspace import CallWorkspace
 from .errors import SandboxUnavailable
 from .spec import SandboxSpec
+
+log = logging.getLogger("brokerd.sandbox")
 
 REMOVE_TIMEOUT_S = 30.0
 INFO_TIMEOUT_S = 60.0
@@ -54,7 +57,10 @@ class PodmanSandbox(Backend):
         scratch_root: Path | None = None,
         egress_resolver: Mapping[str, str] | None = None,
         sandbox_uid: int = DEFAULT_SANDBOX_UID,
+        owner: str | None = None,
     ):
+        """``owner``: the label value this brokerd puts on its containers (OWNER_LABEL), which
+        ``remove_leftovers`` looks for; None puts none (and finds none)."""
         if shutil.which(setup.podman) is None:
             raise SandboxUnavailable(f"podman backend: {setup.podman!r} is not installed")
         if setup.containers_conf is not None and not setup.containers_conf.is_file():
@@ -64,6 +70,7 @@ class PodmanSandbox(Backend):
         if sandbox_uid == 0:
             raise SandboxUnavailable("podman backend: sandbox_uid must not be 0 (root)")
         self.setup = setup
+        self.owner = owner
         self._env = dict(os.environ)
         if setup.containers_conf is not None:
             self._env["CONTAINERS_CONF"] = str(setup.containers_conf)
@@ -89,7 +96,7 @@ class PodmanSandbox(Backend):
         name = f"bx-call-{secrets.token_hex(8)}"
         argv = podman_run_argv(spec, self.setup, name=name, secrets_dir=workspace.secrets_dir,
                                egress_dir=workspace.egress_dir, user=self.user,
-                               seccomp_profile=self.seccomp_profile)
+                               seccomp_profile=self.seccomp_profile, owner=self.owner)
 
         async def remove() -> None:
             await self._remove(name)
@@ -100,6 +107,32 @@ class PodmanSandbox(Backend):
         )
         return interpret(finished, data_class=spec.data_class, egress=bool(spec.hosts),
                          timeout_s=spec.limits.timeout_s, stdout_cap=stdout_cap(spec))
+
+    def remove_leftovers(self) -> list[str]:
+        """Kill and remove every container of this brokerd's that still exists (a SIGKILLed
+        brokerd's calls, which conmon would otherwise let run to their timeout, writing on):
+        at start, before any call. Each one found is logged; their names. SandboxUnavailable
+        when podman cannot say or cannot remove one: brokerd does not start then."""
+        if self.owner is None:
+            return []
+        listed = self._podman(podman_owned_argv(self.setup, self.owner))
+        names = listed.split()
+        for name in names:
+            log.warning("podman container %s of an earlier brokerd on this state is still "
+                        "there (brokerd was killed while it ran): killing and removing it", name)
+            self._podman(podman_remove_argv(self.setup, name))
+        return names
+
+    def _podman(self, argv: list[str]) -> str:
+        try:
+            done = subprocess.run(argv, env=self._env, capture_output=True, text=True,
+                                  timeout=REMOVE_TIMEOUT_S * 4, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxUnavailable(f"podman backend: {' '.join(argv)}: {exc}") from None
+        if done.returncode != 0:
+            raise SandboxUnavailable(f"podman backend: {' '.join(argv)}: "
+                                     f"{done.stderr.strip()[-300:]}")
+        return done.stdout
 
     async def _remove(self, name: str) -> None:
         process = await asyncio.create_subprocess_exec(
