@@ -12,7 +12,7 @@ export BOXMAKER_SETUP_DONE := 1
 export HYPOTHESIS_PROFILE ?= ci
 UV := uv run --frozen
 
-.PHONY: gate lint contracts types gate-tests gate-collect offline-gate test
+.PHONY: gate lint contracts types gate-tests gate-collect offline-gate test verify-device
 
 gate: lint contracts types gate-tests
 
@@ -37,3 +37,10 @@ offline-gate:
 
 test:
 	scripts/test
+
+# The inference contract on the owner's host: measured against the router of the deployed config
+# (CONFIG=<path>; default: bxctl's, the host's /etc/boxmaker/config/boxmaker.toml), checked, and
+# written to docs/inference-contract.md (docs/deploy.md). VERIFY_ARGS: bxctl verify-device's
+# options, e.g. VERIFY_ARGS="--tool-trials 5".
+verify-device:
+	$(UV) bxctl verify-device $(if $(CONFIG),--config $(CONFIG)) $(VERIFY_ARGS)

@@ -7,6 +7,7 @@ import click
 
 from . import approvals, doctor, jobs, maintenance, scheduler
 from .chat import chat_command
+from .device.command import COMMANDS as DEVICE_COMMANDS
 from .stack.commands import down_command, status_command, up_command
 
 
@@ -23,5 +24,5 @@ main.add_command(up_command)
 main.add_command(status_command)
 main.add_command(down_command)
 for command in [*approvals.COMMANDS, *maintenance.COMMANDS, *jobs.COMMANDS, *doctor.COMMANDS,
-                *scheduler.COMMANDS]:
+                *scheduler.COMMANDS, *DEVICE_COMMANDS]:
     main.add_command(command)

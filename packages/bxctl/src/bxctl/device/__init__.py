@@ -1,0 +1,1 @@
+"""``bxctl verify-device``: the inference contract measured against the owner's router."""
