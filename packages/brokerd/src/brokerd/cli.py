@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import pwd
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import click
 from bxcore.config import Config, load_config
 from bxcore.errors import BoxmakerError
+from bxcore.logs import configure_logging
 from bxcore.tools import DataClass
 
 from . import sockets, wiring
@@ -50,7 +50,7 @@ def serve(config_path: Path) -> None:
 
     Example: brokerd serve --config /etc/boxmaker/config.toml
     """
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging("brokerd", format="%(levelname)s %(name)s: %(message)s")
     config = _config(config_path)
     try:
         with held(wiring.labels_lock(config)):  # no label is lowered while calls run

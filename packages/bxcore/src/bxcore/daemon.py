@@ -9,7 +9,9 @@ way to stop on SIGTERM or SIGINT.
 
     stopped_by = asyncio.run(run_until_signalled(main(config), on_stop=notifier.stopping))
 
-The socket (``bind_unix_socket``):
+The socket is the one systemd passed for its path when the role's ``.socket`` unit holds it
+(``bxcore.activation``; its mode is checked against the config's), else ``bind_unix_socket``'s,
+which:
 
 - is born with its final mode: the umask is narrowed around ``bind()``, and the group is set
   and the mode checked before ``listen()``, so until then a client's ``connect()`` is refused
@@ -49,6 +51,7 @@ from typing import Any, NoReturn
 
 import sdnotify  # type: ignore[import-untyped]
 
+from .activation import inherited_socket
 from .errors import DaemonError
 from .peers import Listener, Peer, PeerPolicy, check_peer, listener
 
@@ -164,15 +167,39 @@ def _finish_before_listen(path: Path, mode: int, gid: int | None, group: object)
         os.chmod(path, mode)
 
 
+def check_inherited(path: Path, mode: int, group: str | int | None) -> None:
+    """Refuse a socket systemd passed whose file admits more than the config asks for: its
+    ``.socket`` unit's SocketMode=/SocketGroup= disagree with the role's config."""
+    info = path.lstat()
+    if not stat.S_ISSOCK(info.st_mode):
+        raise DaemonError(f"{path}: the socket systemd passed is not this file")
+    wider = stat.S_IMODE(info.st_mode) & ~mode
+    if wider:
+        raise DaemonError(f"{path}: systemd's socket has mode {stat.S_IMODE(info.st_mode):04o}, "
+                          f"wider than the configured {mode:04o} (SocketMode= must agree)")
+    if group is not None and info.st_gid != resolve_group(group):
+        raise DaemonError(f"{path}: systemd's socket belongs to gid {info.st_gid}, not the "
+                          f"configured group {group!r} (SocketGroup= must agree)")
+
+
 @contextlib.contextmanager
 def _bound(
     path: Path, mode: int, group: str | int | None, peers: PeerPolicy | None
 ) -> Iterator[tuple[socket.socket, PeerPolicy]]:
-    """The listening socket and the policy its connections are checked against; on exit the
-    socket is closed and its file removed (if it is still ours)."""
+    """The listening socket and the policy its connections are checked against: the one
+    systemd passed for ``path`` (bxcore.activation), else one bound here. On exit it is closed;
+    a socket bound here also has its file removed (if it is still ours), systemd's stays."""
+    policy = peers or PeerPolicy(group=None if group is None else resolve_group(group))
+    inherited = inherited_socket(path)
+    if inherited is not None:
+        try:
+            check_inherited(path, mode, group)
+            yield inherited, policy
+        finally:
+            inherited.close()  # systemd holds its own: clients keep queueing while we are gone
+        return
     sock = bind_unix_socket(path, mode=mode, group=group)
     identity = path.lstat()
-    policy = peers or PeerPolicy(group=None if group is None else resolve_group(group))
     try:
         yield sock, policy
     finally:
@@ -399,6 +426,7 @@ __all__ = [
     "Notifier",
     "accepting",
     "bind_unix_socket",
+    "check_inherited",
     "check_socket_directory",
     "gate_peers",
     "listening",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 
 import click
 from bxcore.config import load_config
 from bxcore.errors import BoxmakerError
+from bxcore.logs import configure_logging
 
 from . import sockets, wiring
 
@@ -27,10 +27,8 @@ def serve(config_path: str, verbose: bool) -> None:
 
     Example: gatewayd serve --config /etc/boxmaker/config.toml
     """
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging("gatewayd", level=logging.DEBUG if verbose else logging.INFO,
+                      format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         gateway = wiring.build(load_config(config_path), config_path)
     except BoxmakerError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 from bxcore.config import load_config
 from bxcore.errors import BoxmakerError, ConfigError
+from bxcore.logs import configure_logging
 
 from . import sockets, wiring
 
@@ -21,7 +22,7 @@ from . import sockets, wiring
 @click.group()
 def main() -> None:
     """inferproxy: forwards loopd's Unix socket to the llama-server router."""
-    logging.basicConfig(level=logging.INFO, format="inferproxy: %(message)s")
+    configure_logging("inferproxy", format="inferproxy: %(message)s")
 
 
 @main.command()

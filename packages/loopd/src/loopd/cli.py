@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from bxcore.config import load_config
 from bxcore.errors import BoxmakerError
+from bxcore.logs import configure_logging
 
 from . import sockets, wiring
 
@@ -35,7 +36,7 @@ def serve(config_path: Path, tools: str | None) -> None:
 
     Example: loopd serve --config /etc/boxmaker/config.toml
     """
-    logging.basicConfig(level=logging.INFO, format="loopd: %(message)s")
+    configure_logging("loopd", format="loopd: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
     try:
         config = load_config(config_path)

@@ -14,6 +14,7 @@ import os
 import click
 from bxcore.config import Config, load_config
 from bxcore.errors import BoxmakerError
+from bxcore.logs import configure_logging
 from bxcore.protocol import memory as proto
 
 from . import sockets, wiring
@@ -47,7 +48,8 @@ def serve(config_path: str | None) -> None:
 
     Example: memoryd serve --config /etc/boxmaker/config.toml
     """
-    logging.basicConfig(level=os.environ.get("MEMORYD_LOG", "INFO"))
+    configure_logging("memoryd", format=logging.BASIC_FORMAT,
+                      level=os.environ.get("MEMORYD_LOG", "INFO"))
     try:
         config = _config(config_path)
         asyncio.run(sockets.serve(wiring.build(config), config, config_path or "config"))

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from bxcore.canonical import canonical_text
 from bxcore.chat import ToolCall
+from bxcore.logs import fields
 from bxcore.tools import ToolRequest, ToolResponse, plain_response
 from bxcore.tools import cap_text as cap_text  # the turn caps results with it
 
@@ -56,7 +57,8 @@ class ToolRunner:
             return await self._run(call, session=session, number=number, events=events)
         except (ValueError, TypeError, RecursionError) as exc:
             log.warning("call %d of session %s not run: its arguments cannot be encoded: %s",
-                        number, session, exc)
+                        number, session, exc,
+                        extra=fields(session=session, call=number, tool=call.function.name))
             return _ours(self.shown_name(call),
                          f"Not run: the arguments of {call.function.name} hold text that cannot "
                          "be encoded (a lone surrogate, or nesting too deep).")
