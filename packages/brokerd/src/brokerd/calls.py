@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from bxcore.canonical import canonical_json
 from bxcore.errors import BoxmakerError, SecretError
+from bxcore.logs import fields
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol.broker import ToolWaiting
 from bxcore.secrets import Secret, SecretStore
@@ -71,6 +72,16 @@ def denied(reason: str) -> ToolResponse:
     return plain_response("denied", f"Denied: {reason}")
 
 
+def _log_decision(record: DecisionRecord) -> None:
+    """One line per decided call, with the journal's fields (bxcore.logs): a session's calls
+    are ``journalctl -u boxmaker-brokerd BOXMAKER_SESSION=<id>``; the audit log stays the
+    record, this is the operator's view of it."""
+    log.info("call %s/%d (%s): %s (%s)", record.session, record.call, record.tool,
+             record.verdict, record.reason,
+             extra=fields(session=record.session, call=record.call, tool=record.tool,
+                          verdict=record.verdict, grant=record.grant))
+
+
 class Broker:
     def __init__(self, *, grants: GrantStore, audit: AuditLog, taints: TaintStore,
                  desk: ApprovalDesk, runner: Runner, secrets: SecretStore,
@@ -113,7 +124,9 @@ class Broker:
             decision = self._decide(request, arguments, taint)
         except Exception as exc:  # whatever the arguments hold, the request is audited
             log.exception("call %s/%s (%s) could not be checked",
-                          request.session, request.call, request.tool)
+                          request.session, request.call, request.tool,
+                          extra=fields(session=request.session, call=request.call,
+                                       tool=request.tool))
             record = DecisionRecord(
                 session=request.session, call=request.call, tool=request.tool,
                 arguments_sha256=text_sha256(request.arguments), verdict="deny", grant=None,
@@ -145,6 +158,7 @@ class Broker:
                                       by=outcome.by)
         else:
             await self.audit.decision(decision=record)
+        _log_decision(decision.record)
         if not decision.allowed:
             return denied(decision.record.reason)
         run = self._runner.run(decision, request, arguments=arguments, taint=taint,

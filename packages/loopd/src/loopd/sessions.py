@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from bxcore.config.inference import SlotSection
 from bxcore.errors import ErrorCode
 from bxcore.frames import Frame, error_frame
+from bxcore.logs import fields
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
 
@@ -101,12 +102,17 @@ class Sessions:
             if not isinstance(exc, SessionBusy | SessionExists):
                 self._kept.pop(turn.session, None)
             if exc.code is ErrorCode.INTERNAL:
-                log.error("session %s: %s", turn.session, exc)
+                log.error("session %s: %s", turn.session, exc, extra=fields(session=turn.session))
             return error_frame(exc.code, str(exc))
         except Exception as exc:  # a bug or a disk failure: the channel still gets its answer
             self._kept.pop(turn.session, None)
-            log.exception("session %s: the turn failed", turn.session)
+            log.exception("session %s: the turn failed", turn.session,
+                          extra=fields(session=turn.session))
             return error_frame(ErrorCode.INTERNAL, f"session {turn.session}: {exc}")
+        log.info("session %s: turn done in epoch %d: %d prompt tokens, %d of them from the "
+                 "cache, %d generated", session.id, session.epoch, done.usage.prompt_n,
+                 done.usage.cache_n, done.usage.predicted_n,
+                 extra=fields(session=session.id, epoch=session.epoch))
         return Frame.of(wire.TURN_DONE, done, final=True)
 
     async def _turn(self, session: Session, turn: Turn, events: EventSink, loop: Loop
@@ -138,7 +144,8 @@ class Sessions:
             session = await open_epoch(
                 self.store, session, self._new_baseline, time=self.loop.now()
             )
-            log.info("session %s: epoch %d started", session.id, session.epoch)
+            log.info("session %s: epoch %d started", session.id, session.epoch,
+                     extra=fields(session=session.id, epoch=session.epoch))
             await self._record_serving(session)
             self._keep(session)
         return session
@@ -149,7 +156,8 @@ class Sessions:
         try:
             self.store.record_serving(session, await self._serving())
         except InferenceError as exc:
-            log.warning("session %s: the serving settings were not recorded: %s", session.id, exc)
+            log.warning("session %s: the serving settings were not recorded: %s", session.id, exc,
+                        extra=fields(session=session.id, epoch=session.epoch))
 
     async def _session_for(self, turn: Turn) -> Session:
         session: Session | None
@@ -186,7 +194,7 @@ def _taken_frame(turn: Turn, earlier: Taken, taint: wire.AnswerTaint) -> Frame:
     """A resent turn is not run again: its earlier answer (with the session's taint now, never
     less than then), or an error saying it has none."""
     log.info("session %s: origin %s was taken at line %d; not run again",
-             turn.session, turn.origin, earlier.line)
+             turn.session, turn.origin, earlier.line, extra=fields(session=turn.session))
     if earlier.answer is not None:
         answer = earlier.answer.model_copy(update={"taint": taint})
         return Frame.of(wire.TURN_DONE, answer, final=True)
