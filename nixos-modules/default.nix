@@ -259,6 +259,10 @@ in
       ++ map (role: cfg.packages.${role}) stack.roleNames;
     virtualisation.containers.enable = true;
 
+    systemd.sockets = lib.listToAttrs (map
+      (name: lib.nameValuePair (stack.socketUnitName name) (stack.socketUnit name))
+      (stack.socketsOf cfg.roles));
+
     systemd.services = lib.listToAttrs
       (map (role: lib.nameValuePair (stack.unitName role) (unitOf role)) cfg.roles)
     // lib.optionalAttrs runsTools {

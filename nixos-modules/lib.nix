@@ -58,8 +58,14 @@ let
   userName = role: "boxmaker-${role}";
   unitName = role: "boxmaker-${role}";
 
-  # The same list as bxctl.stack.podman.podman_args.
-  podmanArgs = { role, image, credentials ? null }:
+  # journald's socket, the same path for every systemd: a role in a unit logs there with its
+  # structured fields (bxcore.logs), told so by BOXMAKER_LOG (a container gets neither the
+  # unit's JOURNAL_STREAM nor its stderr).
+  journalSocket = "/run/systemd/journal/socket";
+  journalArgs = [ "--volume=${bind journalSocket "rw"}" "--env=BOXMAKER_LOG=journal" ];
+
+  # The same list as bxctl.stack.podman.podman_args; `journal`: the unit's own additions.
+  podmanArgs = { role, image, credentials ? null, journal ? false }:
     let r = manifest.roles.${role}; in
     [
       "run" "--rm" "--replace" "--name=${containerName role}" "--pull=never"
@@ -68,6 +74,7 @@ let
     ]
     ++ map (v: "--volume=${v}") (volumes role credentials)
     ++ map (e: "--env=${e}") (environment role credentials)
+    ++ (if journal then journalArgs else [ ])
     ++ [ image ] ++ r.command ++ [ "--config" configPath ];
 
   # The config keys the manifest fixes (socket paths and modes, base paths, grants); the module
@@ -141,6 +148,7 @@ let
       credentials = if credentialIds == [ ] then null else credentialsDirOf role;
       args = podmanArgs {
         inherit role credentials;
+        journal = true;
         # systemd puts the digest in at start: the unit is written before the image is built.
         image = "${imageName}@\${BOXMAKER_IMAGE_DIGEST}";
       };
@@ -164,6 +172,9 @@ let
       ReadWritePaths = writable;
       ExecStartPre = [ (execLine [ podman "load" "--quiet" "--input=${imageArchive}" ]) (pruneImages podman) ];
       ExecStart = execLine ([ podman ] ++ args);
+      # Its listening sockets come from its .socket units (socketUnit): podman hands them on
+      # to the role in its container (LISTEN_FDS, LISTEN_PID=1), which serves them.
+      Sockets = map socketUnitFile (servedBy role);
     }
     // (if credentialIds == [ ] then { } else {
       LoadCredentialEncrypted = map (id: "${id}:${credentialFiles.${id}}") credentialIds;
@@ -225,10 +236,35 @@ let
     serviceConfig = toolRuntimeServiceConfig args;
   };
 
-  # A role wants the roles whose sockets it uses, unordered: the sockets form a cycle
-  # (loopd -> brokerd -> gatewayd -> loopd) and every connection is made per call, so a peer
-  # that is still starting is an ordinary "unavailable" answer, not a failed start.
-  dependencies = role: map (name: "${unitName manifest.sockets.${name}.server}.service") (usedBy role);
+  # Each role socket is a .socket unit: systemd listens from early boot (sockets.target) and
+  # holds the socket while its role starts, stops or restarts, so a client's connection waits
+  # in the queue and is served by the role's next start (systemd starts a stopped role on the
+  # first connection). The file is born with its owner, the units' group and its mode, as
+  # bxcore.daemon would bind it; the role refuses one wider than its config's mode.
+  socketUnitName = name: "boxmaker-${name}";
+  socketUnitFile = name: "${socketUnitName name}.socket";
+  socketUnit = name:
+    let s = manifest.sockets.${name}; in {
+      description = "Boxmaker ${name}.sock (served by ${s.server})";
+      wantedBy = [ "sockets.target" ];
+      listenStreams = [ (socketPath name) ];
+      socketConfig = {
+        Service = "${unitName s.server}.service";
+        FileDescriptorName = name;
+        SocketUser = userName s.server;
+        SocketGroup = manifest.group;
+        SocketMode = s.mode;
+        DirectoryMode = "0750"; # as tmpfiles makes it, should the socket come first
+        RemoveOnStop = true;
+      };
+    };
+  # The sockets a role's roles serve, for the module (a role left out has none).
+  socketsOf = roles: builtins.filter (name: builtins.elem manifest.sockets.${name}.server roles) socketNames;
+
+  # A role wants the sockets it uses, and nothing of their servers: a socket is listening
+  # from early boot whether its server runs or not, so the roles need no start order among
+  # themselves (the sockets form a cycle: loopd -> brokerd -> gatewayd -> loopd).
+  dependencies = role: map socketUnitFile (usedBy role);
 
   # Only a role with a network waits for it; one with none (loopd) has nothing to wait for.
   online = role: if manifest.roles.${role}.network == "none" then [ ] else [ "network-online.target" ];
@@ -313,6 +349,7 @@ let
 in
 {
   inherit manifest roleNames socketPath podmanArgs fixedSettings serviceConfig unit tmpfiles
+    socketUnit socketUnitName socketsOf journalSocket
     tmpfilesSettings containersSettings escapeExecArg execLine
     assertions userName unitName containerName credentialsDirOf toolRuntimeArgs toolRuntimeUnit
     ownerGroups;

@@ -35,7 +35,7 @@ let
   config = evaluated.config;
 in
 {
-  inherit (config.systemd) services timers;
+  inherit (config.systemd) services sockets timers;
   inherit (config.users) users groups;
   # The tmpfiles.d lines NixOS writes from systemd.tmpfiles.settings (tmpfiles.nix,
   # mkRuleFileContent), every file's, then any raw rules.

@@ -85,6 +85,19 @@ let
     };
   };
 
+  # lib/systemd-unit-options.nix's socketOptions (with the common unit options a socket uses).
+  socket = { name, ... }: {
+    options = {
+      enable = mkOption { type = types.bool; default = true; description = "Whether the unit is installed."; };
+      description = mkOption { type = types.str; default = ""; description = "Description="; };
+      wantedBy = units "[Install] WantedBy=";
+      unitConfig = mkOption { type = types.attrsOf unitOption; default = { }; description = "[Unit]"; };
+      listenStreams = mkOption { type = types.listOf types.str; default = [ ]; description = "ListenStream="; };
+      listenDatagrams = mkOption { type = types.listOf types.str; default = [ ]; description = "ListenDatagram="; };
+      socketConfig = mkOption { type = types.attrsOf unitOption; default = { }; description = "[Socket]"; };
+    };
+  };
+
   user = { name, config, ... }: {
     config = lib.mkIf config.isNormalUser {
       group = lib.mkDefault "users";
@@ -145,6 +158,7 @@ in
     users.groups = mkOption { type = types.attrsOf (types.submodule group); default = { }; description = "Groups."; };
 
     systemd.services = mkOption { type = types.attrsOf (types.submodule service); default = { }; description = "Services."; };
+    systemd.sockets = mkOption { type = types.attrsOf (types.submodule socket); default = { }; description = "Sockets."; };
     systemd.timers = mkOption { type = types.attrsOf (types.submodule timer); default = { }; description = "Timers."; };
     systemd.tmpfiles.rules = mkOption { type = types.listOf types.str; default = [ ]; description = "tmpfiles.d lines."; };
     # tmpfiles.nix: file name -> path -> type -> entry.

@@ -270,3 +270,33 @@ ROLE_UNITS = {f"boxmaker-{role}" for role in ROLES}
 )  # fmt: skip
 def test_a_change_restarts_exactly_the_units_that_read_it(setting, changed):
     assert changed_units(setting) == changed
+
+
+@pytest.mark.parametrize("left_out", [None, "gatewayd", "memoryd"])
+def test_each_running_role_serves_its_sockets_from_socket_units_the_module_makes(left_out):
+    """Under NixOS's merge: one .socket unit per socket of a running role (none for a role left
+    out), listening on the config's path with the manifest's mode, owner and group; each role's
+    Sockets= names exactly its own, and the roles want sockets, not each other's services."""
+    roles = [role for role in ROLES if role != left_out]
+    host = HOST if left_out is None else with_setting(
+        "services.boxmaker.roles = [ " + " ".join(nix_string(r) for r in roles) + " ];")
+    system = nix_eval(evaluate(host))
+    served = sorted(name for name, s in MANIFEST.sockets.items() if s.server in roles)
+    assert sorted(system["sockets"]) == [f"boxmaker-{name}" for name in served]
+    settings = system["configFile"]
+    for name in served:
+        spec = MANIFEST.sockets[name]
+        unit = system["sockets"][f"boxmaker-{name}"]
+        section, key = spec.config_key.split(".")
+        assert unit["listenStreams"] == [settings[section][key]]
+        assert unit["wantedBy"] == ["sockets.target"]
+        config = unit["socketConfig"]
+        assert (config["SocketMode"], config["SocketUser"], config["SocketGroup"],
+                config["Service"]) == (spec.mode, f"boxmaker-{spec.server}", MANIFEST.group,
+                                       f"boxmaker-{spec.server}.service")  # fmt: skip
+    for role in roles:
+        service = system["services"][f"boxmaker-{role}"]
+        own = [f"boxmaker-{n}.socket" for n in served if MANIFEST.sockets[n].server == role]
+        assert sorted(service["serviceConfig"].get("Sockets", [])) == sorted(own)
+        assert not [w for w in service["wants"] if w.startswith("boxmaker-")
+                    and w.endswith(".service")], service["wants"]

@@ -15,7 +15,7 @@ from bxctl.stack import load_manifest, tool_runtime_args
 from support.requires import needs
 
 from .nix import lib_expression, needs_nix, nix_eval, nix_string
-from .units import exec_words, render_unit
+from .units import exec_words, render_socket, render_unit
 
 MANIFEST = load_manifest()
 ROLES = sorted(MANIFEST.roles)
@@ -26,6 +26,7 @@ EGRESS = {
 }  # fmt: skip
 TOOLS = "tools"  # the tool runtime's unit, boxmaker-tools.service, beside the roles' units
 UNITS = [*ROLES, TOOLS]
+JOURNAL = "/run/systemd/journal/socket"
 
 pytestmark = [
     needs_nix,
@@ -59,15 +60,45 @@ def nix_string_list(values: list[str]) -> str:
     return "[ " + " ".join(nix_string(v) for v in values) + " ]"
 
 
+def socket_unit(name: str) -> dict:
+    return nix_eval(f"{lib_expression()}.socketUnit {nix_string(name)}")
+
+
 @pytest.fixture(scope="module")
 def unit_files(tmp_path_factory):
+    """Every unit's file, the role sockets' .socket units beside them (a role's Sockets=)."""
     directory = tmp_path_factory.mktemp("units")
     files = {}
     for name in UNITS:
         path = directory / f"boxmaker-{name}.service"
         path.write_text(render_unit(tool_runtime_unit() if name == TOOLS else unit_of(name)))
         files[name] = path
+    for name in MANIFEST.sockets:
+        path = directory / f"boxmaker-{name}.socket"
+        path.write_text(render_socket(socket_unit(name)))
+        files[f"{name}.socket"] = path
     return files
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST.sockets))
+def test_each_socket_unit_passes_systemd_analyze_verify_and_is_its_servers(unit_files, name):
+    """The .socket unit listens on the socket's path from the config, with the manifest's mode,
+    as the server's user in the units' group, and hands it to the server's unit, whose
+    Sockets= names it (the role takes it: bxcore.activation)."""
+    done = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(unit_files[f"{name}.socket"])],
+        capture_output=True, text=True, check=False, cwd=unit_files[f"{name}.socket"].parent,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    spec = MANIFEST.sockets[name]
+    unit = socket_unit(name)
+    assert unit["listenStreams"] == [MANIFEST.socket_path(name)]
+    assert unit["wantedBy"] == ["sockets.target"]
+    config = unit["socketConfig"]
+    assert (config["SocketUser"], config["SocketGroup"], config["SocketMode"]) == (
+        f"boxmaker-{spec.server}", MANIFEST.group, spec.mode)
+    assert config["Service"] == f"boxmaker-{spec.server}.service"
+    assert f"boxmaker-{name}.socket" in unit_of(spec.server)["serviceConfig"]["Sockets"]
 
 
 @pytest.mark.parametrize("role", UNITS)
@@ -138,7 +169,10 @@ def test_the_unit_runs_exactly_the_launcher_arguments_with_the_digest_put_in_by_
     credentials = "/run/credentials/boxmaker-gatewayd.service"
     image = "localhost/boxmaker/gatewayd@sha256:" + "0" * 64
     expected = podman_args(MANIFEST, "gatewayd", image=image, credentials=credentials)
-    expected[expected.index(image)] = "localhost/boxmaker/gatewayd@${BOXMAKER_IMAGE_DIGEST}"
+    at = expected.index(image)
+    expected[at] = "localhost/boxmaker/gatewayd@${BOXMAKER_IMAGE_DIGEST}"
+    # What only a unit adds: journald's socket and the flag that says to use it (bxcore.logs).
+    expected[at:at] = [f"--volume={JOURNAL}:{JOURNAL}:rw", "--env=BOXMAKER_LOG=journal"]
     assert exec_words(service["ExecStart"]) == [PODMAN, *expected]
     assert service["LoadCredentialEncrypted"] == [
         "mattermost_token:/etc/boxmaker/credentials/mattermost_token.cred"
@@ -147,13 +181,15 @@ def test_the_unit_runs_exactly_the_launcher_arguments_with_the_digest_put_in_by_
 
 
 def test_the_role_sockets_form_a_cycle_so_units_are_not_ordered_on_each_other():
-    """Only a role with a network waits for (and wants) network-online.target; loopd has none."""
+    """A role wants the .socket units of the sockets it uses, never their servers' services,
+    and is ordered after nothing of theirs; only a role with a network waits for (and wants)
+    network-online.target, loopd has none."""
     for role in ROLES:
         online = [] if MANIFEST.roles[role].network == "none" else ["network-online.target"]
         assert unit_of(role)["after"] == online
         assert unit_of(role)["wants"][len(unit_of(role)["wants"]) - len(online):] == online
     assert unit_of("loopd")["wants"] == [
-        "boxmaker-brokerd.service", "boxmaker-inferproxy.service", "boxmaker-memoryd.service",
+        "boxmaker-broker.socket", "boxmaker-infer.socket", "boxmaker-memory.socket",
     ]  # fmt: skip
 
 

@@ -3,7 +3,8 @@
 NixOS writes ``serviceConfig`` key by key, a list as one line per element and booleans as
 ``true``/``false``; ``description``, ``after``, ``before``, ``wants``, ``restartTriggers`` (as
 ``X-Restart-Triggers=``) and ``wantedBy`` go to [Unit] and [Install]; ``environment`` becomes one
-``Environment="NAME=value"`` line per name (JSON-quoted), and ``path`` the PATH= among them. The
+``Environment="NAME=value"`` line per name (JSON-quoted), and ``path`` the PATH= among them; a
+socket unit's ``listenStreams`` become ListenStream= lines in [Socket], before ``socketConfig``. The
 renderer is small so that what systemd-analyze checks is what Nix computed. Not exact: NixOS
 also puts its default path and a few variables of its own (LOCALE_ARCHIVE, TZDIR) in every
 unit, and writes the restart triggers to a store file whose path is the line's value.
@@ -47,6 +48,17 @@ def render_unit(unit: dict[str, Any]) -> str:
     for name, value in sorted(environment(unit).items()):
         lines += [f"Environment={json.dumps(f'{name}={value}')}"]
     for key, value in unit["serviceConfig"].items():
+        lines += _lines(key, value)
+    lines += ["", "[Install]"]
+    lines += _lines("WantedBy", unit.get("wantedBy", []))
+    return "\n".join(lines) + "\n"
+
+
+def render_socket(unit: dict[str, Any]) -> str:
+    """A socket unit: ``listenStreams`` as ListenStream= lines, then ``socketConfig``."""
+    lines = ["[Unit]", f"Description={unit['description']}", "", "[Socket]"]
+    lines += _lines("ListenStream", unit.get("listenStreams", []))
+    for key, value in unit["socketConfig"].items():
         lines += _lines(key, value)
     lines += ["", "[Install]"]
     lines += _lines("WantedBy", unit.get("wantedBy", []))
