@@ -42,6 +42,7 @@ REQUEST_TIMEOUT = 30.0  # seconds for a client to send its one request frame
 # Seconds a stop waits for the running calls to be killed and audited: under systemd's
 # default TimeoutStopSec (90 s), so that brokerd, not systemd, decides what happens then.
 STOP_TIMEOUT = 60.0
+RECANCEL_EVERY = 1.0  # seconds between cancellations of a call that has not ended yet
 
 Handler = Callable[[FrameStream, asyncio.StreamWriter], Awaitable[None]]
 
@@ -221,18 +222,24 @@ def waiting_at(task: object) -> list[str]:
 
 
 async def end_calls(running: set[asyncio.Task[None]], timeout: float) -> None:
-    """Cancel every connection's task, once, and wait for them: a call's sandbox is killed and
-    its result audited (brokerd.runner) before its task ends. Past ``timeout`` brokerd exits
-    at once (status 1): what is still open then is closed at the next start."""
-    for task in running:
-        task.cancel()
-    if not running:
-        return
-    _, stuck = await asyncio.wait(set(running), timeout=timeout)
-    if stuck:
+    """Cancel every connection's task and wait for them: a call's sandbox is killed and its
+    result audited (brokerd.runner) before its task ends. A task still running a moment later
+    is cancelled again (a cancellation some wait swallowed must not hold brokerd: starting and
+    tearing down a sandbox hold theirs until done, sandbox._process). Past ``timeout`` brokerd
+    exits at once (status 1), saying where each call waits: the next start audits them."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    left = set(running)
+    while left:
+        for task in left:
+            task.cancel()
+        wait = min(RECANCEL_EVERY, deadline - asyncio.get_running_loop().time())
+        if wait <= 0:
+            break
+        _, left = await asyncio.wait(left, timeout=wait)
+    if left:
         log.critical("%d call(s) did not end within %g s of the stop; exiting without them "
-                     "(the next start audits them), each waiting at: %s", len(stuck), timeout,
-                     "; ".join(" <- ".join(waiting_at(task)) for task in stuck))
+                     "(the next start audits them), each waiting at: %s", len(left), timeout,
+                     "; ".join(" <- ".join(waiting_at(task)) for task in left))
         logging.shutdown()
         os._exit(1)
 

@@ -8,8 +8,11 @@ import contextlib
 import os
 import signal
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 from ._outcome import Finished
+
+T = TypeVar("T")
 
 STDERR_TAIL = 4096
 _CHUNK = 64 * 1024
@@ -27,11 +30,20 @@ async def run_process(
 ) -> Finished:
     """Run ``argv`` in its own session; ``on_kill`` tears down whatever outlives the process
     (podman's container), after the process group is killed."""
-    process = await asyncio.create_subprocess_exec(
+    starting = asyncio.ensure_future(asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, start_new_session=True,
         env=dict(env) if env is not None else None, pass_fds=pass_fds,
-    )
+    ))
+    try:
+        # Never cut short: cancelled while its pipes are being connected, asyncio closes the
+        # transport and waits for pipes that never connected, for ever (brokerd hung on
+        # SIGTERM so). The process is started, then put down, and the cancellation goes on.
+        process = await finish_uncancelled(starting)
+    except asyncio.CancelledError:
+        if starting.done() and not starting.cancelled() and starting.exception() is None:
+            await finish_uncancelled(_put_down(starting.result(), on_kill))
+        raise
     assert process.stdin and process.stdout and process.stderr
     stdout = bytearray()
     stderr = bytearray()
@@ -95,9 +107,10 @@ async def _put_down(process: asyncio.subprocess.Process,
     await process.wait()
 
 
-async def finish_uncancelled(work: Awaitable[None]) -> None:
+async def finish_uncancelled(work: Awaitable[T]) -> T:
     """Run ``work`` to its end even if the caller is cancelled meanwhile (each cancellation
-    is held until then and raised after): tearing a sandbox down is never left half done."""
+    is held until then and raised after): starting or tearing down a sandbox is never left
+    half done."""
     task = asyncio.ensure_future(work)
     cancelled = False
     while not task.done():
@@ -107,9 +120,10 @@ async def finish_uncancelled(work: Awaitable[None]) -> None:
             if task.cancelled():
                 raise
             cancelled = True
-    task.result()
+    result = task.result()
     if cancelled:
         raise asyncio.CancelledError
+    return result
 
 
 def _kill_group(pid: int) -> None:
