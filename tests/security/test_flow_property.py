@@ -342,31 +342,36 @@ class FlowMachine(RuleBasedStateMachine):
         self.brokerd.start()
 
 
-def configure(request: pytest.FixtureRequest, configuration: str) -> None:
+def configure_brokerd(request: pytest.FixtureRequest,
+                      configuration: str) -> tuple[str, dict[str, str], int | None, int]:
     """The same configurations, and skips, as every sandbox attack (conftest.caller), here
-    with brokerd itself: as root, and (bubblewrap) as an unprivileged user."""
-    machine = FlowMachine
-    machine.brokerd_uid, machine.broker_env = None, {}
+    with brokerd itself: as root, and (bubblewrap) as an unprivileged user. Its [broker]
+    section, its environment, its uid (None: this process's) and the uid tools run as."""
     if configuration.startswith("bubblewrap"):
         if shutil.which("bwrap") is None:
             pytest.skip("bubblewrap is not installed (scripts/setup installs it)")
-        machine.broker_section = 'backend = "bubblewrap"\n'
-        machine.tool_uid = DEFAULT_SANDBOX_UID if os.geteuid() == 0 else os.geteuid()
+        section = 'backend = "bubblewrap"\n'
+        tool_uid = DEFAULT_SANDBOX_UID if os.geteuid() == 0 else os.geteuid()
         if configuration == "bubblewrap-unprivileged":
             if os.geteuid() != 0:
                 pytest.skip("the tests run unprivileged already: the bubblewrap case is that one")
-            machine.brokerd_uid = machine.tool_uid = UNPRIVILEGED_UID
-        return
+            return section, {}, UNPRIVILEGED_UID, UNPRIVILEGED_UID
+        return section, {}, None, tool_uid
     digest = request.getfixturevalue("toolkit_digest")
     image = f'backend = "podman"\npodman_image = "{IMAGE_NAME}@{digest}"\n'
     if configuration == "podman-remote":
         remote = request.getfixturevalue("podman_service")
-        machine.broker_section = image + f'podman_remote = "{remote}"\n'
-    else:
-        storage = request.getfixturevalue("podman_store")
-        machine.broker_section = image + f'containers_conf = "{CONTAINERS_CONF}"\n'
-        machine.broker_env = {"CONTAINERS_STORAGE_CONF": str(storage_conf(storage))}
-    machine.tool_uid = DEFAULT_SANDBOX_UID  # rootful podman runs tools as [broker] sandbox_uid
+        return image + f'podman_remote = "{remote}"\n', {}, None, DEFAULT_SANDBOX_UID
+    storage = request.getfixturevalue("podman_store")
+    # rootful podman runs tools as [broker] sandbox_uid
+    return (image + f'containers_conf = "{CONTAINERS_CONF}"\n',
+            {"CONTAINERS_STORAGE_CONF": str(storage_conf(storage))}, None, DEFAULT_SANDBOX_UID)
+
+
+def configure(request: pytest.FixtureRequest, configuration: str) -> None:
+    machine = FlowMachine
+    machine.broker_section, machine.broker_env, machine.brokerd_uid, machine.tool_uid = \
+        configure_brokerd(request, configuration)
 
 
 def storage_conf(storage: tuple[str, ...]) -> Path:
