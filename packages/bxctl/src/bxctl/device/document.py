@@ -30,7 +30,9 @@ class Outcome:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """One table cell: its pipes escaped, every kind of line break (the server's text may
+    carry any) a space."""
+    return " ".join(text.replace("|", "\\|").splitlines())
 
 
 def render(outcome: Outcome) -> str:
