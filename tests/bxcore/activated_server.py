@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from bxcore.activation import VARIABLES, inherited_socket
-from bxcore.daemon import listening, run_until_signalled, wait_forever
+from bxcore.daemon import listening, remove_stale_socket, run_until_signalled, wait_forever
 from bxcore.errors import DaemonError
 
 
@@ -28,6 +28,7 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
 
 
 async def serve(path: Path, mode: int) -> None:
+    remove_stale_socket(path)  # as loopd does before its checks: a passed socket is left alone
     async with listening(path, answer, mode=mode):
         print(f"serving {os.getpid()}", flush=True)
         await wait_forever()

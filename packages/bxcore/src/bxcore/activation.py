@@ -79,9 +79,16 @@ def _inherited() -> dict[str, socket.socket]:
     return found
 
 
+def is_passed(path: Path) -> bool:
+    """Whether systemd passed a socket for ``path`` that is not taken yet."""
+    return os.path.normpath(os.path.abspath(path)) in _inherited()
+
+
 def inherited_socket(path: Path) -> socket.socket | None:
     """The listening socket systemd passed for ``path``, once; None when it passed none."""
     return _inherited().pop(os.path.normpath(os.path.abspath(path)), None)
 
 
-__all__ = ["LISTEN_FDS_START", "VARIABLES", "inherited_socket", "listen_fds", "listening_path"]
+__all__ = [
+    "LISTEN_FDS_START", "VARIABLES", "inherited_socket", "is_passed", "listen_fds", "listening_path",
+]

@@ -51,7 +51,7 @@ from typing import Any, NoReturn
 
 import sdnotify  # type: ignore[import-untyped]
 
-from .activation import inherited_socket
+from .activation import inherited_socket, is_passed
 from .errors import DaemonError
 from .peers import Listener, Peer, PeerPolicy, check_peer, listener
 
@@ -99,7 +99,10 @@ def check_socket_directory(directory: Path) -> None:
 
 
 def remove_stale_socket(path: Path) -> None:
-    """Remove a socket file nobody listens on; refuse one that is live or not a socket."""
+    """Remove a socket file nobody listens on; refuse one that is live or not a socket. The
+    socket systemd passed for ``path`` is left as it is: it is live, and it is ours."""
+    if is_passed(path):
+        return
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:
