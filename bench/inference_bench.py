@@ -231,7 +231,7 @@ def render(
     ratio = proxy_bps / direct_bps
     # The bound is on how much higher the first event's p95 is through the proxy. The p95 of
     # the per-round differences is no such figure: two draws of the same noise differ by
-    # several ms at p95 with no proxy at all (the floor row), docs/decisions.md
+    # several ms at p95 with no proxy at all (the floor row), docs/decisions/inferproxy.md
     added_p95 = quantile(results["p_first"], 0.95) - quantile(results["d_first"], 0.95)
     floor_p95 = quantile(results["c_first"], 0.95) - quantile(results["d_first"], 0.95)
     pairs_mib = zip(direct, through, strict=True)

@@ -321,8 +321,7 @@ def _forced_sentence(all_rows: list[Row]) -> str:
             f"{'s' if asked > 1 else ''}; the server answered {called} with a call")
     if called == asked:
         return said + "."
-    return said + f" and {asked - called} with text (docs/decisions.md, \"The peers benchmark " \
-        "says how many forced completions the server answered with a call\")."
+    return said + f" and {asked - called} with text (docs/decisions/benchmarks.md)."
 
 
 def _restart_sentence(box: Totals | None, restarts: int) -> str:

@@ -24,7 +24,7 @@ SMOL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 SMOL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 QWEN_FILE=qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 QWEN_SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
-# scripts/up's default model (docs/decisions.md): Qwen2.5-Coder-1.5B-Instruct, 1,117,320,768 bytes.
+# scripts/up's default model (docs/decisions/small-local-models.md): Qwen2.5-Coder-1.5B-Instruct, 1,117,320,768 bytes.
 CODER_FILE=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 CODER_SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 

@@ -114,7 +114,7 @@ def test_the_unit_passes_systemd_analyze_verify_without_a_word(unit_files, role)
 def test_the_unit_scores_2_2_or_better_in_systemd_analyze_security(unit_files, role):
     """2.0 before the units were booted; booting them (test_boot.py) cost three measured needs:
     podman's setrlimit (@resources, 0.2), crun's /proc/mounts (ProcSubset=, 0.1), and state the
-    units' group may read (UMask=0027, 0.1). See docs/decisions.md."""
+    units' group may read (UMask=0027, 0.1). See docs/decisions/rootless-role-units.md."""
     done = subprocess.run(
         ["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit_files[role])],
         capture_output=True, text=True, check=False,

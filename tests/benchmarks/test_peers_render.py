@@ -93,7 +93,7 @@ def forced_turn(*, called):
 def test_a_required_completion_answered_with_text_is_counted_and_said():
     text = render(outcome(forced_turn(called=False), exchanges("hermes", 5000, 400)))
     assert ("Boxmaker asked for a tool call (`required`) in 1 completion; the server answered "
-            "0 with a call and 1 with text (docs/decisions.md") in text
+            "0 with a call and 1 with text (docs/decisions/benchmarks.md)") in text
 
 
 def test_a_required_completion_answered_with_a_call_is_counted():

@@ -40,7 +40,7 @@ def test_an_allowed_call_runs_and_is_audited(tmp_path):
 
 
 def test_clock_is_answered_by_brokerd_with_no_grant_and_audited_like_any_call(tmp_path):
-    """The one real tool every session has (M2b design, section 5): no grant file lists it,
+    """The one real tool every session has (docs/design.md, "Core tools"): no grant file lists it,
     brokerd answers it from its own clock, and the audit log holds its decision and result."""
     rig = make_rig(tmp_path)
     write(rig.grants, "deny-all.toml", 'tools = ["*"]\nmode = "deny"\n')

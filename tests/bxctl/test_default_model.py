@@ -7,7 +7,7 @@ so the router preset is bxctl's ``DEFAULT_MODEL``, whatever it names), sampling 
 local stack's config says, so a turn depends only on its prompt. No ``tool_choice`` is passed:
 the model decides to use the tools itself. The default 1.5B first searches for the words it
 wants ("code word"); the miss names the tools there are, it searches again for ``fs.read`` and
-reads the note (docs/decisions.md, "A find_tool miss names the tools to search for").
+reads the note (docs/decisions/tool-discovery.md).
 """
 
 from __future__ import annotations

@@ -78,8 +78,8 @@ def test_the_egress_log_holds_the_full_payload_written_before_the_call(rig, clou
     sent = cloud.bodies[0]["messages"][0]["content"]
     assert sent == "What is 2+2?\n\n<attachment 1>\ncontext A\n</attachment 1>"
     # Owner-readable only, and the key is nowhere in it.
-    # The owner reads it through the units' group (docs/decisions.md); nobody else, no writer but
-    # brokerd.
+    # The owner reads it through the units' group (docs/decisions/state-permissions.md); nobody
+    # else, no writer but brokerd.
     assert stat.S_IMODE(os.stat(rig.egress.path).st_mode) == 0o640
     assert stat.S_IMODE(os.stat(rig.egress.path.parent).st_mode) == 0o750
     assert rig.key not in rig.egress.path.read_text()

@@ -94,7 +94,7 @@ def test_canary_secrets_never_reach_a_file_and_modes_are_tight(short_dir):
     assert leaks == []
     assert sockets and all(mode == 0o600 for mode in sockets.values()), sockets
     # Role state is the owner's to read through the units' group (dirs 0750, files 0640), and
-    # nobody else's; no group may write it (docs/decisions.md).
+    # nobody else's; no group may write it (docs/decisions/state-permissions.md).
     wide_dirs = {p: oct(m) for p, m in modes.items() if p.is_dir() and m & 0o027}
     wide_files = {p: oct(m) for p, m in modes.items() if p.is_file() and m & 0o037}
     print(f"secrets: {len(files)} files, {sum(p.stat().st_size for p in files)} bytes grepped; "

@@ -1,7 +1,7 @@
 """Scripted peers on the real sockets: a loopd on loop.sock and a brokerd on gateway.sock.
 
 They speak the real frames (bxcore.protocol.loop and .approval) with the real codec; only their
-behaviour is scripted: answers, session_busy, and the session rules of the M2b design
+behaviour is scripted: answers, session_busy, and the session rules of docs/design.md
 (``resume: false`` needs a new session, ``true`` an existing one).
 """
 

@@ -3,10 +3,10 @@ the pinned llama-server itself (``/apply-template``). The 1.5B model it is for i
 for tests; the template does not depend on the model, so the smallest model serves.
 
 - A call already made is shown as a json block inside <tool_call> tags, the form Qwen2.5 was
-  trained on (docs/decisions.md, "The coder template shows past calls in <tool_call> tags").
+  trained on (docs/decisions/small-local-models.md).
 - Each request of a turn extends the one before byte for byte up to the generation prompt:
   wrapping past calls must not make a message render one way while it is new and another once
-  more follow (inference contract 2).
+  more follow (docs/design.md, "Append-only requests").
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ async def test_the_self_test_passes_and_a_wrong_record_is_named(llama_router_pro
 
 
 async def test_the_serving_settings_are_read_from_the_real_router(llama_router_proxy):
-    """Inference contract 10: what a session records at its start. The router's /models gives
+    """Serving settings (docs/design.md): what a session records at its start. Router /models gives
     the launch arguments, so the KV cache type is known (f16: the presets set none)."""
     template = (TEMPLATES / "qwen2.5-bare-json-tools.jinja").read_text().strip().encode()
     async with client(llama_router_proxy, "qwen-tools") as qwen:

@@ -1,6 +1,6 @@
 """The model asks ``clock`` and gets the time, on the real llama-server, through the real brokerd.
 
-The whole product path of the one real tool every session has (M2b design, section 5): the
+The whole product path of the one real tool every session has (docs/design.md, "Core tools"): the
 session's tools array is exactly clock, find_tool and call_tool, whatever the registry lists;
 the model's call goes through loopd's broker port to brokerd wired as ``brokerd serve`` wires it
 (its grants deny everything: no grant is needed for clock), brokerd answers from its own clock,

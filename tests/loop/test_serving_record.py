@@ -1,4 +1,4 @@
-"""Serving settings (inference contract 10): read from /props, /slots and the router's /models,
+"""Serving settings (docs/design.md): read from /props, /slots and the router's /models,
 recorded when a session (or epoch) begins, and each change since named by ``loopd serving``
 (which ``bxctl doctor`` runs) and at ``loopd serve``'s start. The per-slot context the server
 reports drives compaction when the config does not record one."""

@@ -73,7 +73,7 @@ def test_the_call_counter_resumes_after_the_highest_tool_result(tmp_path):
 
 
 def test_the_call_counter_runs_across_epochs_and_is_restored_from_every_earlier_log(tmp_path):
-    """M2b design, section 4: the counter increases across the whole session, restored as one
+    """The call counter (docs/design.md, "The tool port") rises across the session, restored as one
     more than the highest ToolResult.call in the log, whichever epoch holds it."""
     store = SessionStore(tmp_path)
     session = new_session(tmp_path)

@@ -157,7 +157,7 @@ async def test_limit_repeat_detection_off_runs_every_call(tmp_path):
 
 async def test_the_thinking_cap_counts_across_the_tool_rounds_of_a_turn(tmp_path):
     """Each request of a turn carries what the turn's earlier completions reasoned, so the
-    client can end reasoning once the turn's cap is spent (inference contract 8)."""
+    client can end reasoning once the turn's cap is spent (docs/design.md, "Runaway control")."""
     session = new_session(tmp_path)
     inference = ScriptedInference([
         call(("clock", "{}"), reasoning="a b c"),

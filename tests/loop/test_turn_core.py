@@ -1,7 +1,7 @@
 """The turn's sans-I/O core, driven by events alone: no disk, no model server, no tools.
 
-First the table, with event types alone (h11's state tests); then the M2b design's turn
-(section 3) and its limits table, row by row, as the actions the core asks for: the order of a
+First the table, with event types alone (h11's state tests); then the turn of docs/design.md
+and its limits table, row by row, as the actions the core asks for: the order of a
 plain, a tool and a stopped turn, the repeat and round limits, tool choice, the per-turn
 thinking budget, a failed completion, cancellation, and the resume after a crash.
 """

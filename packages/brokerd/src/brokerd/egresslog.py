@@ -1,5 +1,5 @@
 """The egress log: every payload ``consult`` sends off the owner's hosts, in full, written
-before the call runs (brief, Authority contract item 6; docs/egress.md).
+before the call runs (docs/design.md, "Authority contract"; docs/egress.md).
 
 ``<home>/egress/consult.jsonl``: one canonical-JSON record per line, appended and fsynced, the
 file 0600 in a 0700 directory, so the owner (brokerd's user) reads it and no one else does.

@@ -31,7 +31,7 @@ class UserMessage(Model):
 
 
 class AssistantMessage(Model):
-    """An assistant turn replayed exactly as the server returned it (inference contract 2)."""
+    """An assistant turn replayed exactly as the server returned it (the append-only rule)."""
 
     role: Literal["assistant"] = "assistant"
     content: Text | None = None

@@ -245,7 +245,7 @@ async def accepting(
     """``listening`` for a role that wants each admitted connection as a bare non-blocking
     socket, handed to ``on_connection`` from the accepting callback: no transport, stream or
     task is made for it. inferproxy takes one connection per completion and splices it, and
-    asyncio's server machinery was most of its cost per connection (docs/decisions.md)."""
+    asyncio's server machinery was most of its cost a connection (docs/decisions/inferproxy.md)."""
     loop = asyncio.get_running_loop()
     me = listener()
     retry: asyncio.TimerHandle | None = None  # at most one: accepting stops until it runs

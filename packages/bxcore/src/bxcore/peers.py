@@ -9,7 +9,7 @@ the layer that names who is refused. A peer is admitted when
 1. the listener runs in a user namespace and the peer shows as the overflow uid: the appliance,
    where every role is a rootless container with its own host uid and sees the others as the
    overflow uid. No uid can name anyone there; the gate is the socket's directory (its group
-   admits the roles meant to connect, see docs/decisions.md), as for approve.sock's
+   admits the roles meant to connect, see docs/decisions/socket-access.md), as for approve.sock's
    ``local:socket``; or
 2. its uid is the listener's, one of the socket's ``uids`` (approve.sock: the ``local:<uid>``
    approvers), or it is a member of the socket's ``group`` (primary, from SO_PEERCRED, or

@@ -11,9 +11,9 @@ from ._base import Count, Flag, Model, Text
 from .chat import ToolSchema
 from .ids import SessionId
 
-# The one real tool every session has (M2b design, section 5): in the epoch's tools array in every
-# configuration, since nothing volatile such as the time may be in the prompt. brokerd answers it
-# by built-in policy, audited like any call.
+# The one real tool every session has (docs/design.md, "Core tools and discovery"): in the
+# epoch's tools array in every configuration, since nothing volatile such as the time may be in
+# the prompt. brokerd answers it by built-in policy, audited like any call.
 CLOCK = ToolSchema(
     name="clock",
     description="The current date and time in UTC, as RFC 3339.",

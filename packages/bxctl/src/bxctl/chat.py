@@ -1,4 +1,4 @@
-"""``bxctl chat``: drive turns on loop.sock, one connection per turn (M2b design, section 7)."""
+"""``bxctl chat``: drive turns on loop.sock, one connection per turn (docs/design.md)."""
 
 from __future__ import annotations
 

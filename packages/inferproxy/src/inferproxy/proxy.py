@@ -31,7 +31,7 @@ log = logging.getLogger("inferproxy")
 PIPE_SIZE = 1024 * 1024  # asked of each pipe; the kernel's default (64 KiB) if refused
 # Asked of each socket's send buffer, so that one pipe-load fits: the kernel caps it at
 # net.core.wmem_max (a stock kernel grants about 416 KiB of it), which is still twice its
-# default; fewer, larger moves per wake-up (docs/decisions.md has the figures)
+# default; fewer, larger moves per wake-up (docs/decisions/inferproxy.md has the figures)
 SEND_BUFFER = PIPE_SIZE
 CONNECT_TIMEOUT = 10.0
 _SPLICE = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK

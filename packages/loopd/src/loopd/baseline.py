@@ -2,10 +2,10 @@
 
 The baseline is the system text (system.md, then the identity text after a blank line: memoryd's
 snapshot of soul.md, memory.md and user.md, or plain files with ``[loop] memory = "off"``), the
-core tool schemas, and, from the second epoch on, the summary compaction wrote (inference
-contract 4: a new epoch's prefix is the baseline plus the summary). It is written once per epoch
+core tool schemas, and, from the second epoch on, the summary compaction wrote (docs/design.md,
+compaction: a new epoch's prefix is the baseline plus the summary). It is written once per epoch
 to ``<epoch>.baseline.json`` and read back from there on resume, never from system.md or memoryd,
-so nothing changes for a running epoch (inference contract 2: every request extends the one
+so nothing changes for a running epoch (docs/design.md, "Append-only requests": each extends the one
 before, byte for byte).
 
 ``opening()`` is what every request of the epoch starts with: the system message, then the

@@ -1,4 +1,4 @@
-"""The baseline budget for every baseline loopd builds (inference contract 1), not only the one
+"""The baseline budget (docs/design.md) for every baseline loopd builds, not only the one
 ``loopd serve`` counts at start: a new session's, each new epoch's, and so every baseline built
 after a memory edit (the identity is read afresh for each).
 

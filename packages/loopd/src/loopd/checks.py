@@ -1,6 +1,6 @@
-"""The startup checks as named reports: the inference self-test (inference contract 9 and 10, and
+"""The startup checks as named reports: the inference self-test (docs/design.md, and
 the ``slot_switch`` check of the server's prompt-cache settings) and the baseline budget
-(contract 1). ``loopd serve`` runs both before it binds loop.sock; ``loopd
+("Baseline budget"). ``loopd serve`` runs both before it binds loop.sock; ``loopd
 selftest`` and ``loopd budget`` run one each, for ``bxctl doctor``. Each report's last line says
 how it ended, so a caller that shows one line shows the verdict.
 
@@ -84,7 +84,7 @@ SINCE = "serving_since_session"
 
 def serving_since_report(now: ServingSettings, store: SessionStore) -> Report:
     """``serving_since_session``: the serving settings now against those the latest session
-    (or epoch) began under, each change named (inference contract 10). Not ok on a change, so
+    (or epoch) began under, each change named (serving record, docs/design.md). Not ok on one, so
     ``bxctl doctor`` shows it; ``loopd serve`` reports it and starts anyway (a changed setting
     costs the sessions their cache, which they survive). It passes again once a session has
     begun under the new settings."""

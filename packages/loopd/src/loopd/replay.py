@@ -1,4 +1,4 @@
-"""The log replayed into the prompt (M2b design, section 2, "Replay"): pure, no I/O.
+"""The log replayed into the prompt (docs/design.md, "Replay"): pure, no I/O.
 
 ``messages(baseline, records)`` is the message array of a request: the baseline's opening (the
 system message, then the summary of the epochs before, if any), then one message per record that
@@ -8,7 +8,7 @@ arguments, which go as readback.py's fixed form, and a message with neither cont
 which goes with empty content: docs/decisions/replay-what-the-server-reads.md),
 ``ToolResult`` a tool message. Every other
 record gives nothing. The request for a turn is ``messages(...)`` and the baseline's tool schemas;
-so every request of an epoch extends the one before, byte for byte (inference contract 2).
+so every request of an epoch extends the one before, byte for byte (the append-only rule).
 
 A ``Session`` (store.py) keeps ``messages(baseline, records)`` up to date with ``replay`` as each
 record is appended, so building a request never re-reads the log.

@@ -77,7 +77,7 @@ class BrokerSection(Section):
     # The host uid tools run as when brokerd is root (bubblewrap) or podman is rootful; never 0.
     # It must be dedicated: no account, no subordinate range, no other process (the pids limit
     # counts that uid's processes host-wide). The default is the first uid of the block systemd
-    # leaves unused (docs/decisions.md); "nobody" is shared by other daemons and is a bad choice.
+    # leaves unused (docs/decisions/sandbox-uid.md); "nobody", shared by other daemons, is not.
     sandbox_uid: Annotated[int, Field(ge=1, le=2**31 - 1)] = DEFAULT_SANDBOX_UID
     result_cap: Annotated[int, Field(ge=64)] = 16 * 1024  # bytes of a result's content kept
     audit_rotate_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024 * 1024

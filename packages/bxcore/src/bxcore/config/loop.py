@@ -14,7 +14,7 @@ class LoopSection(Section):
     repeat_detection: bool = True
     tool_result_cap: Annotated[int, Field(ge=64)] = 16 * 1024  # bytes of UTF-8
     # Which port answers tool calls: "broker" sends every call to brokerd over broker.sock
-    # ([broker] socket), the product; "fake" is a test double (M2b's in-process clock and echo,
+    # ([broker] socket), the product; "fake" is a test double (the design's in-process clock, echo,
     # no brokerd, no memory) that only an explicit setting chooses.
     tools: Literal["fake", "broker"] = "broker"
     # The registry for the broker port: a JSON array of tool schemas with a "core" flag, as the

@@ -1,7 +1,7 @@
 """``loop.sock``: a channel (bxctl chat, gatewayd, a scheduled job) drives turns in loopd.
 
 One connection per turn: the channel sends one ``turn``, reads frames until one has
-``final: true``, and closes (M2b design, section 6).
+``final: true``, and closes (docs/design.md, "The channel protocol").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The on-device conversation of the agent-loop design, section 10, through a real ``loopd
+"""The on-device conversation (docs/design.md, the owner's device) through a real ``loopd
 serve`` that touches nothing of the owner's: its own config, home and run directory under a
 scratch directory, its own session id, the in-process test tools (``clock``, and ``echo`` found
 with ``find_tool``) and no memoryd. It reaches the model as the deployed loopd does, through the

@@ -140,7 +140,7 @@ def _calls(records: Sequence[AnyRecord]) -> list[ToolCall]:
 
 
 def conversation_verdicts(records: Sequence[AnyRecord], restarted_at: int) -> list[Verdict]:
-    """The on-device conversation's log (agent-loop design, section 10): one Usage right after
+    """The on-device conversation's log (docs/design.md, the owner's device): one Usage right after
     each completion, no CacheLoss, a ToolResult per tool call (``clock``, and ``echo`` through
     ``find_tool`` and ``call_tool``), and the first completion after the restart (records from
     ``restarted_at`` on) reusing the whole prompt of the last one before it."""

@@ -211,7 +211,7 @@ def _http_ok(sock: Path, path: str) -> bool:
 
 
 # serving/presets.ini: the 1.5B, which reads a granted note when asked in plain words; the 0.5B
-# (`qwen-tools`) does not, and stays for the tests that need speed (docs/decisions.md)
+# (`qwen-tools`) does not; it stays for tests that need speed (docs/decisions/small-local-models.md)
 DEFAULT_MODEL = "coder"
 
 

@@ -1,4 +1,4 @@
-"""The baseline budget (inference contract 1): the baseline's tokens, counted by the server.
+"""The baseline budget (docs/design.md): the baseline's tokens, counted by the server.
 
 The baseline (system message and core tool schemas) is rendered by the server's own chat
 template (``/apply-template``) and tokenized by its own tokenizer (``/tokenize``), so the count is

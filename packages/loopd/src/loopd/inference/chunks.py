@@ -1,7 +1,7 @@
 """llama-server's streamed chat-completion chunks, decoded from one SSE ``data`` payload.
 
 The models read only the fields Boxmaker uses and ignore the rest: the server is not ours and
-adds fields between releases (see docs/decisions.md). The fields they do read are strict.
+adds fields between releases (docs/decisions/inference-client.md). The fields they read are strict.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The slot gate: one request in flight per slot inside this process.
 
-A session always uses its slot (inference contract 5); two requests on one slot would evict each
+A session always uses its slot (docs/design.md, "Pinned slots"); two requests on one slot evict each
 other's cache. A request that finds its slot held waits here, after telling the channel with
 ``queued {ahead}`` (how many requests of this process are in front of it) and
 ``waiting {slot_busy: true}``.

@@ -1,4 +1,4 @@
-"""The startup self-test (inference contract 9 and 10): loopd refuses to start if any check fails.
+"""The startup self-test (docs/design.md): loopd refuses to start if any check fails.
 
 Checks, each named in the report:
 

@@ -1,5 +1,5 @@
-"""The serving settings a session's cache depends on, as the server reports them (inference
-contract 10: recorded, not owned).
+"""The serving settings a session's cache depends on, as the server reports them (docs/design.md,
+"Serving settings are recorded, not owned").
 
     settings = await fetch_serving(client)           # GET /props, /slots and the router's /models
     for line in changes(recorded, settings): ...     # each change named, or none

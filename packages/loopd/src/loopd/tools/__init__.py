@@ -1,5 +1,5 @@
 """Tools as loopd sees them: the port every call goes through, the registry, and the dispatcher
-that answers ``find_tool`` and ``call_tool`` itself (M2b design, sections 4 and 5)."""
+that answers ``find_tool`` and ``call_tool`` itself (docs/design.md, "The agent loop")."""
 
 from .dispatch import ToolRunner
 from .fake import FakeTools

@@ -2,7 +2,7 @@
 the port (a core tool called directly, a registry tool through ``call_tool``).
 
 ``call_tool`` never hands the port a name the registry does not list as a non-core tool, and
-the arguments the port sees are the JSON text of the inner object (M2b design, section 5).
+the arguments the port sees are the JSON text of the inner object (docs/design.md, "Core tools").
 """
 
 from __future__ import annotations

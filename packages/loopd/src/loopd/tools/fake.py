@@ -1,4 +1,4 @@
-"""``FakeTools``: M2b's in-process port with two tools, ``clock`` (core) and ``echo`` (not core).
+"""``FakeTools``: the design's in-process port, two tools: ``clock`` (core), ``echo`` (not core).
 
 A test double: it reads nothing and reaches nothing (threat model note: the port is where
 brokerd takes over). Only an explicit ``[loop] tools = "fake"`` chooses it.

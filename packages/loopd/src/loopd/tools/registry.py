@@ -2,7 +2,7 @@
 
 Core tools have their schema in the epoch's fixed ``tools`` array, together with loopd's own
 ``find_tool`` and ``call_tool``; every other tool is found with ``find_tool`` and reached through
-``call_tool`` (inference contract 6: the tools array never changes within an epoch).
+``call_tool`` (docs/design.md, "Progressive disclosure": the tools array is fixed for an epoch).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ NOTHING_FOUND = "No tool matches."
 # description. Asked about a note, a small model searches for the text it wants ("code word"):
 # told to search again with one of these names, the 1.5B asked for "fs.read" and read the note;
 # given the whole descriptions as lines instead, it answered the user with a line of the listing
-# (docs/decisions.md, "A find_tool miss names the tools to search for").
+# (docs/decisions/tool-discovery.md).
 NOTHING_MATCHES = (
     "No tool matches {query}. find_tool finds tools by what they do, not the text you want. "
     "Call find_tool again with one of these tool names: {tools}."
@@ -113,8 +113,8 @@ class Registry:
            file is full" is no reason to offer ``memory`` for reading a file).
 
         A name is the closer match: "read" finds fs.read, not also every tool whose description
-        mentions reading, which a small model then picks (docs/decisions.md). Core tools are
-        left out: the model has them already, and call_tool refuses them."""
+        mentions reading, which a small model then picks (docs/decisions/tool-discovery.md). Core
+        tools are left out: the model has them already, and call_tool refuses them."""
         needle = query.casefold()
         others = self._discoverable()
         by_name = [s for s in others if needle in s.name.casefold()]
@@ -221,8 +221,8 @@ def with_builtin(registry: Registry, schemas: Sequence[ToolSchema]) -> Registry:
 
 def with_clock(registry: Registry) -> Registry:
     """The registry with ``clock`` first, core, from bxcore (a registry file's own ``clock``
-    entry is replaced): the tools array holds it in every configuration (M2b design, section
-    5), and brokerd answers it by built-in policy."""
+    entry is replaced): the tools array holds it in every configuration (docs/design.md,
+    "Core tools and discovery"), and brokerd answers it by built-in policy."""
     return Registry([CLOCK, *(s for s in registry.schemas() if s.name != CLOCK.name)])
 
 

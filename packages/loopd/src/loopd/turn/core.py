@@ -1,4 +1,4 @@
-"""The turn as a sans-I/O core (M2b design, section 3 and its limits table), after h11.
+"""The turn as a sans-I/O core (docs/design.md, "One turn" and "Turn limits"), after h11.
 
 The core reads no disk, asks no model server, runs no tool and reads no clock. The shell
 (shell.py) does each action the core returns and answers it with the event that says what

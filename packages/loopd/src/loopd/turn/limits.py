@@ -1,4 +1,4 @@
-"""The limits of one turn (M2b design, section 3, "Limits"): rounds of tool calls and repeated
+"""The limits of one turn (docs/design.md, "Turn limits"): rounds of tool calls and repeated
 identical calls. Pure: the core asks, per call, whether to run it, and at the end of each round
 whether the turn goes on. A stopped turn keeps what it appended.
 """
