@@ -306,7 +306,7 @@ async def test_the_thinking_cap_ends_reasoning_through_the_control_endpoint():
 
 
 async def test_the_cap_counts_the_reasoning_of_the_turns_earlier_completions():
-    """Inference contract 8: the cap is per turn. A completion whose turn already reasoned 2 of
+    """Runaway control: the cap is per turn. A completion whose turn already reasoned 2 of
     a cap of 3 tokens has its reasoning ended at its first token, and the event reports the
     turn's total."""
     fake = FakeServer([Reply.stream(completion(reasoning="one two three", content="answer"))])

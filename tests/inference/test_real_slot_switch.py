@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.real_server, pytest.mark.anyio]
 
 # The smallest model: slot selection and the host-RAM cache work on tokens, whatever model
 # makes them, and these tests send no tools; on SmolLM2 the file takes about half the time
-# (docs/decisions.md, "The slot-switch tests on the server run on the smallest model").
+# (docs/decisions/test-suite.md).
 MODEL = "smol"
 MAIN = 0
 # About 560 tokens every session starts with, as Boxmaker's sessions share their baseline.

@@ -1,6 +1,6 @@
 """Session log records: one JSON object per line of ``sessions/<id>/<epoch>.jsonl``.
 
-Fields are exactly those of the M2b design, section 2. ``type`` names the variant. The bytes of
+Fields are those of docs/design.md, "Log records". ``type`` names the variant. The bytes of
 each variant are pinned by golden fixtures: a change here that changes them fails a test.
 """
 

@@ -1,4 +1,4 @@
-"""Compaction as an epoch change (inference contract 4), and where each epoch's baseline comes from.
+"""Compaction as an epoch change (docs/design.md), and where each epoch's baseline comes from.
 
 When a turn ends with the slot holding at least ``compact_at_tokens``, the session is compacted
 before its next turn starts, while no turn runs (the server holds the session's lock):

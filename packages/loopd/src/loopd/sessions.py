@@ -1,5 +1,5 @@
-"""The sessions loopd serves: one turn at a time each, its final frame whatever happens (M2b
-design, section 6). sockets.py reads the channel's ``turn`` and writes what ``Sessions.run``
+"""The sessions loopd serves: one turn at a time each, its final frame whatever happens (docs/
+design.md, "The channel protocol"). sockets.py reads the channel's ``turn`` and writes what ``Sessions.run``
 answers; a subagent's turn (subagents.py) comes here too, with no socket.
 
 A registry of per-session locks answers a second turn on a busy session with ``session_busy`` at
@@ -19,7 +19,7 @@ run again: it is answered, inside the lock and before any compaction, with the e
 ``turn_done``, or ``bad_request`` if that turn ended without an answer.
 
 A new session, and each new epoch, records the serving settings it begins under (``serving``,
-read from the server; inference contract 10) beside its logs, so the self-test and ``bxctl
+read from the server; docs/design.md) beside its logs, so the self-test and ``bxctl
 doctor`` can name what changed since. A server that cannot say leaves no record; the turn runs.
 """
 

@@ -1,4 +1,4 @@
-"""loop.sock: channels drive turns, one connection per turn (M2b design, section 6).
+"""loop.sock: channels drive turns, one connection per turn (docs/design.md, channel protocol).
 
 The channel sends one ``turn``; loopd answers with ``turn_event`` frames in order and one final
 frame, ``turn_done`` or ``error`` (sessions.py decides which). Each connection is its own asyncio

@@ -68,7 +68,7 @@ class Session:
         self._size = size
         self._broken = False
         # The call counter runs across the whole session: ``earlier_calls`` is the highest
-        # ToolResult.call of the epochs before this one (M2b design, section 4).
+        # ToolResult.call of the epochs before this one (docs/design.md, "The tool port").
         self._next_call = 1 + highest_call(records, earlier_calls)
         self._last_usage = next((r for r in reversed(records) if isinstance(r, Usage)), None)
         # Like the counter, the taint runs across epochs: a summary carries what it summarised.
@@ -214,7 +214,7 @@ class SessionStore:
         )
 
     def record_serving(self, session: Session, settings: ServingSettings) -> None:
-        """Record the serving settings ``session``'s epoch begins under (inference contract 10),
+        """Record the serving settings ``session``'s epoch begins under (docs/design.md),
         beside its logs; a new epoch records afresh (its prompt is read anew anyway)."""
         _replace(session.directory / SERVING_RECORD, settings.model_dump_json().encode() + b"\n")
 

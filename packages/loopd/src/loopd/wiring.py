@@ -1,4 +1,4 @@
-"""loopd's parts, built from the config (M2b design, section 8): the tool registry and port,
+"""loopd's parts, built from the config (docs/design.md, "loopd serve"): the tool registry and port,
 memory, the system prompt, the inference client, and (once the start-up checks passed) the
 sessions loop.sock serves. No socket is opened here: sockets.py binds loop.sock. The one-shot
 reports (``loopd selftest``, ``budget``, ``serving``) are run from here too.

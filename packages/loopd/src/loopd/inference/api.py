@@ -37,7 +37,7 @@ class ChatRequest:
     tool_choice: str | None = None  # "auto" (the server's default), "required" or "none"
     thinking: bool = True  # False: ask the server not to think (a request parameter, not prompt)
     # Reasoning tokens the turn's earlier completions spent: the thinking cap counts per turn
-    # (inference contract 8), so this completion may reason only for what is left of it.
+    # (docs/design.md, "Runaway control"), so this completion may reason only for what is left.
     reasoning_spent: int = 0
 
 

@@ -6,7 +6,7 @@ model, sends the sampling settings (the server's default temperature is 1.0), as
 chunk, and carries ``reasoning_control`` so the thinking cap can end a reasoning block.
 
 A request that must not think (``bxctl chat --no-thinking``) says so twice, because templates
-differ (measured in docs/decisions.md, "Thinking off"): ``chat_template_kwargs.enable_thinking``
+differ (measured in docs/decisions/thinking.md): ``chat_template_kwargs.enable_thinking``
 false, which Qwen3-family templates such as Ornith's turn into a closed, empty think block; and
 ``reasoning_budget_tokens`` 0, which makes the server close at once a think block the template
 forces open (serving/templates/chatml-think-open.jinja ignores the template switch).
@@ -40,7 +40,7 @@ class _EncodedMessages:
     """The request JSON of each session's last message array, so a request encodes only what is new.
 
     A session hands every request of an epoch the same frozen message objects, each request the
-    one before plus new messages (inference contract 2); encoding all of them again per request
+    one before plus new messages (the append-only rule); encoding all of them again per request
     made the harness's cost grow with the log (docs/performance.md, bench:loop). So the messages
     of a session's last request are kept beside their encodings: when the next request starts
     with them, only the messages after them are encoded. The check compares the two tuples, which

@@ -5,7 +5,7 @@ completion (its events go to the channel as they arrive), run a tool through the
 shell answers each with the event that says what happened and asks the core for the next; the
 core alone decides what comes next, so this file holds no control flow beyond that loop.
 
-The M2b design's steps (section 3), in the actions that do them:
+The design's steps (docs/design.md, "One turn"), in the actions that do them:
 
 1. ``RecordUser``: append ``User``. Each request is the baseline and the whole log, replayed
    (``replay.messages``; the session keeps it up to date as records are appended).
