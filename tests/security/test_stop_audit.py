@@ -1,0 +1,267 @@
+"""Every allowed call has exactly one audited result, whatever stops brokerd (issue 31's "every
+allowed call has its audited result", under SIGTERM and SIGKILL), against a real ``brokerd
+serve`` with real sandboxes.
+
+Hypothesis chooses how many callers run at once, what each one calls (a writer on a labelled
+mount that keeps running until told, a read of that mount, a refused read, an ``ask`` nobody
+answers, a writer that ends at once), the signal (SIGTERM, as systemd stops brokerd, or SIGKILL,
+as a crash or a power loss) and its moment (once the audit log holds so many decisions: an
+event, never a time). Then brokerd is started again on the same state, and:
+
+1. for every call the log allowed there is exactly one result record, and a call cut off by
+   the stop says so (``failed``, with brokerd's reason);
+2. ``brokerd audit verify`` says ok;
+3. SIGTERM ended brokerd (the test's only clock is a generous guard on that), and no process
+   of any sandbox is left, a SIGKILLed brokerd's included;
+4. the session of a call cut off has its taint raised to the call's grant's result label;
+5. (podman) a container a SIGKILLed brokerd left running is removed at the next start, which
+   says so in its log, before it serves.
+
+    uv run --frozen pytest tests/security/test_stop_audit.py   (short: scripts/test)
+    BOXMAKER_PROFILE=long ...                                  (scripts/reliability: more)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from brokerd.audit import DecisionEntry, ResultEntry, entries
+from brokerd.taint import TaintStore
+from bxcore.config.broker import DEFAULT_SANDBOX_UID
+from bxcore.tools import DataClass
+from faults.profile import by_profile, hang_guard
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from .conftest import CONTAINERS_CONF, IMAGE_NAME
+from .flow_support import Brokerd, grant_text, program
+from .test_flow_property import storage_conf
+
+pytestmark = pytest.mark.sandbox
+
+EXAMPLES = by_profile(short=3, long=40)
+STOP_GUARD = 120.0  # brokerd's own stop timeout is 60 s: past this the test fails
+GONE_GUARD = 60.0  # a sandbox's processes die with brokerd: past this the test fails
+KINDS = ("long_writer", "writer", "read", "refused", "ask")
+
+# Writes into the labelled mount, prints (under the output cap), forks, and both processes run
+# until the go-file exists (never, here): brokerd's stop must kill them.
+LONG = ("open(dst, 'w').write('x' * 200000)\nsys.stdout.write('y' * 1000)\n"
+        "sys.stdout.flush()\nos.fork()\nwhile not os.path.exists(go):\n    time.sleep(0.05)\n")
+SHORT = "open(dst, 'w').write('x' * 200000)\nprint('wrote')\n"
+
+
+def tool_uid() -> int:
+    return DEFAULT_SANDBOX_UID if os.geteuid() == 0 else os.geteuid()
+
+
+class Rig:
+    """A brokerd whose grants give a shell writer a labelled (private) mount, a public read of
+    that mount, and an ``ask`` read nobody answers."""
+
+    def __init__(self, root: Path, section: str = 'backend = "bubblewrap"\n',
+                 env: dict[str, str] | None = None):
+        self.root = root
+        self.key, self.work = root / "key", root / "work"
+        for path in (self.key, self.work):
+            path.mkdir()
+            if os.geteuid() == 0:
+                os.chown(path, tool_uid(), tool_uid())
+        self.marker = f"bx-stop-{os.getpid()}-{root.name}"  # in every sandbox's command line
+        self.brokerd = Brokerd(root / "broker", section, None, env)
+        grants = self.brokerd.grants
+        (grants / "writer.toml").write_text(grant_text(
+            ["shell.run"], "private", argument="cwd", allowed=f'paths = ["{self.key}"]',
+            mounts=[(self.key, False), (self.work, True)]))
+        (grants / "reader.toml").write_text(grant_text(
+            ["fs.read"], "public", argument="path", allowed=f'paths = ["{self.work}/**"]',
+            mounts=[(self.work, False)]))
+        (grants / "asked.toml").write_text(grant_text(
+            ["fs.list"], "public", argument="path", allowed=f'paths = ["{self.work}"]',
+            mounts=[(self.work, False)]).replace('mode = "auto"', 'mode = "ask"'))
+
+    def call(self, kind: str, session: str, number: int) -> None:
+        if kind in ("long_writer", "writer"):
+            code = program(LONG if kind == "long_writer" else SHORT,
+                           dst=str(self.work / f"{session}-{number}").encode(),
+                           go=str(self.root / "never").encode(),
+                           marker=self.marker.encode())
+            self.brokerd.call(session, number, "shell.run", {"argv": code, "cwd": str(self.key)})
+        elif kind == "read":
+            self.brokerd.call(session, number, "fs.read", {"path": str(self.work / "absent")})
+        elif kind == "refused":
+            self.brokerd.call(session, number, "fs.read", {"path": "/etc/shadow"})
+        else:
+            self.brokerd.call(session, number, "fs.list", {"path": str(self.work)})
+
+    def decisions(self) -> int:
+        try:
+            return sum(e.kind == "decision" for e in entries(self.brokerd.home / "audit"))
+        except Exception:  # a line being written: read again
+            return 0
+
+    def sandboxes_left(self) -> list[int]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and self.marker.encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+        return found
+
+
+def decided_before_blocking(kinds: list[str]) -> int:
+    """How many of a caller's calls are decided at most: up to its first that never ends (a
+    writer that waits for ever, an ask nobody answers)."""
+    blocking = [i for i, kind in enumerate(kinds) if kind in ("long_writer", "ask")]
+    return blocking[0] + 1 if blocking else len(kinds)
+
+
+def caller(rig: Rig, session: str, kinds: list[str]) -> None:
+    for number, kind in enumerate(kinds, start=1):
+        try:
+            rig.call(kind, session, number)
+        except Exception:  # brokerd went away: this caller is done
+            return
+
+
+def check_the_record(rig: Rig) -> None:
+    """Properties 1 and 4, by the project's own reader, and 2 by its command line."""
+    log = list(entries(rig.brokerd.home / "audit"))
+    allowed = {(e.decision.session, e.decision.call): e.decision.grant for e in log
+               if isinstance(e, DecisionEntry) and e.decision.verdict == "allow"}
+    results: dict[tuple[str, int], list[ResultEntry]] = {}
+    for e in log:
+        if isinstance(e, ResultEntry):
+            results.setdefault((e.session, e.call), []).append(e)
+    for key, grant in allowed.items():
+        found = results.get(key, [])
+        assert len(found) == 1, f"call {key} (grant {grant}) has {len(found)} result records"
+        if found[0].reason is not None:  # cut off by the stop
+            assert found[0].status == "failed"
+            if grant == "writer":
+                assert found[0].data_class.value in ("private", "secret"), found[0]
+                taint = TaintStore(rig.brokerd.home / "broker" / "sessions").get(key[0])
+                assert taint.highest is not None and taint.highest >= DataClass.PRIVATE, taint
+    assert set(results) <= set(allowed), "a result record for a call that was never allowed"
+    cut = sum(found[0].reason is not None for found in results.values())
+    event(f"calls cut off by the stop: {'none' if not cut else 'some'}")
+    ok, text = rig.brokerd.verify()
+    assert ok, text
+
+
+def stop(rig: Rig, sig: signal.Signals) -> None:
+    process = rig.brokerd.process
+    assert process is not None
+    os.killpg(process.pid, sig)
+    try:
+        process.wait(timeout=STOP_GUARD)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise AssertionError(f"brokerd still running {STOP_GUARD} s after {sig.name}:\n"
+                             f"{rig.brokerd.log()}") from None
+    if sig == signal.SIGTERM:
+        assert process.returncode in (0, -signal.SIGTERM), rig.brokerd.log()
+    rig.brokerd.process = None
+    for name in ("broker.sock", "approve.sock"):
+        (rig.brokerd.run / name).unlink(missing_ok=True)
+    deadline = time.monotonic() + GONE_GUARD
+    while (left := rig.sandboxes_left()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"sandbox processes {left} outlived brokerd ({sig.name})"
+
+
+@hang_guard(trials=EXAMPLES, per_trial=300.0)
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
+          print_blob=True)
+@given(callers=st.lists(st.lists(st.sampled_from(KINDS), min_size=1, max_size=4),
+                        min_size=1, max_size=12),
+       after=st.integers(min_value=0, max_value=20),
+       sig=st.sampled_from([signal.SIGTERM, signal.SIGKILL]))
+def test_every_allowed_call_has_one_result_whatever_stops_brokerd(callers, after, sig):
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (scripts/setup installs it)")
+    root = Path(tempfile.mkdtemp(prefix="bx-stop-"))
+    os.chmod(root, 0o755)
+    rig = Rig(root)
+    try:
+        rig.brokerd.start()
+        threads = [threading.Thread(target=caller, args=(rig, f"s{i}", kinds), daemon=True)
+                   for i, kinds in enumerate(callers)]
+        for thread in threads:
+            thread.start()
+        wanted = min(after, sum(map(decided_before_blocking, callers)))
+        while rig.decisions() < wanted and any(t.is_alive() for t in threads):
+            time.sleep(0.02)
+        stop(rig, sig)
+        for thread in threads:
+            thread.join(timeout=STOP_GUARD)
+        rig.brokerd.start()  # closes what the stop left open, before serving
+        check_the_record(rig)
+        stop(rig, signal.SIGTERM)
+        check_the_record(rig)
+    finally:
+        if rig.brokerd.process is not None:
+            os.killpg(rig.brokerd.process.pid, signal.SIGKILL)
+            rig.brokerd.process.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def owned_containers(storage: tuple[str, ...]) -> list[str]:
+    """Every container any brokerd labelled as its own in the test's podman store."""
+    done = subprocess.run(["podman", *storage, "ps", "--all", "--format={{.Names}}",
+                           "--filter=label=org.boxmaker.brokerd"], capture_output=True,
+                          text=True, check=True,
+                          env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)})
+    return done.stdout.split()
+
+
+def test_a_podman_sandbox_left_by_a_killed_brokerd_is_removed_and_audited_at_start(request):
+    """Property 5: podman's containers outlive brokerd (conmon keeps them). After a SIGKILL
+    mid-call the container still runs; the next start removes it before serving, says so in
+    its log, and audits the call as failed."""
+    storage = request.getfixturevalue("podman_store")
+    digest = request.getfixturevalue("toolkit_digest")
+    section = (f'backend = "podman"\npodman_image = "{IMAGE_NAME}@{digest}"\n'
+               f'containers_conf = "{CONTAINERS_CONF}"\n')
+    root = Path(tempfile.mkdtemp(prefix="bx-stop-"))
+    os.chmod(root, 0o755)
+    rig = Rig(root, section, {"CONTAINERS_STORAGE_CONF": str(storage_conf(storage))})
+    try:
+        rig.brokerd.start()
+        threading.Thread(target=caller, args=(rig, "p1", ["long_writer"]), daemon=True).start()
+        written = rig.work / "p1-1"  # the tool runs: it wrote, and now waits for ever
+        deadline = time.monotonic() + STOP_GUARD  # a guard: the tool must start
+        while not written.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert written.exists() and owned_containers(storage), rig.brokerd.log()
+        process = rig.brokerd.process
+        assert process is not None
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        rig.brokerd.process = None
+        for name in ("broker.sock", "approve.sock"):
+            (rig.brokerd.run / name).unlink(missing_ok=True)
+        left = owned_containers(storage)
+        assert left, f"the container died with brokerd: nothing to test\n{rig.brokerd.log()}"
+        rig.brokerd.start()
+        assert owned_containers(storage) == [], rig.brokerd.log()
+        assert all(f"podman container {name} of an earlier brokerd" in rig.brokerd.log()
+                   for name in left), rig.brokerd.log()
+        check_the_record(rig)
+        rig.brokerd.stop()
+    finally:
+        if rig.brokerd.process is not None:
+            os.killpg(rig.brokerd.process.pid, signal.SIGKILL)
+            rig.brokerd.process.wait()
+        shutil.rmtree(root, ignore_errors=True)
