@@ -11,7 +11,7 @@ from ._base import Count, Flag, Model, Text
 from .chat import ToolSchema
 from .ids import SessionId
 
-# The one real tool every session has (docs/design.md, "Core tools and discovery"): in the
+# The one real tool every session has (docs/design.md, "Core tools"): in the
 # epoch's tools array in every configuration, since nothing volatile such as the time may be in
 # the prompt. brokerd answers it by built-in policy, audited like any call.
 CLOCK = ToolSchema(

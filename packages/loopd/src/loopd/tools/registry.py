@@ -222,7 +222,7 @@ def with_builtin(registry: Registry, schemas: Sequence[ToolSchema]) -> Registry:
 def with_clock(registry: Registry) -> Registry:
     """The registry with ``clock`` first, core, from bxcore (a registry file's own ``clock``
     entry is replaced): the tools array holds it in every configuration (docs/design.md,
-    "Core tools and discovery"), and brokerd answers it by built-in policy."""
+    "Core tools"), and brokerd answers it by built-in policy."""
     return Registry([CLOCK, *(s for s in registry.schemas() if s.name != CLOCK.name)])
 
 
