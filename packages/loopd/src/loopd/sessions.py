@@ -1,6 +1,6 @@
-"""The sessions loopd serves: one turn at a time each, its final frame whatever happens (docs/
-design.md, "The channel protocol"). sockets.py reads the channel's ``turn`` and writes what ``Sessions.run``
-answers; a subagent's turn (subagents.py) comes here too, with no socket.
+"""The sessions loopd serves: one turn at a time each, its final frame whatever happens
+(docs/design.md, "The channel protocol"). sockets.py reads the channel's ``turn`` and writes
+what ``Sessions.run`` answers; a subagent's turn (subagents.py) comes here too, with no socket.
 
 A registry of per-session locks answers a second turn on a busy session with ``session_busy`` at
 once; the lock is released before the final frame is returned, whichever frame that is, so a
