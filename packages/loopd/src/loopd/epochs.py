@@ -109,7 +109,8 @@ async def close_epoch(
     instruction = UserMessage(content=COMPACT_INSTRUCTION)
     request = ChatRequest(
         messages=(*session.messages, instruction), tools=tuple(session.baseline.tools),
-        slot=session.slot, session=session.id, max_tokens=settings.summary_tokens,
+        slot=session.slot, session=session.id, marker=session.marker,
+        max_tokens=settings.summary_tokens,
         tool_choice="none", thinking=thinking,
     )
     try:
