@@ -23,6 +23,8 @@ event, never a time). Then brokerd is started again on the same state, and:
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import pytest
 from brokerd.audit import DecisionEntry, ResultEntry, entries
+from brokerd.sandbox._cgroup import PIDS_V1
 from brokerd.taint import TaintStore
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from bxcore.tools import DataClass
@@ -134,8 +137,9 @@ def caller(rig: Rig, session: str, kinds: list[str]) -> None:
             return
 
 
-def check_the_record(rig: Rig) -> None:
-    """Properties 1 and 4, by the project's own reader, and 2 by its command line."""
+def check_the_record(rig: Rig) -> int:
+    """Properties 1 and 4, by the project's own reader, and 2 by its command line. How many
+    calls the stop cut off."""
     log = list(entries(rig.brokerd.home / "audit"))
     allowed = {(e.decision.session, e.decision.call): e.decision.grant for e in log
                if isinstance(e, DecisionEntry) and e.decision.verdict == "allow"}
@@ -153,10 +157,9 @@ def check_the_record(rig: Rig) -> None:
                 taint = TaintStore(rig.brokerd.home / "broker" / "sessions").get(key[0])
                 assert taint.highest is not None and taint.highest >= DataClass.PRIVATE, taint
     assert set(results) <= set(allowed), "a result record for a call that was never allowed"
-    cut = sum(found[0].reason is not None for found in results.values())
-    event(f"calls cut off by the stop: {'none' if not cut else 'some'}")
     ok, text = rig.brokerd.verify()
     assert ok, text
+    return sum(found[0].reason is not None for found in results.values())
 
 
 def stop(rig: Rig, sig: signal.Signals) -> None:
@@ -207,7 +210,8 @@ def test_every_allowed_call_has_one_result_whatever_stops_brokerd(callers, after
         for thread in threads:
             thread.join(timeout=STOP_GUARD)
         rig.brokerd.start()  # closes what the stop left open, before serving
-        check_the_record(rig)
+        cut = check_the_record(rig)
+        event(f"calls cut off by the stop: {'none' if not cut else 'some'}")
         stop(rig, signal.SIGTERM)
         check_the_record(rig)
     finally:
@@ -261,6 +265,43 @@ def test_a_podman_sandbox_left_by_a_killed_brokerd_is_removed_and_audited_at_sta
         check_the_record(rig)
         rig.brokerd.stop()
     finally:
+        if rig.brokerd.process is not None:
+            os.killpg(rig.brokerd.process.pid, signal.SIGKILL)
+            rig.brokerd.process.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_process_left_in_a_killed_root_brokerds_call_group_is_killed_at_start():
+    """A root brokerd SIGKILLed while bubblewrap sets a sandbox up leaves bwrap's setup process
+    (root, before ``--die-with-parent`` holds) in the call's pids group. The next start on the
+    same state kills what its own groups hold, removes them, says so, and leaves other
+    brokerds' groups alone. The leftover here is a real process in a real group of that name."""
+    if os.geteuid() != 0 or not (PIDS_V1 / "cgroup.procs").is_file():
+        pytest.skip("a root brokerd's pids groups need root and the cgroup v1 pids hierarchy")
+    root = Path(tempfile.mkdtemp(prefix="bx-stop-"))
+    os.chmod(root, 0o755)
+    rig = Rig(root)
+    owner = hashlib.sha256(str(rig.brokerd.home.resolve()).encode()).hexdigest()[:16]
+    mine, other = PIDS_V1 / "boxmaker" / owner / "call-left", PIDS_V1 / "boxmaker" / "call-other"
+    held = []
+    try:
+        for group in (mine, other):
+            group.mkdir(parents=True)
+            held.append(subprocess.Popen(["/bin/sh", "-c", 'echo $$ > "$0" && exec sleep 600',
+                                          str(group / "cgroup.procs")]))
+        while not all((g / "cgroup.procs").read_text().strip() for g in (mine, other)):
+            time.sleep(0.01)
+        rig.brokerd.start()
+        assert held[0].wait(timeout=STOP_GUARD) == -signal.SIGKILL
+        assert not mine.exists() and held[1].poll() is None
+        assert "sandbox group call-left of an earlier brokerd" in rig.brokerd.log()
+        rig.brokerd.stop()
+    finally:
+        for process in held:
+            process.kill()
+            process.wait()
+        with contextlib.suppress(OSError):
+            other.rmdir()
         if rig.brokerd.process is not None:
             os.killpg(rig.brokerd.process.pid, signal.SIGKILL)
             rig.brokerd.process.wait()

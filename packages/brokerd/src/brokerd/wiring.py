@@ -86,7 +86,7 @@ def backend_for(config: Config) -> Sandbox:
                              sandbox_uid=section.sandbox_uid, owner=instance_of(config))
     toolkit = section.toolkit_dir or _installed_toolkit()
     return BubblewrapSandbox(toolkit_dir=toolkit, scratch_root=section.scratch,
-                             sandbox_uid=section.sandbox_uid)
+                             sandbox_uid=section.sandbox_uid, owner=instance_of(config))
 
 
 def harness_paths(config: Config, environ: Mapping[str, str]) -> tuple[Protected, ...]:
@@ -158,7 +158,7 @@ def build_serving(config: Config, backend: Sandbox) -> tuple[Broker, Unfinished]
 
 def remove_leftovers(backend: Sandbox) -> None:
     """Before serving: a sandbox an earlier brokerd on this state left running (it was killed)
-    is killed and waited for, so no mount is written by a call nobody counts as running. Only
-    podman's can outlive brokerd: a bubblewrap sandbox dies with it (``--die-with-parent``)."""
-    if isinstance(backend, PodmanSandbox):
+    is killed and waited for, so no mount is written by a call nobody counts as running:
+    podman's containers, and a root brokerd's bubblewrap call groups."""
+    if isinstance(backend, PodmanSandbox | BubblewrapSandbox):
         backend.remove_leftovers()

@@ -14,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import time
 from pathlib import Path
 
 PIDS_V1 = Path("/sys/fs/cgroup/pids")
 REMOVE_POLL_S = 0.001
 REMOVE_TRIES = 500
+LEFTOVER_WAIT_S = 10.0  # a SIGKILLed process leaves its group within it; else start-up fails
 
 
 def pids_cgroup_available(base: Path = PIDS_V1) -> bool:
@@ -48,3 +51,25 @@ class PidsCgroup:
                     await asyncio.sleep(REMOVE_POLL_S)
                     continue
             return
+
+
+def kill_leftovers(owner: str, base: Path = PIDS_V1) -> list[str]:
+    """Kill every process left in this brokerd's call groups (``boxmaker/<owner>/call-*``: a
+    SIGKILLed brokerd's sandboxes, bwrap's setup process among them, which ``--die-with-parent``
+    does not yet cover) and remove the groups: at start, before any call. Their names. OSError
+    when a group cannot be emptied or removed: brokerd does not start then."""
+    names = []
+    for group in sorted((base / "boxmaker" / owner).glob("call-*")):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        deadline = time.monotonic() + LEFTOVER_WAIT_S
+        while (group / "cgroup.procs").read_text().strip():
+            if time.monotonic() > deadline:
+                raise OSError(f"{group}: its processes did not end after SIGKILL")
+            time.sleep(0.01)
+        group.rmdir()
+        names.append(group.name)
+    with contextlib.suppress(OSError):  # absent, or not empty: a call group is made below it
+        (base / "boxmaker" / owner).rmdir()
+    return names

@@ -35,7 +35,7 @@ from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from ._backend import Backend
 from ._bwrap_args import BwrapLayout, bwrap_argv
 from ._call import stdout_cap
-from ._cgroup import PidsCgroup, pids_cgroup_available
+from ._cgroup import PidsCgroup, kill_leftovers, pids_cgroup_available
 from ._outcome import SandboxOutcome, interpret
 from ._process import run_process
 from ._seccomp import compile_filter, filter_fd
@@ -59,8 +59,12 @@ class BubblewrapSandbox(Backend):
         scratch_root: Path | None = None,
         egress_resolver: Mapping[str, str] | None = None,
         sandbox_uid: int = DEFAULT_SANDBOX_UID,
+        owner: str | None = None,
     ):
+        """``owner``: this brokerd's name (one per state directory); a root brokerd's call groups
+        are under it, so ``remove_leftovers`` finds its own and no other brokerd's."""
         self.layout = layout or BwrapLayout()
+        self.owner = owner
         # The host uid the tool runs as: brokerd's own, unless that is root.
         self.sandbox_uid = sandbox_uid if os.geteuid() == 0 else os.geteuid()
         if self.sandbox_uid == 0:
@@ -77,6 +81,22 @@ class BubblewrapSandbox(Backend):
         self._toolkit_dir = toolkit_dir
         self._seccomp = compile_filter()
         self._use_cgroup = os.geteuid() == 0 and pids_cgroup_available()
+
+    def remove_leftovers(self) -> list[str]:
+        """Kill what an earlier, SIGKILLed brokerd on this state left in its call groups: at
+        start, before any call. A sandbox dies with brokerd (``--die-with-parent``) once bwrap
+        has set that up; before, only its group holds it. Each one found is logged."""
+        if not (self._use_cgroup and self.owner):
+            return []
+        try:
+            names = kill_leftovers(self.owner)
+        except OSError as exc:
+            raise SandboxUnavailable(
+                f"bubblewrap: an earlier brokerd's sandbox is left: {exc}") from None
+        for name in names:
+            log.warning("sandbox group %s of an earlier brokerd on this state still held "
+                        "processes (brokerd was killed while it started): killed them", name)
+        return names
 
     def enforced_limits(self) -> dict[str, str]:
         if self._run_as is None:
@@ -102,7 +122,9 @@ class BubblewrapSandbox(Backend):
     async def _run(self, spec: SandboxSpec, argv: list[str], seccomp: int) -> SandboxOutcome:
         cgroup = None
         if self._use_cgroup:
-            cgroup = PidsCgroup(f"call-{secrets.token_hex(8)}", spec.limits.pids + _BWRAP_TASKS)
+            name = f"call-{secrets.token_hex(8)}"
+            cgroup = PidsCgroup(f"{self.owner}/{name}" if self.owner else name,
+                                spec.limits.pids + _BWRAP_TASKS)
             argv = cgroup.wrap(argv)
         try:
             finished = await run_process(
