@@ -38,11 +38,13 @@ class ScriptedBackend:
 
     content: str = "done"
     untrusted: bool = False
+    delay: float = 0.0  # seconds the call runs: past the rig's waiting_interval, notices come
     runs: list[SandboxSpec] = field(default_factory=list)
 
     async def run(self, decision: Decision) -> ToolOutput:
         spec = decision.authorize()
         self.runs.append(spec)
+        await asyncio.sleep(self.delay)
         return ToolOutput(content=self.content, data_class=spec.data_class,
                           untrusted=self.untrusted, truncated=False)
 
@@ -106,6 +108,18 @@ async def call_tool(path: Path, req) -> list[Frame]:
         return frames
     finally:
         await stream.close()
+
+
+def answer_of(frames: list[Frame]) -> Frame:
+    """The call's answer, the last frame, after the ``tool_waiting`` notices the protocol allows
+    before it (one every waiting_interval while the call runs: a busy machine sends some even for
+    a quick call). Anything else before the answer, or an answer that is not final, fails."""
+    *notices, answer = frames
+    for notice in notices:
+        assert (notice.kind, notice.final) == (broker_wire.TOOL_WAITING, False), notice
+        notice.parse(broker_wire.ToolWaiting)
+    assert answer.final and answer.kind != broker_wire.TOOL_WAITING, answer
+    return answer
 
 
 async def approve_socket(path: Path, kind: str, body) -> Frame:
