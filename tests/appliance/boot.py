@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .nix import REPO, lib_expression, nix_eval, nix_string
-from .units import render_unit
+from .units import render_socket, render_unit
 
 OWNER = "owner"
 IMAGES = "/var/lib/boxmaker-images"
@@ -259,6 +259,18 @@ class Install:
             f"credentialFiles = {{ {given} }}; }}"
         )
         self._write(f"boxmaker-{role}", unit)
+
+    def sockets(self) -> None:
+        """The role sockets' .socket units (systemd.sockets), enabled by sockets.target."""
+        for name in self.manifest["sockets"]:
+            unit = nix_eval(f"{lib_expression()}.socketUnit {nix_string(name)}")
+            directory = self.path("/etc/systemd/system")
+            (directory / f"boxmaker-{name}.socket").write_text(render_socket(unit))
+            for target in unit["wantedBy"]:
+                link = directory / f"{target}.wants" / f"boxmaker-{name}.socket"
+                link.parent.mkdir(exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    link.symlink_to(f"/etc/systemd/system/boxmaker-{name}.socket")
 
     def tool_runtime(self) -> None:
         unit = nix_eval(

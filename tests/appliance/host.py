@@ -40,6 +40,7 @@ def install(root: Path, appliance: Appliance, runtime: str) -> None:
         given = {"mattermost_token": token} if "mattermost_token" in (
             manifest.roles[role].credentials) else {}  # fmt: skip
         setup.unit(role, EGRESS.get(manifest.roles[role].egress, []), given)
+    setup.sockets()
     setup.tool_runtime()
     for directory in (manifest.paths.config_dir, manifest.paths.grants, manifest.paths.jobs):
         setup.path(directory).mkdir(parents=True, exist_ok=True)

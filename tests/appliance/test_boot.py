@@ -15,37 +15,28 @@ import os
 import secrets
 import shutil
 import subprocess
-import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 import roles as images  # images/ is on sys.path (tests/appliance/conftest.py)
-from bxctl.stack import load_manifest
 from bximage import build_cached
 from consult.support import fake_cloud, grant_text
-from gateway.mmthread import running_fake
-from support import llama
-from support.testca import make_test_ca
 
-from . import boot, bootroot
+from . import boot
 from .host import (
     CONFIG,
     NOTE,
     TURN_WAIT,
     UNITS,
-    install,
     owner,
     send_frame,
     set_config,
     wait_active,
 )
 from .nix import REPO, nix_eval, nix_string
-from .relay import TcpToUnix
 from .stack import NOTE_MARKER, ROLES, Appliance, answered_dm
 
 pytestmark = [
@@ -57,28 +48,9 @@ pytestmark = [
 ]
 
 @pytest.fixture(scope="module")
-def machine() -> Iterator[tuple[boot.Machine, Appliance]]:
-    cached = bootroot.boot_root()
-    work = Path(tempfile.mkdtemp(prefix="bx-h16-boot-", dir="/var/tmp"))
-    try:
-        with ExitStack() as stack:
-            server = stack.enter_context(llama.start_router())
-            relay = stack.enter_context(TcpToUnix(server.socket))
-            ca = make_test_ca(work / "ca")  # the owner's Mattermost has a private CA
-            mattermost = stack.enter_context(running_fake(tls=ca))
-            appliance = Appliance(load_manifest(), None, None, relay, mattermost, work, NOTE)  # type: ignore[arg-type]
-            appliance.bot = mattermost.add_user("boxmaker", bot=True)
-            appliance.owner = mattermost.add_user("owner")
-            root = boot.fresh_root(cached, work)
-            install(root, appliance, os.environ.get("BOXMAKER_BOOT_RUNTIME", "runc"))
-            boot.add_to_trust_store(root, ca.ca)
-            booted = stack.enter_context(
-                boot.booted(root, f"bx-h16-boot-{os.getpid()}", work / "console.log")
-            )
-            booted.wait_running()
-            yield booted, appliance
-    finally:
-        boot.remove(work)
+def machine(booted_machine) -> tuple[boot.Machine, Appliance]:
+    """The booted appliance (tests/appliance/conftest.py), shared with test_boot_systemd.py."""
+    return booted_machine
 
 
 def test_every_unit_reaches_active_through_ready_from_its_container(machine):

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.requires import needs
 
 SERVER = Path(__file__).with_name("activated_server.py")
 WAIT = 120.0  # a loaded 2-core machine: a bound on hanging, never a measure
@@ -166,8 +167,7 @@ def test_a_role_started_without_a_socket_binds_its_own_and_removes_it_when_it_st
     assert not path.exists()
 
 
-@pytest.mark.skipif(shutil.which("systemd-socket-activate") is None,
-                    reason="systemd's systemd-socket-activate is not installed")
+@needs("systemd-socket-activate")  # Debian's systemd package, beside systemd-analyze
 @FEW
 @given(socket_mode=st.sampled_from([0o600, 0o660, 0o640, 0o666, 0o755]),
        configured=st.sampled_from([0o600, 0o660, 0o620]))

@@ -18,7 +18,7 @@ import pytest
 # Programs scripts/setup installs (its APT_PACKAGES), or that ship with the machine it supports.
 SETUP_INSTALLS = frozenset({
     "bwrap", "podman", "skopeo", "runc", "crun", "strace", "nix-instantiate", "systemd-creds",
-    "systemd-analyze", "unshare", "node", "npm", "ip",
+    "systemd-analyze", "systemd-socket-activate", "unshare", "node", "npm", "ip",
 })
 
 
