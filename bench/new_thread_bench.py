@@ -1,17 +1,19 @@
 """A new thread on the baseline the server holds: the real llama-server, interleaved threads that
 share a baseline, each request's processed tokens against what it truly adds.
 
-The session marker where loopd puts it (the start of the system message) or after the baseline
-(the start of the first user message); the server's `--slot-prompt-similarity` at its default
-0.10 or at 1. *Truly new*: the request's tokens after the longest
-prefix it shares with anything the server processed before (prompts and answers, by /tokenize),
-the physical limit; *processed*: the server's `prompt_n`.
+The session marker at the start of the system message (loopd before issue 34) or after the
+baseline (the start of the first user message), random or chosen by loopd's ``MarkerBook`` (its
+first token after ``[thread`` apart from the kept sessions'); the server's
+`--slot-prompt-similarity` at its default 0.10 or at 1. *Truly new*: the request's tokens after
+the longest prefix it shares with anything the server processed before (prompts and answers,
+by /tokenize), the physical limit; *processed*: the server's `prompt_n`.
 (docs/decisions/new-thread-on-the-baseline.md)
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
 import secrets
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loopd.inference.markers import MarkerBook
 from report import ROOT, load_note, machine_line, today, write_section
 
 MODEL = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -48,8 +51,9 @@ COLLIDING = (
     ("A1", "Thanks. And a fruit?"),
     ("B1", "Another colour?"),
 )
-CONFIGS = (("user", "1.0", SCRIPT), ("user", "0.10", SCRIPT), ("system", "0.10", SCRIPT),
-           ("user", "1.0", COLLIDING))
+# Marker *chosen*: loopd's (after the baseline); the colliding threads' names no longer matter.
+CONFIGS = (("chosen", "1.0", SCRIPT), ("chosen", "1.0", COLLIDING), ("user", "1.0", SCRIPT),
+           ("user", "0.10", SCRIPT), ("system", "0.10", SCRIPT), ("user", "1.0", COLLIDING))
 
 
 class Server:
@@ -106,14 +110,21 @@ def run(server: Server, place: str, script: tuple[tuple[str, str], ...],
         for n in range(12))
     threads: dict[str, list[dict[str, str]]] = {}
     markers: dict[str, str] = {}
+
+    async def tokenize(text: str) -> list[int]:
+        return list(server.call("POST", "/tokenize", {"content": text})[1]["tokens"])
+
+    book = MarkerBook(tokenize)
     seen: list[list[int]] = []
     rows = []
     for name, text in script:
         first = name not in threads
+        if first and place == "chosen":
+            markers[name] = asyncio.run(book.new(name))
         tag = name if script is COLLIDING else secrets.token_hex(5)
         marker = markers.setdefault(name, f"[session {tag}]\n")
         turns = threads.setdefault(name, [])
-        opening = marker if first and place == "user" else ""
+        opening = marker if first and place != "system" else ""
         turns.append({"role": "user", "content": opening + text})
         system = (marker if place == "system" else "") + baseline
         messages = [{"role": "system", "content": system}, *turns]
@@ -149,9 +160,10 @@ A, E, random markers; *colliding*: three threads whose markers share their first
 in the order A1, B1 (longer), A2, A1, B1. *processed of truly new* per request: the server's
 `prompt_n` against the tokens no earlier prompt or answer shared (by `/tokenize`; a return's
 floor is its new tokens plus the one the server evaluates again). *similarity*:
-`--slot-prompt-similarity`. Marker *user*: at the start of the first user message, after the
-baseline (the alternative measured for issue 34); *system*: at the start of the system message
-(what loopd sends).
+`--slot-prompt-similarity`. Marker *chosen*: loopd's, at the start of the first user message
+after the baseline, its first token after `[thread` apart from every kept thread's (what loopd
+sends); *user*: the same place, random (`[session <hex>]`, the colliding ones named); *system*:
+at the start of the system message (loopd before issue 34).
 
 | sequence | marker | similarity | new threads after the first | returns | processed / new |
 |---|---|---|---|---|---|
@@ -160,10 +172,11 @@ baseline (the alternative measured for issue 34); *system*: at the start of the 
 With the marker after the baseline and the similarity at 1, a new thread processes only its own
 tokens and returns stay at the floor, unless a new thread's marker shares a leading token with a
 shorter kept thread's: the server then loads that thread's entry to serve the new one (one more
-cached token), which consumes it, and that thread re-reads its own part on return (*colliding*).
-At the default 0.10 a thread that is mostly the baseline is reused in place by the next one and
-read again on its return. With the marker first (loopd now) every new thread reads its own copy
-of the baseline and every return stays at the floor (docs/decisions/new-thread-on-the-baseline.md).
+cached token), which consumes it, and that thread re-reads its own part on return (*user*,
+*colliding*); loopd's chosen markers never share that token (*chosen*, *colliding*). At the
+default 0.10 a thread that is mostly the baseline is reused in place by the next one and read
+again on its return. With the marker first every new thread reads its own copy of the baseline
+(docs/decisions/new-thread-on-the-baseline.md).
 """
 
 
