@@ -10,9 +10,12 @@ import pytest
 from bxcore.config import InferenceSection
 from bxcore.protocol.loop import Content, Progress, Reasoning
 from bxcore.sse import END, NEED_DATA, Message, SSEParser
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from loopd.inference import InferenceClient, SessionFull, cache_outcome
 from loopd.inference.assembler import CompletionAssembler
 from loopd.inference.chunks import parse_chunk
+from loopd.inference.errors import BadStream
 
 from . import fake_server as fake
 from .replay import FIXTURES, fixture_names, read_fixture
@@ -151,3 +154,35 @@ def test_the_fake_servers_error_body_has_the_recorded_shape():
         fake.error_body("m", "exceed_context_size_error", n_prompt_tokens=1, n_ctx=1)
     )
     assert shape(faked) == shape(recorded)
+
+
+# Class: a stream frame whose token counts are not counts. Property: any value in a recorded
+# chunk's prompt_progress or timings fields either assembles to the same completion shape (a
+# non-negative count) or is a BadStream naming the field, never another exception (which the
+# turn would report as a failure of loopd's own).
+READ_FIELDS = {"prompt_progress": ["total", "cache", "processed"],
+               "timings": ["cache_n", "prompt_n", "predicted_n"]}
+count_value = st.one_of(st.integers(), st.floats(), st.text(max_size=3), st.none(), st.booleans(),
+                        st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(part=st.sampled_from(["prompt_progress", "timings"]), value=count_value,
+       data=st.data())
+def test_any_count_in_a_stream_frame_is_a_count_or_a_bad_stream(part, value, data):
+    frames = [json.loads(line.removeprefix(b"data: ")) for line in
+              read_fixture("qwen_turn1").splitlines() if line.startswith(b"data: {")]
+    holding = [f for f in frames if part in f]
+    frame = data.draw(st.sampled_from(holding))
+    field = data.draw(st.sampled_from(READ_FIELDS[part]))
+    frame[part][field] = value
+    raw = b"".join(b"data: " + json.dumps(f).encode() + b"\n\n" for f in frames)
+    try:
+        completion, events = assemble(raw + b"data: [DONE]\n\n")
+    except BadStream as exc:
+        assert field in str(exc) and part in str(exc), exc
+        return
+    assert isinstance(value, int) and value >= 0 and not isinstance(value, bool), value
+    assert min(completion.cache_n, completion.prompt_n, completion.predicted_n) >= 0
+    assert all(min(e.total, e.cache, e.processed) >= 0 for e in events
+               if isinstance(e, Progress))

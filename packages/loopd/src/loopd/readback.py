@@ -4,7 +4,8 @@ llama-server renders a request's past assistant turns through its chat template,
 does, it parses every tool call's ``arguments`` text with nlohmann::json (common/chat.cpp,
 ``workaround::func_args_not_string``, for every template that renders arguments as an object, as
 all of Boxmaker's do). That parser is strict RFC 8259: a lone surrogate escape, a raw control
-character in a string, NaN, a number too large for a double, or text after the value fails the
+character in a string, NaN, a number too large for a double (an integer of 310 digits too:
+past 64 bits it is read as a double), or text after the value fails the
 whole request with HTTP 500, and so does every later request that replays the same message.
 
 So the log keeps exactly what the model emitted, and the replay (replay.py) sends, in place of
@@ -61,8 +62,8 @@ def arguments_problem(text: str) -> str | None:
         return f"not valid JSON: {exc.msg.removesuffix(' at')} at offset {exc.pos}"
     except RecursionError:
         return f"nested deeper than {MAX_DEPTH} levels"
-    except ValueError as exc:  # an integer too long for int(): the server reads it as a double
-        return f"not valid JSON: {exc}"
+    except ValueError:  # an integer past int()'s 4,300 digits: as a double, it overflows
+        return "not valid JSON: a number too large for a double"
     if not isinstance(value, dict):
         return f"a JSON {_kind(value)}, not an object"
     return None
@@ -97,6 +98,13 @@ def _check(value: Any, text: str, depth: int) -> None:
         _check_string(value, text)
     elif isinstance(value, float) and not math.isfinite(value):
         raise _Unreadable("not valid JSON: a number too large for a double")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        # nlohmann reads an integer past (u)int64 with strtod, and refuses it if that gives
+        # infinity; float() rounds the same way (to nearest) and overflows exactly then.
+        try:
+            float(value)
+        except OverflowError:
+            raise _Unreadable("not valid JSON: a number too large for a double") from None
 
 
 def _check_string(value: str, text: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from bxcore._base import Count
 from bxcore.frames import describe_validation
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
 
@@ -46,16 +47,18 @@ class Choice(_ServerModel):
     finish_reason: StrictStr | None = None
 
 
+# Counts of tokens: never negative. A chunk that says otherwise is a bad stream here, at the
+# edge, not a failed turn where the count reaches a channel event or a log record.
 class PromptProgress(_ServerModel):
-    total: StrictInt
-    cache: StrictInt
-    processed: StrictInt
+    total: Count
+    cache: Count
+    processed: Count
 
 
 class Timings(_ServerModel):
-    cache_n: StrictInt
-    prompt_n: StrictInt
-    predicted_n: StrictInt
+    cache_n: Count
+    prompt_n: Count
+    predicted_n: Count
 
 
 class ServerChunk(_ServerModel):
