@@ -45,12 +45,14 @@ from loopd.replay import messages
 from loopd.sessions import Sessions
 from loopd.sockets import handler
 from loopd.store import SessionStore
-from loopd.tools import FakeTools, Registry, ToolRunner
+from loopd.tools import Registry, ToolRunner
 from loopd.turn import Loop
 from loopd.wiring import DEFAULT_SYSTEM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from report import load_note, machine_line, today, write_section
+from support.fake_tools import FakeTools  # the design's clock and echo, a test double
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (10, 1_000, 10_000)

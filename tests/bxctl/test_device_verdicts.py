@@ -202,7 +202,8 @@ def test_the_scratch_config_keeps_the_deployed_inference_section_and_nothing_els
     text = scratch_config(config, Path("/etc/system.md") if system else None, scratch)
     parsed = parse_config(text, "scratch.toml")
     assert parsed.inference == config.inference
-    assert parsed.paths.home == scratch / "home" and parsed.loop.tools == "fake"
+    assert parsed.paths.home == scratch / "home"
+    assert parsed.loop.registry == scratch / "registry.json"
     assert parsed.loop.memory == "off" and parsed.baseline.identity == []
     assert parsed.served("infer").path == config.served("infer").path
 

@@ -53,8 +53,7 @@ def deployed(directory: Path, router_socket: Path, infer_socket: Path) -> Path:
         f'[inferproxy]\nsocket = "{infer_socket}"\nupstream = "unix:{router_socket}"\n'
         f'[inference]\nmodel = "qwen-tools"\nmax_tokens = 64\nliveness_timeout = 600.0\n'
         f'[inference.sampling]\ntemperature = 0.0\n'
-        f'[inference.serving]\nslot_count = 2\nper_slot_context = 4096\nkv_cache_type = "f16"\n'
-        f'[loop]\ntools = "fake"\n')
+        f'[inference.serving]\nslot_count = 2\nper_slot_context = 4096\nkv_cache_type = "f16"\n')
     return config
 
 

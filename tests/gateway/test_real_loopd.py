@@ -27,6 +27,7 @@ from loopd.inference.api import ChatRequest
 from loopd.inference.request import request_body
 from loopd.replay import messages
 from loopd.store import SessionStore
+from support.fake_tools import loop_section
 from support.llama import QWEN, proxied, start_single
 
 from .harness import run, running, until
@@ -49,7 +50,7 @@ class Loopd:
             f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
             f'[inferproxy]\nsocket = "{infer_socket}"\n[inference]\nmax_tokens = 64\n'
             f'liveness_timeout = 600.0\n[inference.sampling]\ntemperature = 0.0\n'
-            f'[loop]\ntools = "fake"\n'  # no brokerd in this test: the in-process clock/echo
+            + loop_section(directory)  # no brokerd: tool_choice none, no call reaches it
         )
         self.socket = directory / "run" / "loop.sock"
         self.process: subprocess.Popen[bytes] | None = None

@@ -24,7 +24,8 @@ from loopd.errors import BaselineOverBudget
 from loopd.inference import InferenceClient
 from loopd.inference.budget import ServerTokens
 from loopd.memory import IdentityFiles
-from loopd.tools import FakeTools, Registry
+from loopd.tools import Registry
+from support.fake_tools import FakeTools
 
 pytestmark = [pytest.mark.real_server, pytest.mark.anyio]
 

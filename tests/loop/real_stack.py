@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 from loopd.log import Record
 from loopd.store import SessionStore
+from support.fake_tools import FakeBroker, loop_section
 from support.llama import QWEN, READY_WAIT, STOP_WAIT, TEMPLATES, llama_paths, require_llama
 
 BIN = Path(sys.executable).parent  # the venv's console scripts: loopd, bxctl
@@ -112,7 +113,7 @@ def loopd_config(directory: Path, infer_sock: Path) -> Path:
         f'[inferproxy]\nsocket = "{infer_sock}"\n'
         f'[inference]\nmax_tokens = 64\nliveness_timeout = 600.0\n'
         f'[inference.sampling]\ntemperature = 0.0\n'
-        f'[loop]\ntools = "fake"\n'  # no brokerd in this stack: the in-process clock and echo
+        + loop_section(directory)  # no brokerd in this stack: FakeBroker's clock and echo
     )
     return path
 
@@ -203,7 +204,8 @@ def real_stack() -> Iterator[RealStack]:
     """llama-server and inferproxy running, loopd's config written; all removed after."""
     directory = workdir()
     try:
-        with tcp_llama(directory) as port, inferproxy(directory, port) as infer_sock:
+        with tcp_llama(directory) as port, inferproxy(directory, port) as infer_sock, \
+                FakeBroker(directory / "run" / "broker.sock").in_thread():
             yield RealStack(directory, port, loopd_config(directory, infer_sock))
     finally:
         remove(directory)

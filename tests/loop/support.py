@@ -18,8 +18,9 @@ from bxcore.protocol.loop import TurnEventBody
 from loopd.baseline import Baseline
 from loopd.inference.api import ChatRequest, Completion, EventSink
 from loopd.store import Session, SessionStore
-from loopd.tools import FakeTools, Registry, ToolRunner
+from loopd.tools import Registry, ToolRunner
 from loopd.turn import Loop, TurnSettings
+from support.fake_tools import FakeTools
 
 FIXED_TIME = "2026-09-18T12:00:00.000000Z"
 

@@ -10,18 +10,21 @@ from pathlib import Path
 
 import pytest
 from bxctl.doctor import role_check
+from support.fake_tools import registry_file
 from support.llama import QWEN, start_single
 
 LOOPD = Path(sys.executable).with_name("loopd")
 
 
-def config(directory: Path, infer: Path, extra: str = "") -> Path:
-    """A config with the fake tool port (no brokerd here); ``extra`` goes on in [loop]."""
+def config(directory: Path, infer: Path, extra: str = "", memory: str = "off") -> Path:
+    """A config with the fake tools' registry (no brokerd here: no check calls a tool);
+    ``extra`` goes on after [loop]."""
     path = directory / "config.toml"
     path.write_text(f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
                     f'[inferproxy]\nsocket = "{infer}"\n'
                     f'[inference]\nretries = 0\nliveness_timeout = 600.0\n'
-                    f'[loop]\ntools = "fake"\n{extra}')
+                    f'[loop]\nregistry = "{registry_file(directory)}"\n'
+                    f'memory = "{memory}"\n{extra}')
     return path
 
 
@@ -48,7 +51,7 @@ def test_doctor_shows_what_failed_in_the_self_test_not_only_the_verdict(tmp_path
 
 
 def test_budget_without_memoryd_fails_when_memoryd_gives_the_identity(tmp_path):
-    path = config(tmp_path, tmp_path / "nobody.sock", 'memory = "memoryd"\n')
+    path = config(tmp_path, tmp_path / "nobody.sock", memory="memoryd")
     status, lines = loopd("budget", path)
     assert status == 1
     assert lines[-1].startswith("FAIL baseline_budget: no identity: memoryd")

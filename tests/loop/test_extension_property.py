@@ -27,8 +27,9 @@ from loopd.inference.client import InferenceClient
 from loopd.log import parse_log
 from loopd.sessions import Sessions
 from loopd.store import SessionStore
-from loopd.tools import FakeTools, Registry, ToolRunner
+from loopd.tools import Registry, ToolRunner
 from loopd.turn import Loop, TurnSettings
+from support.fake_tools import FakeTools
 
 from .caching_server import CachingServer, Planned
 from .support import FIXED_TIME, Events, fixed_baselines

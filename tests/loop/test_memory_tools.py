@@ -9,8 +9,9 @@ import pytest
 from bxcore.chat import FunctionCall, ToolCall, ToolSchema
 from bxcore.config import parse_config
 from bxcore.protocol.memory import MEMORY_TOOL_SCHEMAS
-from loopd.tools import FakeTools, Registry, ToolRunner, with_memory_tools
+from loopd.tools import Registry, ToolRunner, with_memory_tools
 from loopd.wiring import build
+from support.fake_tools import FakeTools
 
 from .support import Events, fake_registry, registry_json
 

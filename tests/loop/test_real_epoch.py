@@ -26,8 +26,9 @@ from loopd.memory import MemoryLink
 from loopd.replay import messages
 from loopd.sessions import Sessions
 from loopd.store import SessionStore
-from loopd.tools import FakeTools, Registry, ToolRunner
+from loopd.tools import Registry, ToolRunner
 from loopd.turn import Loop
+from support.fake_tools import FakeTools
 from support.llama import QWEN, nonce, start_single
 
 from .memoryd_process import running_memoryd

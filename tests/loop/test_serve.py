@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -19,16 +20,18 @@ from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
 from loopd.sockets import run
 from loopd.tools.broker import BrokerPort
-from loopd.tools.fake import ECHO
 from loopd.wiring import DEFAULT_SYSTEM, build, system_path
+from support.fake_tools import ECHO, FakeBroker, loop_keys
 
-from .support import ScriptedInference, registry_json, say
+from .support import ScriptedInference, call, registry_json, say
 
 pytestmark = pytest.mark.anyio
 
 
-def config_file(tmp_path, extra: str = "", loop: str = 'tools = "fake"\n') -> tuple:
-    """A config with the fake tool port (no brokerd here), unless ``loop`` says otherwise."""
+def config_file(tmp_path, extra: str = "", loop: str | None = None) -> tuple:
+    """A config whose registry is the fake tools' and memory off (no brokerd, no memoryd here:
+    no test of this file calls a tool), unless ``loop`` says otherwise."""
+    loop = loop_keys(tmp_path) if loop is None else loop
     path = tmp_path / "config.toml"
     text = (f'[paths]\nhome = "{tmp_path}/home"\nrun = "{tmp_path}/run"\n'
             f'[inference]\nretries = 0\n'
@@ -95,6 +98,33 @@ async def test_serve_binds_0600_notifies_ready_and_serves_turns(tmp_path, monkey
     assert not config.loop_socket.exists()
 
 
+async def test_a_served_loopds_tool_calls_reach_the_fake_tools_through_the_broker_port(tmp_path):
+    """How tests without brokerd give ``loopd serve`` its tools: the product's broker port, a
+    registry of clock and echo, and FakeBroker answering broker.sock."""
+    path, config = config_file(tmp_path)
+    script = [call(("call_tool", json.dumps({"name": "echo", "arguments": {"text": "ping"}}))),
+              say("Done.")]
+    stop = asyncio.Event()
+    async with FakeBroker(config.served("broker").path).serving() as tools:
+        server = asyncio.create_task(run(build(config, path), ScriptedInference(script), passing,
+                                         notifier=Notifier(send=lambda _: None), stop=stop))
+        try:
+            while not config.loop_socket.exists():
+                await asyncio.sleep(0.01)
+            stream = await FrameStream.connect(config.loop_socket, wire.FROM_LOOPD)
+            await stream.write(Frame.of(wire.TURN, Turn(session="a", content="hi", resume=False),
+                                        final=False))
+            while not (frame := await stream.read(timeout=30)).final:
+                pass
+            await stream.close()
+        finally:
+            stop.set()
+            assert await asyncio.wait_for(server, 30) == 0
+    assert frame.kind == "turn_done" and frame.body["content"] == "Done."
+    assert [(r.tool, json.loads(r.arguments)) for r in tools.requests] == [
+        ("echo", {"text": "ping"})]
+
+
 async def test_a_stale_socket_is_removed_before_the_self_test_and_a_live_one_refused(
     tmp_path
 ):
@@ -158,6 +188,16 @@ def test_the_product_default_is_brokerd_and_without_a_registry_loopd_names_the_k
         build(config, path)
 
 
+@pytest.mark.parametrize("port", ["fake", "in-process", ""])
+def test_a_config_naming_another_tool_port_is_refused_naming_the_key(tmp_path, port):
+    """The test double that once answered ``tools = "fake"`` lives in tests/ now: the product
+    has one port, and a config asking for another fails at load, naming loop.tools."""
+    with pytest.raises(ConfigError) as raised:
+        config_file(tmp_path, loop=f'tools = "{port}"\n')
+    assert str(raised.value) == f"{tmp_path / 'config.toml'}: loop.tools: Input should be " \
+        f"'broker' (got {port!r})"
+
+
 def test_the_broker_port_offers_clock_even_when_the_registry_does_not_list_it(tmp_path):
     registry = tmp_path / "registry.json"
     registry.write_text(registry_json([ECHO]))
@@ -169,7 +209,7 @@ def test_the_broker_port_offers_clock_even_when_the_registry_does_not_list_it(tm
 
 async def test_with_memory_off_a_new_baseline_reads_core_md_under_home(tmp_path):
     path, config = config_file(tmp_path)
-    assert config.loop.memory_source() == "off"  # the fake port: no memoryd in the picture
+    assert config.loop.memory_source() == "off"  # memory = "off": no memoryd in the picture
     core = tmp_path / "home" / "memory" / "core.md"
     core.parent.mkdir(parents=True)
     core.write_text("The owner is Ada.")

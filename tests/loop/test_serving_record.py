@@ -19,6 +19,7 @@ from loopd.sessions import Sessions
 from loopd.sockets import run
 from loopd.store import SERVING_RECORD, SessionStore
 from loopd.wiring import build
+from support.fake_tools import loop_section
 
 from .support import Events, ScriptedInference, fixed_baselines, make_loop, say
 
@@ -126,7 +127,7 @@ async def test_compaction_uses_the_servers_per_slot_context_when_none_is_recorde
     compaction limit at 3,072 (compact_at 0.75), so a turn that fills 3,100 tokens compacts."""
     path = tmp_path / "config.toml"
     text = (f'[paths]\nhome = "{tmp_path}/home"\nrun = "{tmp_path}/run"\n'
-            f'[loop]\ntools = "fake"\n')
+            + loop_section(tmp_path))
     path.write_text(text)
     config = parse_config(text, path, tmp_path)
     inference = ScriptedInference([say("Long.", prompt_n=3100), say("Summary."), say("Short.")])

@@ -15,10 +15,10 @@ from bxcore.framestream import FrameStream
 from bxcore.protocol import broker
 from bxcore.tools import ToolRequest, ToolResponse
 from loopd.errors import RegistryError
-from loopd.tools import FakeTools, Registry, ToolRunner, load_registry
+from loopd.tools import Registry, ToolRunner, load_registry
 from loopd.tools.broker import BrokerPort
-from loopd.tools.fake import ECHO
 from loopd.tools.registry import first_clause
+from support.fake_tools import ECHO, FakeTools
 
 from .support import FIXED_TIME, Events, registry_json
 

@@ -14,8 +14,8 @@ from loopd.errors import TurnEnded
 from loopd.inference.api import ChatRequest
 from loopd.inference.errors import ServerRejected, SessionFull, Unavailable
 from loopd.store import SessionStore
-from loopd.tools import FakeTools
 from loopd.turn import INTERRUPTED, REPEATED, STOPPED, record_completion, run_turn
+from support.fake_tools import FakeTools
 
 from .support import (
     FIXED_TIME,

@@ -27,11 +27,7 @@ def main() -> None:
 
 @main.command()
 @config_option
-@click.option(
-    "--tools", type=click.Choice(["fake", "broker"]), default=None,
-    help="Which port answers tool calls; overrides [loop] tools.",
-)
-def serve(config_path: Path, tools: str | None) -> None:
+def serve(config_path: Path) -> None:
     """Run the self-test, then serve turns on loop.sock until SIGTERM.
 
     Example: loopd serve --config /etc/boxmaker/config.toml
@@ -40,7 +36,7 @@ def serve(config_path: Path, tools: str | None) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
     try:
         config = load_config(config_path)
-        parts = wiring.build(config, config_path, tools)
+        parts = wiring.build(config, config_path)
         status = asyncio.run(sockets.serve(parts, wiring.inference_client(config)))
     except BoxmakerError as exc:
         raise click.ClickException(str(exc)) from None

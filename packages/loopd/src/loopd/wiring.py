@@ -36,7 +36,6 @@ from .sessions import Sessions
 from .store import SessionStore
 from .subagents import Subagents
 from .tools import (
-    FakeTools,
     Registry,
     ToolPort,
     ToolRunner,
@@ -80,25 +79,18 @@ class LoopParts:
         return dataclasses.replace(self.baselines, budget=budget)
 
 
-def build(config: Config, config_path: Path, tools: str | None = None) -> LoopParts:
-    choice = tools or config.loop.tools
+def build(config: Config, config_path: Path) -> LoopParts:
     memory = memory_for(config)
-    port: ToolPort
-    if choice == "fake":
-        fake = FakeTools()
-        registry, port = Registry(fake.schemas), fake
-    else:
-        if config.loop.registry is None:
-            raise ConfigError(
-                f"{config_path}: loop.registry: set it to the toolkit's registry (bx-tool schemas "
-                f"--out <file>): [loop] tools is \"broker\" (the default), which needs one; "
-                f"tools = \"fake\" is a test double"
-            )
-        registry = with_clock(load_registry(config.loop.registry))
-        if isinstance(memory, MemoryLink):  # the memory tools reach memoryd through brokerd
-            registry = with_memory_tools(registry)
-        registry = with_builtin(registry, [DELEGATE_SCHEMA])  # brokerd decides, loopd runs it
-        port = BrokerPort(config.served("broker").path)
+    if config.loop.registry is None:
+        raise ConfigError(
+            f"{config_path}: loop.registry: set it to the toolkit's registry (bx-tool schemas "
+            f"--out <file>): every tool call goes to brokerd, and loopd offers the tools it lists"
+        )
+    registry = with_clock(load_registry(config.loop.registry))
+    if isinstance(memory, MemoryLink):  # the memory tools reach memoryd through brokerd
+        registry = with_memory_tools(registry)
+    registry = with_builtin(registry, [DELEGATE_SCHEMA])  # brokerd decides, loopd runs it
+    port: ToolPort = BrokerPort(config.served("broker").path)
     return LoopParts(
         config=config, source=config_path, system=system_path(config, config_path),
         registry=registry, port=port, memory=memory,

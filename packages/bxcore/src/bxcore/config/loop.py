@@ -13,18 +13,16 @@ class LoopSection(Section):
     tool_iterations: Annotated[int, Field(ge=1)] = 8
     repeat_detection: bool = True
     tool_result_cap: Annotated[int, Field(ge=64)] = 16 * 1024  # bytes of UTF-8
-    # Which port answers tool calls: "broker" sends every call to brokerd over broker.sock
-    # ([broker] socket), the product; "fake" is a test double (the design's in-process clock, echo,
-    # no brokerd, no memory) that only an explicit setting chooses.
-    tools: Literal["fake", "broker"] = "broker"
-    # The registry for the broker port: a JSON array of tool schemas with a "core" flag, as the
-    # toolkit publishes it (``bx-tool schemas``); required with the broker port. The fake port
-    # brings its own.
+    # Which port answers tool calls: "broker", the only one, sends every call to brokerd over
+    # broker.sock ([broker] socket). Kept as a key so a config naming anything else (the test
+    # double "fake" that once shipped here) is refused, naming loop.tools.
+    tools: Literal["broker"] = "broker"
+    # The tool registry: a JSON array of tool schemas with a "core" flag, as the toolkit
+    # publishes it (``bx-tool schemas``); loopd refuses to start without one.
     registry: ConfigPath | None = None
-    # Where a new epoch's identity comes from, and who hears of finished turns: "memoryd" asks
-    # memory.sock (and refuses to start an epoch while memoryd cannot be reached); "off" reads
-    # the [baseline] identity files and tells nobody. Left out: "memoryd" with the broker port,
-    # "off" with the fake one (the fake port cannot reach memory tools anyway).
+    # Where a new epoch's identity comes from, and who hears of finished turns: "memoryd" (left
+    # out: the default) asks memory.sock (and refuses to start an epoch while memoryd cannot be
+    # reached); "off" reads the [baseline] identity files and tells nobody.
     memory: Literal["memoryd", "off"] | None = None
     # Compaction: when a turn ends with the slot holding at least this share of
     # [inference.serving] per_slot_context, the session is compacted before its next turn.
@@ -32,9 +30,7 @@ class LoopSection(Section):
     summary_tokens: Annotated[int, Field(ge=16)] = 1024  # cap on the compaction summary
 
     def memory_source(self) -> Literal["memoryd", "off"]:
-        if self.memory is not None:
-            return self.memory
-        return "memoryd" if self.tools == "broker" else "off"
+        return "memoryd" if self.memory is None else self.memory
 
 
 class BaselineSection(Section):

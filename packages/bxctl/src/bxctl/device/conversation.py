@@ -1,9 +1,12 @@
 """The on-device conversation (docs/design.md, the owner's device) through a real ``loopd
 serve`` that touches nothing of the owner's: its own config, home and run directory under a
-scratch directory, its own session id, the in-process test tools (``clock``, and ``echo`` found
-with ``find_tool``) and no memoryd. It reaches the model as the deployed loopd does, through the
-deployed inferproxy's socket, with the deployed ``[inference]`` section (model, slots, sampling,
-recorded serving settings): so its start-up self-test is the owner's.
+scratch directory, its own session id, a scratch registry (``clock``, and ``echo`` found with
+``find_tool``), no memoryd and no brokerd: its broker.sock is a scratch path nobody serves, so
+each tool call is answered "brokerd failed" by loopd's own broker port, a ToolResult like any
+other (what is checked is the loop's records and the cache, not a tool). It reaches the model as
+the deployed loopd does, through the deployed inferproxy's socket, with the deployed
+``[inference]`` section (model, slots, sampling, recorded serving settings): so its start-up
+self-test is the owner's.
 
 Three ``bxctl chat --say`` turns (plain, ``clock``, ``echo``), a loopd restart, a fourth turn;
 then the session's log, read record by record.
@@ -22,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from bxcore.canonical import canonical_text
+from bxcore.chat import ToolSchema
 from bxcore.config import Config
 from bxcore.records import AnyRecord, parse_record
+from bxcore.tools import CLOCK
 
 from ..roles import role_command
 from .router import DeviceError
@@ -63,14 +68,21 @@ def toml_table(name: str, values: Mapping[str, Any]) -> str:
     return text
 
 
+# The scratch registry's one tool besides clock: not core, so the model must find it first.
+ECHO = ToolSchema(name="echo", description="Echo: returns its text argument unchanged.",
+                  parameters={"type": "object", "required": ["text"],
+                              "properties": {"text": {"type": "string"}}})
+REGISTRY = canonical_text([schema.model_dump(mode="json") for schema in (CLOCK, ECHO)])
+
+
 def scratch_config(config: Config, system: Path | None, directory: Path) -> str:
     """loopd's config for the conversation: the deployed [inference] and inferproxy socket,
-    everything else scratch."""
+    everything else scratch (``Conversation`` writes its registry under ``directory``)."""
     inference = config.inference.model_dump(mode="json", exclude_none=True)
     text = toml_table("paths", {"home": str(directory / "home"), "run": str(directory / "run")})
     text += toml_table("inferproxy", {"socket": str(config.served("infer").path)})
     text += toml_table("inference", inference)
-    text += toml_table("loop", {"tools": "fake", "memory": "off"})
+    text += toml_table("loop", {"registry": str(directory / "registry.json"), "memory": "off"})
     baseline: dict[str, Any] = {"identity": []}
     if system is not None:
         baseline["system"] = str(system)
@@ -82,6 +94,7 @@ class Conversation:
         self.directory = directory
         self.config = directory / "config.toml"
         self.config.write_text(config_text)
+        (directory / "registry.json").write_text(REGISTRY)
         self.log = directory / "loopd.log"
         self.socket = directory / "run" / "loop.sock"
         self.session = f"verify-device-{secrets.token_hex(4)}"

@@ -2,7 +2,6 @@
 that answers ``find_tool`` and ``call_tool`` itself (docs/design.md, "The agent loop")."""
 
 from .dispatch import ToolRunner
-from .fake import FakeTools
 from .port import ToolPort
 from .registry import (
     CALL_TOOL,
@@ -14,6 +13,6 @@ from .registry import (
 )
 
 __all__ = [
-    "CALL_TOOL", "FIND_TOOL", "FakeTools", "Registry", "ToolPort", "ToolRunner",
+    "CALL_TOOL", "FIND_TOOL", "Registry", "ToolPort", "ToolRunner",
     "load_registry", "with_clock", "with_memory_tools",
 ]

@@ -1,8 +1,8 @@
 """The tool port: the one way the turn loop reaches a tool.
 
 loopd holds no authority. Every call it does not answer itself (``find_tool``, ``call_tool``'s
-lookup) goes through a port: ``FakeTools`` in process until brokerd runs, ``BrokerPort`` over
-broker.sock after, chosen by config. The loop knows only this protocol.
+lookup) goes through a port: the product's is ``BrokerPort`` over broker.sock; tests hand the
+loop a double of their own. The loop knows only this protocol.
 """
 
 from __future__ import annotations
