@@ -27,7 +27,7 @@ import httpx
 import pytest
 from bxcore.config import InferenceSection
 from bxcore.config.inference import SamplingSection
-from bxcore.records import Assistant, CacheLoss, Usage
+from bxcore.records import Assistant, CacheLoss, ToolResult, Usage
 from faults.profile import LONG, by_profile, fuzz_at_most, hang_guard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -60,8 +60,11 @@ MARKUP = ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>"
 odd_text = st.lists(st.text(st.characters(codec="utf-8"), max_size=8) | st.sampled_from(MARKUP),
                     max_size=8).map("".join)
 surrogate_escape = st.sampled_from(["\\ud800", "\\udfff", "\\uDBFF", "\\ud83d", "\\ude00"])
+# Integers around where a double runs out (310 digits): nlohmann reads them with strtod.
+huge_integer = st.integers(10**300, 10**330) | st.integers(-(10**330), -(10**300))
 json_value = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | odd_text,
+    st.none() | st.booleans() | st.integers() | huge_integer | st.floats(allow_nan=False)
+    | odd_text,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(odd_text, inner, max_size=3),
     max_leaves=8,
 )
@@ -103,10 +106,10 @@ a_call = st.tuples(tool_name, arguments_text) | echo_call
 
 
 @st.composite
-def hostile_completion(draw: st.DrawFn) -> tuple[list[bytes], bool]:
+def hostile_completion(draw: st.DrawFn) -> tuple[list[bytes], bool, bool]:
     """The chunks of one completion in the real server's format, with what a model could put
-    in it; and whether they hold bytes that are not UTF-8 (which loopd refuses, logging
-    nothing: llama-server never sends them)."""
+    in it; whether they hold bytes that are not UTF-8 (which loopd refuses, logging
+    nothing: llama-server never sends them); and whether max_tokens cut it."""
     calls = tuple((f"call-{i}", *draw(a_call)) for i in range(draw(st.integers(0, 2))))
     content = draw(st.none() | odd_text)
     raw = draw(st.none() | st.sampled_from(NOT_UTF8))
@@ -114,12 +117,13 @@ def hostile_completion(draw: st.DrawFn) -> tuple[list[bytes], bool]:
         content = (content or "") + RAW_MARK
     steps = completion(content=content or "", reasoning=draw(st.none() | odd_text) or "",
                        tool_calls=calls)
-    if calls and draw(st.booleans()):  # cut off by max_tokens, as the real server ends it
+    cut = bool(calls) and draw(st.booleans())
+    if cut:  # cut off by max_tokens, as the real server ends it
         steps = [s.replace(b'"finish_reason":"tool_calls"', b'"finish_reason":"length"')
                  for s in steps]
     if raw is not None:
         steps = [s.replace(RAW_MARK.encode(), raw) for s in steps]
-    return steps, raw is not None
+    return steps, raw is not None, cut
 
 
 class ScriptedProxy(httpx.AsyncBaseTransport):
@@ -195,6 +199,20 @@ def assert_cache_held(trial: Trial, injected: bool) -> None:
     assert losses <= allowed, [records[i] for i in losses]
 
 
+def check_cut_told(trial: Trial, cut: bool) -> None:
+    """A call the token limit cut, which the server could not read back, is answered saying
+    so (not blaming its escaping); no other call's answer speaks of the limit."""
+    records = trial.session.records
+    hostile = next(r for r in records if isinstance(r, Assistant))
+    results = {r.tool_call_id: r.content for r in records if isinstance(r, ToolResult)}
+    calls = hostile.tool_calls or []
+    for call in calls:
+        told = "cut off at the token limit" in results[call.id]
+        last_cut = cut and call is calls[-1] and results[call.id].startswith("Not run: your")
+        assert told == (last_cut and arguments_problem(call.function.arguments) is not None), (
+            call, results[call.id])
+
+
 def check_session_survives(trial: Trial, injected: bool) -> None:
     """A plain turn is answered; the log opens again (a restart) and the next turn is too,
     with no cache loss after the one allowed."""
@@ -226,7 +244,7 @@ def test_any_completion_leaves_a_session_the_real_server_answers(
 ):
     """Identity text and a compaction summary of any kind open the session (what memoryd and
     compaction hand loopd), so the real server reads those too."""
-    steps, not_utf8 = injected
+    steps, not_utf8, cut = injected
     trial = Trial(tmp_path / secrets.token_hex(4), server, identity, summary)
     outcome = trial.turn("Hello.", steps)
     if not_utf8:  # refused as a bad stream: nothing of it is logged
@@ -234,6 +252,7 @@ def test_any_completion_leaves_a_session_the_real_server_answers(
         assert not [r for r in trial.session.records if isinstance(r, Assistant)]
     else:
         assert outcome == "done", outcome
+        check_cut_told(trial, cut)
     check_session_survives(trial, injected=not not_utf8)
 
 

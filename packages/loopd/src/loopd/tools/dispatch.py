@@ -21,7 +21,7 @@ from bxcore.tools import cap_text as cap_text  # the turn caps results with it
 from ..inference.api import EventSink
 from ..readback import arguments_problem
 from .port import ToolPort
-from .registry import CALL_TOOL, FIND_TOOL, Registry
+from .registry import CALL_TOOL, FIND_TOOL, QUOTED, Registry, quoted
 
 log = logging.getLogger("loopd.tools")
 _SHOWN = 80  # characters of unreadable arguments quoted back to the model
@@ -47,14 +47,15 @@ class ToolRunner:
                 return target  # a listed name: never text the channel cannot carry
         return call.function.name
 
-    async def run(self, call: ToolCall, *, session: str, number: int, events: EventSink) -> (
-        ToolOutcome
-    ):
+    async def run(self, call: ToolCall, *, session: str, number: int, events: EventSink,
+                  cut: bool = False) -> ToolOutcome:
         """The call's outcome, whatever the model put in it: arguments that cannot be encoded
         (a lone surrogate, nesting too deep to write back) are answered, not raised, so every
-        tool call in the log has its result and the session replays."""
+        tool call in the log has its result and the session replays. ``cut``: the completion
+        ended at its token limit (finish_reason "length") inside this call."""
         try:
-            return await self._run(call, session=session, number=number, events=events)
+            return await self._run(call, session=session, number=number, events=events,
+                                   cut=cut)
         except (ValueError, TypeError, RecursionError) as exc:
             log.warning("call %d of session %s not run: its arguments cannot be encoded: %s",
                         number, session, exc,
@@ -63,13 +64,13 @@ class ToolRunner:
                          f"Not run: the arguments of {call.function.name} hold text that cannot "
                          "be encoded (a lone surrogate, or nesting too deep).")
 
-    async def _run(self, call: ToolCall, *, session: str, number: int, events: EventSink) -> (
-        ToolOutcome
-    ):
+    async def _run(self, call: ToolCall, *, session: str, number: int, events: EventSink,
+                   cut: bool) -> ToolOutcome:
         name = call.function.name
         problem = arguments_problem(call.function.arguments)
         if problem is not None:  # the replay shows the model a placeholder, not these
-            return _ours(name, unreadable_text(name, call.function.arguments, problem))
+            told = cut_text if cut else unreadable_text
+            return _ours(name, told(name, call.function.arguments, problem))
         arguments = json.loads(call.function.arguments)
         if name == FIND_TOOL.name:
             query = arguments.get("query")
@@ -110,16 +111,38 @@ class ToolRunner:
 def unreadable_text(name: str, arguments: str, problem: str) -> str:
     """What the model is told about arguments it sent that cannot be read back: the reason and
     where, and the start of the text, so it can send them again as one JSON object."""
-    start = _carried(arguments[:_SHOWN]) + ("..." if len(arguments) > _SHOWN else "")
+    name = _named(name)
     return (f"Not run: your arguments for {name} ({len(arguments)} characters, starting "
-            f"{json.dumps(start)}) are not a JSON object the model server can read back: "
+            f"{_start(arguments)}) are not a JSON object the model server can read back: "
             f"{problem}. Call {name} again with its arguments as one JSON object, every string "
             "in it escaped as JSON requires.")
+
+
+def cut_text(name: str, arguments: str, problem: str) -> str:
+    """What the model is told about a call its token limit cut off: that the limit, not its
+    escaping, ended it, and that the same call would be cut at the same place."""
+    name = _named(name)
+    return (f"Not run: your call to {name} was cut off at the token limit (max_tokens) after "
+            f"{len(arguments)} characters of arguments, starting {_start(arguments)}, so they "
+            f"are not a whole JSON object ({problem}). Sending the same call again will be cut "
+            "at the same place. Send less in one call: split long text over several calls (write "
+            "the first part, then add the rest in further calls), or shorten it.")
 
 
 def not_run_outcome(name: str, reason: str) -> ToolOutcome:
     """The answer for a call the loop decided not to run (a repeat, a stopped turn)."""
     return _ours(name, reason)
+
+
+def _named(name: str) -> str:
+    """A tool name the model chose, as an answer names it: whole if short, else quoted and
+    cut, so a long name is never echoed back whole."""
+    return name if len(name) <= QUOTED else quoted(name)
+
+
+def _start(arguments: str) -> str:
+    start = _carried(arguments[:_SHOWN]) + ("..." if len(arguments) > _SHOWN else "")
+    return json.dumps(start)
 
 
 def _ours(name: str, content: str, status: Literal["ok", "failed"] = "failed") -> ToolOutcome:

@@ -64,6 +64,7 @@ UNKNOWN_TOOL = (
     "Unknown tool {name}{where}. Call find_tool with one of these tool names to get its "
     "arguments: {tools}."
 )
+QUOTED = 80  # characters of a model's own name or query that loopd's answers repeat
 _FIRST_CLAUSE = re.compile(r"[.;:](?:\s|$)")
 _WORD = re.compile(r"[^\W_]+")
 
@@ -132,8 +133,8 @@ class Registry:
             return (f"Unknown tool {name!r} as a call of its own: call call_tool with the name "
                     f"{name!r} and its arguments.")
         if not self._discoverable():
-            return f"Unknown tool {name!r}{where}: there are no tools to call."
-        return UNKNOWN_TOOL.format(name=repr(name), where=where, tools=self.named_tools())
+            return f"Unknown tool {quoted(name)}{where}: there are no tools to call."
+        return UNKNOWN_TOOL.format(name=quoted(name), where=where, tools=self.named_tools())
 
     def named_tools(self) -> str:
         """Every tool call_tool reaches, each named with the first clause of its description:
@@ -149,16 +150,28 @@ class Registry:
         if not found:
             if not self._discoverable():
                 return NOTHING_FOUND
-            # json.dumps, not canonical_text: a query may hold a lone surrogate, which
-            # canonical_text refuses; loopd escapes it when it carries the result
-            return NOTHING_MATCHES.format(
-                query=json.dumps(query, ensure_ascii=False), tools=self.named_tools()
-            )
+            return NOTHING_MATCHES.format(query=quoted(query, _json_quote),
+                                          tools=self.named_tools())
         listing = canonical_text(
             [{"name": s.name, "description": s.description, "parameters": s.parameters}
              for s in found]
         )
         return f"{listing}\n{FOUND_SUFFIX}"
+
+
+def quoted(text: object, quote: Callable[[str], str] = repr) -> str:
+    """A name or query the model chose, as loopd's own answers repeat it: quoted (``repr``, or
+    ``json.dumps`` for a query) and cut to ``QUOTED`` characters, with its length when cut, so
+    a model's long text is never echoed back whole into its context. Never canonical_text: it
+    may hold a lone surrogate, which loopd escapes when it carries the result."""
+    shown = text if isinstance(text, str) else repr(text)
+    if len(shown) <= QUOTED:
+        return quote(text) if isinstance(text, str) else shown
+    return f"{quote(shown[:QUOTED])}... ({len(shown):,} characters)"
+
+
+def _json_quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _most_words(

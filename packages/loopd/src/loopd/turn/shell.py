@@ -161,9 +161,17 @@ class _Shell:
         else:
             await self._events(ToolCallStarted(name=name))
             outcome = await loop.tools.run(call, session=session.id, number=number,
-                                           events=self._events)
+                                           events=self._events, cut=self._cut(call))
         await _record(loop, session, call.id, number, outcome, self._events)
         return ToolRecorded(call_id=call.id)
+
+
+    def _cut(self, call: ToolCall) -> bool:
+        """Whether the token limit ended the completion inside ``call``: its last call, when
+        the server says finish_reason "length"."""
+        last = self.last
+        calls = last.tool_calls if last is not None and last.finish_reason == "length" else None
+        return calls is not None and len(calls) > 0 and calls[-1] is call
 
 
 async def record_completion(
