@@ -90,5 +90,6 @@ def inherited_socket(path: Path) -> socket.socket | None:
 
 
 __all__ = [
-    "LISTEN_FDS_START", "VARIABLES", "inherited_socket", "is_passed", "listen_fds", "listening_path",
+    "LISTEN_FDS_START", "VARIABLES", "inherited_socket", "is_passed", "listen_fds",
+    "listening_path",
 ]
