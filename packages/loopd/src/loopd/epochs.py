@@ -1,11 +1,15 @@
 """Compaction as an epoch change (docs/design.md), and where each epoch's baseline comes from.
 
-When a turn ends with the slot holding at least ``compact_at_tokens``, the session is compacted
+When a turn ends with the slot holding at least ``compact_at_tokens`` (what its last completion
+left there, plus a bound on what was appended after it: tool results of a turn that ended before
+the model answered, docs/decisions/replay-what-the-server-reads.md), the session is compacted
 before its next turn starts, while no turn runs (the server holds the session's lock):
 
 1. ``close_epoch``: one completion on the session's slot whose request is the epoch's whole
    message array plus ``COMPACT_INSTRUCTION`` as the newest message, so the server reuses the
-   cache and processes only the instruction. If it gives a summary, the log gets ``User`` (the
+   cache and processes only the instruction; if the slot refuses that as too long, the same
+   with long texts left out, then with fewer messages (``replay.fitting_views``), down to the
+   baseline alone, which always fits. If it gives a summary, the log gets ``User`` (the
    instruction), ``Assistant`` (the summary, exactly as returned), ``Usage`` and ``epoch_end``:
    the old epoch's replay stays exact, and its log is kept. If it fails, nothing is appended and
    the turn runs in the old epoch (compaction is tried again before the next one).
@@ -17,6 +21,7 @@ before its next turn starts, while no turn runs (the server holds the session's 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -25,16 +30,18 @@ from pathlib import Path
 from bxcore.chat import ToolSchema, UserMessage
 from bxcore.config import Config
 from bxcore.protocol.loop import Content, Reasoning, TurnEventBody
-from bxcore.records import Assistant, EpochEnd, User
+from bxcore.records import Assistant, EpochEnd, ToolResult, Usage, User
 
 from .baseline import Baseline, Identity
 from .budget import BaselineBudget
 from .errors import CorruptSession
 from .inference.api import ChatRequest, EventSink
-from .inference.errors import InferenceError
+from .inference.errors import InferenceError, SessionFull
+from .log import Record
 from .memory import Memory
+from .replay import fitting_views
 from .store import Session, SessionStore
-from .turn import Loop, record_completion
+from .turn import Loop, TurnSettings, record_completion
 
 log = logging.getLogger("loopd")
 
@@ -46,6 +53,10 @@ COMPACT_INSTRUCTION = (
     "about to do next. Plain text, no tool calls."
 )
 
+# Tokens a message's template wrapping may add to its text (role tags, a tool_response block).
+MESSAGE_TOKENS = 16
+SMALLEST_RESULT_CAP = 512  # bytes: the cap the slot's room never takes a tool result below
+
 BaselineSource = Callable[[str, int, "str | None"], Awaitable[Baseline]]
 
 
@@ -53,6 +64,8 @@ BaselineSource = Callable[[str, int, "str | None"], Awaitable[Baseline]]
 class EpochSettings:
     compact_at_tokens: int | None = None  # None: never compact by itself
     summary_tokens: int = 1024
+    # The slot's room above the compaction point, in tokens; None when the context is unknown.
+    room_tokens: int | None = None
 
     @classmethod
     def from_config(cls, config: Config, *, served_context: int | None = None) -> EpochSettings:
@@ -61,7 +74,18 @@ class EpochSettings:
         (``served_context``), so compaction needs no configuration."""
         context = config.inference.serving.per_slot_context or served_context
         limit = None if context is None else int(config.loop.compact_at * context)
-        return cls(compact_at_tokens=limit, summary_tokens=config.loop.summary_tokens)
+        room = None if context is None or limit is None else context - limit
+        return cls(compact_at_tokens=limit, summary_tokens=config.loop.summary_tokens,
+                   room_tokens=room)
+
+    def capped(self, settings: TurnSettings) -> TurnSettings:
+        """The turn settings with the tool-result cap (UTF-8 bytes) at most the slot's room
+        above the compaction point: a token is at least one byte, so one result alone never
+        takes a session from below ``compact_at`` past the slot."""
+        if self.room_tokens is None:
+            return settings
+        cap = min(settings.tool_result_cap, max(self.room_tokens, SMALLEST_RESULT_CAP))
+        return dataclasses.replace(settings, tool_result_cap=cap)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,12 +116,26 @@ class Baselines:
 
 
 def needs_compaction(session: Session, settings: EpochSettings) -> bool:
-    """True if the session's last completion left the slot at or above the limit."""
+    """True if the session's last completion left the slot at or above the limit, counting
+    what was appended after it (a turn that ended on its tool results, or on a request the
+    slot refused) at its UTF-8 bytes, more than its tokens: pure, and never short."""
     usage = session.last_usage
     limit = settings.compact_at_tokens
-    if limit is None or usage is None or session.closed:
+    if limit is None or session.closed:
         return False
-    return usage.cache_n + usage.prompt_n + usage.predicted_n >= limit
+    held = 0 if usage is None else usage.cache_n + usage.prompt_n + usage.predicted_n
+    return held + appended_since_completion(session.records) >= limit
+
+
+def appended_since_completion(records: Sequence[Record]) -> int:
+    """At least the tokens the records after the last completion add to the prompt."""
+    added = 0
+    for record in reversed(records):
+        if isinstance(record, Assistant | Usage):
+            break
+        if isinstance(record, User | ToolResult):
+            added += len(record.content.encode("utf-8")) + MESSAGE_TOKENS
+    return added
 
 
 async def close_epoch(
@@ -107,17 +145,28 @@ async def close_epoch(
     """Ask for the summary and close the epoch with it. False (nothing appended) if the model
     server failed or the summary came back empty."""
     instruction = UserMessage(content=COMPACT_INSTRUCTION)
-    request = ChatRequest(
-        messages=(*session.messages, instruction), tools=tuple(session.baseline.tools),
-        slot=session.slot, session=session.id, marker=session.marker,
-        max_tokens=settings.summary_tokens,
-        tool_choice="none", thinking=thinking,
-    )
-    try:
-        completion = await loop.inference.chat(request, _progress_only(events))
-    except InferenceError as exc:
-        log.warning("session %s: compaction failed, the turn runs in epoch %d: %s",
-                    session.id, session.epoch, exc)
+    opening = len(session.baseline.opening())
+    for messages in fitting_views(session.messages, opening):
+        request = ChatRequest(
+            messages=(*messages, instruction), tools=tuple(session.baseline.tools),
+            slot=session.slot, session=session.id, marker=session.marker,
+            max_tokens=settings.summary_tokens,
+            tool_choice="none", thinking=thinking,
+        )
+        try:
+            completion = await loop.inference.chat(request, _progress_only(events))
+            break
+        except SessionFull as exc:
+            log.warning("session %s: the compaction request of %d messages does not fit the "
+                        "slot; asking with less of epoch %d: %s", session.id, len(messages),
+                        session.epoch, exc)
+        except InferenceError as exc:
+            log.warning("session %s: compaction failed, the turn runs in epoch %d: %s",
+                        session.id, session.epoch, exc)
+            return False
+    else:
+        log.warning("session %s: not even the baseline fits the slot; epoch %d goes on",
+                    session.id, session.epoch)
         return False
     if not (completion.content or "").strip() or completion.tool_calls:
         log.warning("session %s: the compaction summary came back empty; epoch %d goes on",

@@ -10,13 +10,17 @@ which goes with empty content: docs/decisions/replay-what-the-server-reads.md),
 record gives nothing. The request for a turn is ``messages(...)`` and the baseline's tool schemas;
 so every request of an epoch extends the one before, byte for byte (the append-only rule).
 
+``fitting_views`` is for a request the slot refused as too long (compaction's, epochs.py): the
+same messages with long texts left out, then fewer of them, down to the opening alone.
+
 A ``Session`` (store.py) keeps ``messages(baseline, records)`` up to date with ``replay`` as each
 record is appended, so building a request never re-reads the log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from typing import assert_never
 
 from bxcore.chat import AssistantMessage, FunctionCall, ToolCall, ToolMessage, UserMessage
@@ -25,6 +29,11 @@ from bxcore.records import Assistant, CacheLoss, EpochEnd, SessionStart, ToolRes
 from .baseline import Baseline, ChatMessage
 from .log import Record
 from .readback import readable_arguments
+
+LONG = 1000  # characters: a longer text is left out of a view that must fit (fitting_views)
+SHOWN = 200  # characters of a left-out text shown in its place
+LONG_NAME = 80  # characters of a tool name kept in such a view
+LEFT_OUT_KEY = "left_out_arguments"
 
 
 def replay(record: Record) -> ChatMessage | None:
@@ -66,3 +75,50 @@ def messages(baseline: Baseline, records: Iterable[Record]) -> list[ChatMessage]
         if message is not None:
             result.append(message)
     return result
+
+
+def fitting_views(messages: Sequence[ChatMessage], opening: int) -> Iterator[list[ChatMessage]]:
+    """Message arrays to try in turn when the slot may not hold ``messages``: all of them;
+    then every text over ``LONG`` characters (a tool result, a user message, an answer, a call's
+    arguments, and any reasoning) left out with its start shown; then only the newest half of
+    those, a quarter, and so on, each starting at a message that is not a tool result; last the
+    ``opening`` (the baseline's first messages) alone, which the baseline budget keeps small."""
+    head, rest = list(messages[:opening]), list(messages[opening:])
+    yield [*head, *rest]
+    short = [_shortened(m) for m in rest]
+    kept = len(short)
+    while kept > 0:
+        tail = short[len(short) - kept:]
+        while tail and isinstance(tail[0], ToolMessage):
+            tail = tail[1:]
+        yield [*head, *tail]
+        kept //= 2
+    yield head
+
+
+def _shortened(message: ChatMessage) -> ChatMessage:
+    match message:
+        case UserMessage() | ToolMessage():
+            return message.model_copy(update={"content": _left_out(message.content)})
+        case AssistantMessage():
+            calls = None if message.tool_calls is None else [
+                _short_call(c) for c in message.tool_calls]
+            content = None if message.content is None else _left_out(message.content)
+            return message.model_copy(update={"content": content, "reasoning_content": None,
+                                              "tool_calls": calls})
+    return message
+
+
+def _short_call(call: ToolCall) -> ToolCall:
+    arguments = call.function.arguments
+    if len(arguments) > LONG:
+        arguments = json.dumps({LEFT_OUT_KEY: {"characters": len(arguments)}})
+    return call.model_copy(update={"function": FunctionCall(
+        name=call.function.name[:LONG_NAME], arguments=arguments)})
+
+
+def _left_out(text: str) -> str:
+    if len(text) <= LONG:
+        return text
+    return (f"[left out of this request, which did not fit the context: {len(text):,} "
+            f"characters, starting {json.dumps(text[:SHOWN])}]")

@@ -63,11 +63,12 @@ class Sessions:
         markers: MarkerBook | None = None,
     ):
         self.store = store
-        self.loop = loop
+        self.epochs = epochs or EpochSettings()
+        # tool results capped to the slot's room above compaction (epochs.py)
+        self.loop = dataclasses.replace(loop, settings=self.epochs.capped(loop.settings))
         self._new_baseline = new_baseline
         self._slots = slots
         self.memory = memory or IdentityFiles(())
-        self.epochs = epochs or EpochSettings()
         self._busy: set[str] = set()
         self._kept: OrderedDict[str, Session] = OrderedDict()
         self._kept_max = kept_sessions
