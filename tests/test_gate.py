@@ -17,7 +17,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.left_out import LIST, LeftOut, load, stale
+import yaml
+from support.left_out import LIST, RUNS, LeftOut, load, names, stale
 from support.requires import needs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,7 +57,7 @@ def test_a_listed_path_or_test_that_is_gone_is_named():
                    tests=frozenset({"tests/test_gate.py::test_renamed_away",
                                     "tests/test_gate.py::test_a_listed_path_or_test_that_is_gone_is_named"}))
     assert stale(gone, REPO) == ["tests/no_such_dir", "tests/test_gate.py::test_renamed_away"]
-    for run in ("gate", "flake"):
+    for run in RUNS:
         assert stale(load(run), REPO) == []
 
 
@@ -79,3 +80,39 @@ def test_the_gate_and_the_flake_check_read_the_one_list():
     gate, flake = load("gate"), load("flake")
     assert gate.markers == flake.markers and gate.tests == flake.tests
     assert not gate.paths and flake.paths
+
+
+def test_the_fast_run_leaves_out_what_the_gate_does_and_more():
+    """scripts/test --fast is the gate's selection minus its own list: nothing that needs a model
+    server, a sandbox or root comes back in."""
+    gate, fast = load("gate"), load("fast")
+    assert fast.markers == gate.markers and fast.tests > gate.tests and fast.paths
+    assert "--left-out=fast" in (REPO / "scripts" / "test").read_text()
+
+
+@pytest.mark.parametrize(("node", "named"), [
+    ("tests/a.py::test_x", True), ("tests/a.py::test_x[case-1]", True),
+    ("tests/a.py::test_x::runTest", True), ("tests/a.py::test_xy", False),
+    ("tests/a.py::test_y[test_x]", False),
+])
+def test_a_listed_test_names_its_parameters_and_methods_and_nothing_else(node, named):
+    assert names(node, frozenset({"tests/a.py::test_x"})) is named
+
+
+def test_the_pre_commit_hooks_are_local_and_the_gates_own_commands():
+    """No hook repository is fetched: every hook is local and runs the project's locked tools.
+    At commit they are what `make gate` runs for lint, contracts and types; the fast tier runs
+    at push, or by hand."""
+    config = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())
+    hooks = [hook for repo in config["repos"] for hook in repo["hooks"]]
+    assert [repo["repo"] for repo in config["repos"]] == ["local"]
+    assert all(hook["language"] == "system" for hook in hooks)
+    makefile = (REPO / "Makefile").read_text()
+    at_commit = [hook["entry"] for hook in hooks if "stages" not in hook]
+    for target, tool in (("lint", "ruff check"), ("contracts", "lint-imports"), ("types", "mypy")):
+        assert re.search(rf"^{target}:\n\t\$\(UV\) {tool}", makefile, re.MULTILINE), target
+        assert any(entry.startswith(f"uv run --frozen {tool}") for entry in at_commit), tool
+    (fast,) = [hook for hook in hooks if "stages" in hook]
+    assert fast["entry"] == "scripts/test --fast"
+    assert set(fast["stages"]) == {"pre-push", "manual"} and not fast["pass_filenames"]
+    assert config["default_stages"] == ["pre-commit"]

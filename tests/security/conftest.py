@@ -36,7 +36,9 @@ def scratch() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(params=CONFIGURATIONS)
+# Each is a real sandbox: marked so, every test that takes ``caller`` is one the runs that leave
+# out sandboxes (tests/left-out.json: make gate, the flake check, scripts/test --fast) leave out.
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.sandbox) for name in CONFIGURATIONS])
 def caller(request, scratch):
     """A way to make one call: brokerd as root (bubblewrap, rootful podman and its service)
     and as an unprivileged user (bubblewrap)."""
