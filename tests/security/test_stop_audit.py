@@ -29,6 +29,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -306,3 +307,53 @@ def test_a_process_left_in_a_killed_root_brokerds_call_group_is_killed_at_start(
             os.killpg(rig.brokerd.process.pid, signal.SIGKILL)
             rig.brokerd.process.wait()
         shutil.rmtree(root, ignore_errors=True)
+
+
+KILLED_PARENT = """
+import asyncio, sys
+from brokerd.sandbox._process import run_process
+marker = sys.argv[1]
+child = [sys.executable, "-c", "import time; time.sleep(600)", marker + "-child"]
+asyncio.run(run_process(child,
+                        stdin=b"", timeout_s=600, stdout_cap=1024))
+"""
+
+
+@settings(max_examples=by_profile(short=3, long=20), deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(delay=st.floats(min_value=0.0, max_value=0.3))
+def test_a_sandbox_process_dies_with_a_sigkilled_brokerd_at_any_moment(delay):
+    """Every process brokerd starts for a call (bwrap, podman's client) is killed when brokerd
+    dies, however it dies and however early: the parent-death signal is set before exec, so no
+    window is left before bwrap's own --die-with-parent holds. Here the parent is a process
+    running brokerd's own run_process, SIGKILLed at a moment hypothesis picks; the child is in a
+    session of its own, as a sandbox is, so nothing else would end it."""
+    marker = f"bx-orphan-{os.getpid()}-{time.monotonic_ns()}"
+    parent = subprocess.Popen([sys.executable, "-c", KILLED_PARENT, marker],
+                              stdout=subprocess.DEVNULL)
+    marker += "-child"  # in the child's command line only
+    try:
+        deadline = time.monotonic() + STOP_GUARD  # a guard: the child must start
+        while not _with_marker(marker) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _with_marker(marker), "the child never started"
+        time.sleep(delay)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + STOP_GUARD
+        while _with_marker(marker) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not _with_marker(marker), "the call's process outlived its brokerd"
+    finally:
+        for pid in _with_marker(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _with_marker(marker: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+    return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 from collections.abc import Awaitable, Callable, Mapping
@@ -16,6 +17,21 @@ T = TypeVar("T")
 
 STDERR_TAIL = 4096
 _CHUNK = 64 * 1024
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    """Run in the child before exec: it is killed when brokerd dies, even a SIGKILLed brokerd
+    before bwrap's own ``--die-with-parent`` holds (a sandbox then outlived it, writing on
+    while no one counted it as running). A brokerd already gone by then: the child ends."""
+
+    def set_up() -> None:
+        if _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or \
+                os.getppid() != parent:
+            os._exit(127)
+
+    return set_up
 
 
 async def run_process(
@@ -34,6 +50,7 @@ async def run_process(
         *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, start_new_session=True,
         env=dict(env) if env is not None else None, pass_fds=pass_fds,
+        preexec_fn=_dies_with(os.getpid()),
     ))
     try:
         # Never cut short: cancelled while its pipes are being connected, asyncio closes the
