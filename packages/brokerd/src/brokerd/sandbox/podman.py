@@ -21,12 +21,14 @@ holds; as root, or with cgroup v2, both hold. Time: brokerd's deadline removes t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -148,12 +150,23 @@ class PodmanSandbox(Backend):
 
 
 def _write_profile(directory: Path) -> Path:
-    """The OCI seccomp profile in ``directory`` (the scratch root, a path the podman service
-    sees too), named by its content, written once and never changed."""
+    """The OCI seccomp profile, named by its content, written once and never changed, in a
+    directory of brokerd's own under ``directory`` (the scratch root, a path the podman service
+    sees too; by default /dev/shm, where any local user can make files: one planted under the
+    profile's name would be used as brokerd's). SandboxUnavailable when that directory is not
+    brokerd's alone to write."""
     text = json.dumps(oci_profile(), sort_keys=True, indent=1)
-    path = directory / f"bx-seccomp-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    own = directory / f"bx-profiles-{os.geteuid()}"
+    with contextlib.suppress(FileExistsError):
+        own.mkdir(mode=0o755)
+    found = os.lstat(own)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or \
+            found.st_mode & 0o022:
+        raise SandboxUnavailable(f"podman: {own} is not a directory only brokerd's uid may write "
+                                 "(someone else made it): remove it, or set [broker] scratch")
+    path = own / f"bx-seccomp-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     if not path.is_file():
-        partial = directory / f".{path.name}.{secrets.token_hex(4)}"
+        partial = own / f".{path.name}.{secrets.token_hex(4)}"
         partial.write_text(text, encoding="utf-8")
         partial.chmod(0o644)
         partial.replace(path)
