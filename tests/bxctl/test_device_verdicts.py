@@ -10,10 +10,13 @@ from pathlib import Path
 from bxcore.chat import ToolCall
 from bxcore.config import Config, InferenceSection, parse_config
 from bxcore.records import Assistant, CacheLoss, ToolResult, Usage, User
+from bxcore.tools import ToolRequest
+from bxcore.util import is_rfc3339
 from bxctl.device.conversation import scratch_config
 from bxctl.device.document import SECTIONS, Outcome, render
 from bxctl.device.measure import Figure
 from bxctl.device.router import Stream
+from bxctl.device.scratch_broker import answer
 from bxctl.device.verdicts import (
     REASONING_SLACK,
     SLACK,
@@ -226,3 +229,17 @@ def test_the_document_has_every_section_and_a_numeric_value_per_figure(shown, ju
     assert len(values) == len(shown)
     assert all(re.fullmatch(r"[\d,]+(\.\d\d)?", value) for value in values), values
     assert ("broken" in text.split("## Machine")[0]) == any(v.status == "FAIL" for v in judged)
+
+
+@given(st.text(max_size=40), st.sampled_from(["clock", "echo", "fs.read"]))
+def test_the_scratch_broker_answers_clock_and_echo_and_refuses_every_other_tool(text, tool):
+    request = ToolRequest.model_validate({
+        "session": "verify-device-1", "call": 1, "tool": tool,
+        "arguments": json.dumps({"text": text})})
+    got = answer(request)
+    if tool == "echo":
+        assert (got.status, got.content) == ("ok", text)
+    elif tool == "clock":
+        assert got.status == "ok" and is_rfc3339(got.content)
+    else:
+        assert got.status == "failed"

@@ -53,8 +53,16 @@ def deployed(directory: Path, router_socket: Path, infer_socket: Path) -> Path:
         f'[inferproxy]\nsocket = "{infer_socket}"\nupstream = "unix:{router_socket}"\n'
         f'[inference]\nmodel = "qwen-tools"\nmax_tokens = 64\nliveness_timeout = 600.0\n'
         f'[inference.sampling]\ntemperature = 0.0\n'
-        f'[inference.serving]\nslot_count = 2\nper_slot_context = 4096\nkv_cache_type = "f16"\n')
+        f'[inference.serving]\nslot_count = 2\nper_slot_context = 4096\nkv_cache_type = "f16"\n'
+        f'[loop]\nregistry = "{registry(directory)}"\nmemory = "off"\n')  # no memoryd here
     return config
+
+
+def registry(directory: Path) -> Path:
+    """The toolkit's registry, as the deployed config names it (``bx-tool schemas``)."""
+    path = directory / "toolkit-schemas.json"
+    subprocess.run([str(BXCTL.parent / "bx-tool"), "schemas", "--out", str(path)], check=True)
+    return path
 
 
 def test_verify_device_writes_every_section_and_figure_and_touches_no_owner_state():

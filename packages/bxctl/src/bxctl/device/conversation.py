@@ -1,12 +1,10 @@
 """The on-device conversation (docs/design.md, the owner's device) through a real ``loopd
 serve`` that touches nothing of the owner's: its own config, home and run directory under a
 scratch directory, its own session id, a scratch registry (``clock``, and ``echo`` found with
-``find_tool``), no memoryd and no brokerd: its broker.sock is a scratch path nobody serves, so
-each tool call is answered "brokerd failed" by loopd's own broker port, a ToolResult like any
-other (what is checked is the loop's records and the cache, not a tool). It reaches the model as
-the deployed loopd does, through the deployed inferproxy's socket, with the deployed
-``[inference]`` section (model, slots, sampling, recorded serving settings): so its start-up
-self-test is the owner's.
+``find_tool``), no memoryd and no brokerd: its broker.sock is served by ``scratch_broker``, which
+answers ``clock`` and ``echo`` and nothing else. It reaches the model as the deployed loopd does,
+through the deployed inferproxy's socket, with the deployed ``[inference]`` section (model,
+slots, sampling, recorded serving settings): so its start-up self-test is the owner's.
 
 Three ``bxctl chat --say`` turns (plain, ``clock``, ``echo``), a loopd restart, a fourth turn;
 then the session's log, read record by record.
@@ -32,6 +30,7 @@ from bxcore.tools import CLOCK
 
 from ..roles import role_command
 from .router import DeviceError
+from .scratch_broker import ECHO_NAME, scratch_broker
 
 # Each turn: its text and the tool_choice of each completion in order. Steered, so that the
 # check is the loop's records and not whether a model picks a tool unasked (tool-call parsing
@@ -69,7 +68,7 @@ def toml_table(name: str, values: Mapping[str, Any]) -> str:
 
 
 # The scratch registry's one tool besides clock: not core, so the model must find it first.
-ECHO = ToolSchema(name="echo", description="Echo: returns its text argument unchanged.",
+ECHO = ToolSchema(name=ECHO_NAME, description="Echo: returns its text argument unchanged.",
                   parameters={"type": "object", "required": ["text"],
                               "properties": {"text": {"type": "string"}}})
 REGISTRY = canonical_text([schema.model_dump(mode="json") for schema in (CLOCK, ECHO)])
@@ -150,10 +149,11 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def run_conversation(conversation: Conversation) -> tuple[list[AnyRecord], int]:
     """The four turns around a restart; the log's records and how many came before the
     restart."""
-    with conversation.loopd():
-        for text, choices in TURNS:
-            conversation.say(text, choices)
-    restarted_at = len(conversation.records())
-    with conversation.loopd():
-        conversation.say(*RESUMED)
+    with scratch_broker(conversation.directory / "run" / "broker.sock"):
+        with conversation.loopd():
+            for text, choices in TURNS:
+                conversation.say(text, choices)
+        restarted_at = len(conversation.records())
+        with conversation.loopd():
+            conversation.say(*RESUMED)
     return conversation.records(), restarted_at

@@ -52,8 +52,8 @@ def render(outcome: Outcome) -> str:
             for part in (f"`{command}`:", "", "```", output.strip() or "(no output)", "```", "")],
         "On-device conversation": [
             "Three `bxctl chat --say` turns against a scratch `loopd serve` (plain, `clock`, "
-            "`echo` through `find_tool`; no brokerd, so each call's result is \"brokerd "
-            "failed\"), a loopd restart, a fourth turn. The session's log:", "",
+            "`echo` through `find_tool`, answered by a scratch broker.sock: no brokerd), a loopd "
+            "restart, a fourth turn. The session's log:", "",
             "```", *outcome.conversation, "```"],
     }
     broken = [v for v in outcome.verdicts if v.status == "FAIL"]
