@@ -231,6 +231,23 @@ def test_ask_memory_streams_the_dialectic_answer_labelled_by_workspace_trust(ser
     assert other.status == "failed"
 
 
+@pytest.mark.parametrize(("data_class", "untrusted", "taint_file"), [
+    ("secret", False, None), ("private", True, None),  # as brokerd reports the caller
+    ("public", False, (["secret"], False)), ("public", False, (["public"], True)),  # its file
+])
+def test_ask_memory_sends_nothing_of_a_session_the_sync_would_not(service, fake, home,
+                                                                   data_class, untrusted,
+                                                                   taint_file):
+    """The query goes to Honcho: a session above the ceiling, or one that read untrusted
+    content, gets a denial and Honcho hears nothing of it, as with the sync."""
+    if taint_file is not None:
+        write_taint(home, "s1", taint_file[0], untrusted=taint_file[1])
+    asked = run(call(service, "ask_memory", {"query": "CANARY the owner's secret"},
+                     data_class=data_class, untrusted=untrusted))
+    assert asked.status == "denied" and "not sent to Honcho" in asked.content, asked
+    assert not any(path.endswith("/chat") for _, path in fake.requests), fake.requests
+
+
 @pytest.mark.parametrize("knob", ["chat_500", "chat_empty_stream", "outage"])
 def test_ask_memory_fails_cleanly_when_honcho_fails(service, fake, knob):
     setattr(fake.knobs, knob, True)

@@ -141,7 +141,7 @@ class MemoryService:
             if request.tool == "recall":
                 return self._recall(proto.RecallArgs.model_validate(arguments))
             if request.tool == "ask_memory":
-                return await self._ask(proto.AskMemoryArgs.model_validate(arguments))
+                return await self._ask(proto.AskMemoryArgs.model_validate(arguments), caller)
             if request.tool == "memory":
                 return self._write(_MEMORY_ARGS.validate_python(arguments), caller)
         except ValidationError as exc:
@@ -164,10 +164,18 @@ class MemoryService:
         self.sync_wanted.set()
         return plain_response("ok", text)
 
-    async def _ask(self, args: proto.AskMemoryArgs) -> ToolResponse:
+    async def _ask(self, args: proto.AskMemoryArgs, caller: Caller) -> ToolResponse:
         honcho = self.settings.honcho
         if honcho is None or self.honcho is None:
             return failed("ask_memory: no Honcho is configured; use recall")
+        # The query goes to Honcho: the same rule as the sync, which sends nothing of a session
+        # above the ceiling or that read untrusted content (the query could carry either).
+        if caller.untrusted or caller.data_class > self.settings.ceiling:
+            why = "has read untrusted content" if caller.untrusted else \
+                f"has seen {caller.data_class.value} data, above [memory] ceiling " \
+                f"({self.settings.ceiling.value})"
+            return plain_response("denied", f"ask_memory: not sent to Honcho: this session {why}; "
+                                  "recall still answers from the local index")
         workspace = args.workspace or honcho.workspace
         if workspace not in honcho.readable():
             return failed(f"ask_memory: workspace {workspace!r} is not one memoryd may read")
