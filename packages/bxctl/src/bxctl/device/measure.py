@@ -83,8 +83,10 @@ def prompt_processing(router: Router, filler: Filler, depths: Sequence[Depth], n
         figures.append(Figure(
             name=f"prompt processing at depth {depth.used:,}{cap}",
             value=timings.prompt_per_second, unit="tokens/s",
-            how=f"POST /completion, id_slot {slot}: {depth.used:,} tokens, then the same with "
-                f"{new:,} more: {_per_second(timings)}"))
+            how=(f"POST /completion, id_slot {slot}: {depth.used:,} tokens, then the same with "
+                 f"{new:,} more: " if depth.used else
+                 f"POST /completion, id_slot {slot}, {new:,} new tokens: ")
+            + _per_second(timings)))
     if deepest is not None:
         figures.append(Figure(
             name=f"uncached prompt of {deepest.prompt_n:,} tokens", value=deepest.prompt_ms / 1000,
@@ -105,9 +107,10 @@ def generation(router: Router, filler: Filler, slots: Sequence[int], tokens: int
     with ThreadPoolExecutor(len(slots)) as pool:
         each = list(pool.map(one, range(len(slots))))
     sessions = "one active session" if len(slots) == 1 else f"{len(slots)} active sessions"
-    how = (f"POST /completion on id_slot {', '.join(map(str, slots))} at once, {tokens} tokens "
-           f"each (ignore_eos): " + ", ".join(f"{t.predicted_per_second:.1f}" for t in each)
-           + " tokens/s")
+    where = f"id_slot {slots[0]}" if len(slots) == 1 else \
+        f"id_slot {', '.join(map(str, slots))} at once"
+    speeds = ", ".join(f"{t.predicted_per_second:.1f}" for t in each)
+    how = f"POST /completion on {where}, {tokens} tokens each (ignore_eos): {speeds} tokens/s"
     mean = sum(t.predicted_per_second for t in each) / len(each)
     return [Figure(name=f"generation, {sessions} (per session)", value=mean, unit="tokens/s",
                    how=how)]
