@@ -79,3 +79,6 @@ def test_the_code_paths_are_this_brokerds_environment_and_every_roles_package(tm
         assert os.path.realpath(location) in found, name
     for path in (sys.prefix, sys.base_prefix):
         assert os.path.realpath(path) in found
+    # podman's hooks, runtimes and policies run on the host for every container
+    for path in ("/etc/containers", "/usr/share/containers", "~/.config/containers"):
+        assert found[os.path.realpath(os.path.expanduser(path))].what.startswith("podman's")

@@ -27,12 +27,16 @@ ROLE_PACKAGES = ("bxcore", "brokerd", "loopd", "gatewayd", "memoryd", "inferprox
                  "toolkit")
 # The programs brokerd runs a sandbox with
 BACKEND_PROGRAMS = ("bwrap", "podman")
+# podman's configuration: its hooks, runtimes and policies run code on the host for every
+# container (the second attack on issue 31: writable grants over these loaded).
+PODMAN_CONFIG = ("/etc/containers", "/usr/share/containers", "~/.config/containers")
 
 
 def code_paths(toolkit_dir: Path | None) -> tuple[Protected, ...]:
     """The harness's code, resolved: the toolkit the sandboxes run (``[broker] toolkit_dir``,
     or the installed one), every role's package, the Python environment and installation the
-    roles run from, the interpreter's directory, and the sandbox programs' directories."""
+    roles run from, the interpreter's directory, the sandbox programs' directories, and podman's
+    configuration."""
     found: list[tuple[str, str]] = []
     if toolkit_dir is not None:
         found.append((str(toolkit_dir), "the toolkit the sandboxes run ([broker] toolkit_dir)"))
@@ -49,6 +53,8 @@ def code_paths(toolkit_dir: Path | None) -> tuple[Protected, ...]:
         if (where := shutil.which(program)) is not None:
             found.append((os.path.dirname(os.path.realpath(where)),
                           f"the directory of the sandbox program {program}"))
+    found += [(os.path.expanduser(path), "podman's configuration, which runs code on the host")
+              for path in PODMAN_CONFIG]
     unique = {os.path.realpath(path): what for path, what in reversed(found)}
     # A Python installed with prefix / would protect every path: the packages found above, and
     # the sandbox's refusal to mount over /usr, /bin and /lib, cover its code there instead.
