@@ -132,6 +132,7 @@ async def test_the_self_test_passes_and_a_wrong_record_is_named(llama_router_pro
         slot_count=2,
         per_slot_context=4096,
         speculative=False,
+        kv_cache_type="f16",  # the presets set none: the router's /models shows the default
     )
     async with client(llama_router_proxy, "qwen-tools", serving=recorded) as qwen:
         report = await self_test(qwen)
@@ -144,18 +145,21 @@ async def test_the_self_test_passes_and_a_wrong_record_is_named(llama_router_pro
             "context",
             "chat_template",
             "speculative",
+            "kv_cache",
         ]
         props, slots = await qwen.get_json("/props"), await qwen.get_json("/slots")
+        models = await qwen.get_json("/models")
     wrong = client(
         llama_router_proxy,
         "qwen-tools",
         serving=ServingSection(
-            per_slot_context=8192, slot_count=4, chat_template_sha256=sha256(b"other")
+            per_slot_context=8192, slot_count=4, chat_template_sha256=sha256(b"other"),
+            kv_cache_type="q8_0",
         ),
     )
-    failed = [c.name for c in serving_checks(wrong, props, slots) if not c.ok]
+    failed = [c.name for c in serving_checks(wrong, props, slots, models) if not c.ok]
     await wrong.aclose()
-    assert failed == ["slots", "context", "chat_template"]
+    assert failed == ["slots", "context", "chat_template", "kv_cache"]
 
 
 async def test_the_serving_settings_are_read_from_the_real_router(llama_router_proxy):
