@@ -70,7 +70,8 @@ def tcp_llama(directory: Path) -> Iterator[int]:
         process = subprocess.Popen(
             [str(binary), "-m", f"models/{QWEN}", "--chat-template-file",
              "templates/qwen2.5-bare-json-tools.jinja", "-np", "2", "-c", "8192", "-t", "2",
-             "--jinja", "--no-ui", "--host", "127.0.0.1", "--port", str(port)],
+             "--jinja", "--no-ui", "--host", "127.0.0.1", "--port", str(port),
+             "--slot-prompt-similarity", "1"],  # as serving/presets.ini: loopd's self-test
             cwd=directory, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

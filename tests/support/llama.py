@@ -220,8 +220,11 @@ def start_router(*extra: str) -> contextlib.AbstractContextManager[LlamaServer]:
 def start_single(
     model: str = QWEN, template: str | None = None, *extra: str
 ) -> contextlib.AbstractContextManager[LlamaServer]:
-    """One model, 2 slots of 4096 tokens; ``template`` names a file in serving/templates/."""
-    args = ["-m", f"models/{model}", "-np", "2", "-c", "8192", "-t", "2", "--jinja"]
+    """One model, 2 slots of 4096 tokens; ``template`` names a file in serving/templates/. Slots
+    are never matched by similarity, as serving/presets.ini has it (loopd's self-test checks it:
+    docs/decisions/new-thread-on-the-baseline.md)."""
+    args = ["-m", f"models/{model}", "-np", "2", "-c", "8192", "-t", "2", "--jinja",
+            "--slot-prompt-similarity", "1"]
     if template is not None:
         args += ["--chat-template-file", f"templates/{template}"]
     return _running([*args, *extra])
