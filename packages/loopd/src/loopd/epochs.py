@@ -149,7 +149,7 @@ async def close_epoch(
     for messages in fitting_views(session.messages, opening):
         request = ChatRequest(
             messages=(*messages, instruction), tools=tuple(session.baseline.tools),
-            slot=session.slot, session=session.id, marker=session.marker,
+            slot=session.slot, session=session.id,
             max_tokens=settings.summary_tokens,
             tool_choice="none", thinking=thinking,
         )

@@ -41,7 +41,6 @@ from .epochs import BaselineSource, EpochSettings, close_epoch, needs_compaction
 from .errors import LoopError, SessionBusy, SessionExists
 from .inference.api import EventSink
 from .inference.errors import InferenceError
-from .inference.markers import MarkerBook
 from .inference.serving import ServingSettings
 from .memory import IdentityFiles, Memory
 from .origins import Taken, taken
@@ -60,7 +59,6 @@ class Sessions:
         slots: SlotSection, memory: Memory | None = None,
         epochs: EpochSettings | None = None, kept_sessions: int = KEPT_SESSIONS,
         serving: Callable[[], Awaitable[ServingSettings]] | None = None,
-        markers: MarkerBook | None = None,
     ):
         self.store = store
         self.epochs = epochs or EpochSettings()
@@ -73,7 +71,6 @@ class Sessions:
         self._kept: OrderedDict[str, Session] = OrderedDict()
         self._kept_max = kept_sessions
         self._serving = serving
-        self._markers = markers
 
     async def run(self, turn: Turn, events: EventSink, *, rounds: int | None = None) -> Frame:
         """The final frame for one turn. The session's lock is held only inside. ``rounds``
@@ -171,7 +168,7 @@ class Sessions:
             baseline = await self._new_baseline(turn.session, 0, None)
             session = self.store.create(
                 turn.session, baseline, slot=self.slot_for(turn.session_kind),
-                time=self.loop.now(), marker=await self._new_marker(turn.session),
+                time=self.loop.now(),
             )
             await self._record_serving(session)
         else:
@@ -180,23 +177,8 @@ class Sessions:
             if session is None:
                 session = self.store.open(turn.session)
         assert session is not None
-        if self._markers is not None and session.marker is not None:
-            self._markers.used(session.id, session.marker)
         self._keep(session)
         return session
-
-    async def _new_marker(self, session: str) -> str | None:
-        """A new session's marker, apart from the kept sessions' (inference/markers.py); None
-        (the legacy form, which shares nothing with other sessions) without a book or when the
-        server cannot tokenize."""
-        if self._markers is None:
-            return None
-        try:
-            return await self._markers.new(session)
-        except InferenceError as exc:
-            log.warning("session %s: no marker (the server did not tokenize: %s); its prompt "
-                        "starts with a legacy one and shares no baseline", session, exc)
-            return None
 
     def slot_for(self, kind: wire.SessionKind) -> int:
         """A session's kind picks its slot; the slot is then fixed in its session_start."""

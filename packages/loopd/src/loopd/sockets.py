@@ -38,7 +38,6 @@ from .checks import startup_checks
 from .inference.api import Inference
 from .inference.budget import ServerTokens
 from .inference.client import InferenceClient
-from .inference.markers import Tokenize
 from .inference.serving import fetch_serving
 from .sessions import Sessions
 from .wiring import LoopParts, ServingSource
@@ -60,7 +59,7 @@ async def serve(parts: LoopParts, client: InferenceClient) -> int:
         nonlocal status
         status = await run(parts, client, lambda: startup_checks(client, parts.baselines),
                            notifier=notifier, serving=lambda: fetch_serving(client),
-                           counter=ServerTokens(client), tokenize=client.tokenize)
+                           counter=ServerTokens(client))
 
     try:
         await run_until_signalled(main(), on_stop=notifier.stopping)
@@ -74,7 +73,6 @@ async def run(
     parts: LoopParts, inference: Inference, checks: StartupCheck, *,
     notifier: Notifier | None = None, stop: asyncio.Event | None = None,
     serving: ServingSource | None = None, counter: TokenCounter | None = None,
-    tokenize: Tokenize | None = None,
 ) -> int:
     """Check, then serve until cancelled (by ``serve``'s signal handling) or until ``stop`` is
     set. Returns the exit status: 1 if a check failed.
@@ -82,8 +80,7 @@ async def run(
     ``serving`` reads the server's serving settings: once at start, for the per-slot context
     compaction needs when ``[inference.serving] per_slot_context`` is not set, and to name what
     changed since the latest session began; then for each new session's record. ``counter``
-    counts every new baseline against the budget (budget.py): the server's tokenizer, as is
-    ``tokenize``, which keeps new sessions' markers apart (inference/markers.py)."""
+    counts every new baseline against the budget (budget.py): the server's tokenizer."""
     served = parts.config.served("loop")
     group = served.gid(parts.source)
     remove_stale_socket(served.path)  # before the checks: clients see "not running" meanwhile
@@ -92,7 +89,7 @@ async def run(
     if not ok:
         print("loopd: the self-test failed; not starting", file=sys.stderr)
         return 1
-    sessions = await wiring.sessions(parts, inference, serving, counter, tokenize)
+    sessions = await wiring.sessions(parts, inference, serving, counter)
     async with listening(served.path, handler(sessions), mode=served.mode, group=group):
         (notifier or Notifier()).ready(f"serving {served.path}")
         log.info("serving on %s", served.path)

@@ -60,7 +60,6 @@ class Session:
         self.id = session_id
         self.epoch = epoch
         self.slot = start.slot
-        self.marker = start.marker  # None: logged before markers were recorded (legacy form)
         self.baseline = baseline
         self.directory = directory
         self.log_path = log_path(directory, epoch)
@@ -163,8 +162,7 @@ class SessionStore:
             shutil.rmtree(path)
         return [path.name for path in left]
 
-    def create(self, session_id: str, baseline: Baseline, *, slot: int, time: str,
-               marker: str | None = None) -> Session:
+    def create(self, session_id: str, baseline: Baseline, *, slot: int, time: str) -> Session:
         """A new session in epoch 0. It appears whole or not at all: both files are written in
         a hidden directory, made durable, then renamed into place."""
         final = self.directory(session_id)
@@ -174,8 +172,7 @@ class SessionStore:
         staging = self.root / f"{STAGING}{session_id}-{secrets.token_hex(4)}"
         staging.mkdir(mode=0o750)
         try:
-            data, start, line = _epoch_start(session_id, 0, baseline, slot=slot, time=time,
-                                             marker=marker)
+            data, start, line = _epoch_start(session_id, 0, baseline, slot=slot, time=time)
             _write_new(baseline_path(staging, 0), data)
             _write_new(log_path(staging, 0), line)
             fsync_dir(staging)
@@ -203,8 +200,7 @@ class SessionStore:
         if not closed.closed:
             raise CorruptSession(f"{closed.log_path}: the epoch is not closed")
         epoch = closed.epoch + 1
-        data, start, line = _epoch_start(closed.id, epoch, baseline, slot=closed.slot, time=time,
-                                         marker=closed.marker)
+        data, start, line = _epoch_start(closed.id, epoch, baseline, slot=closed.slot, time=time)
         _replace(baseline_path(closed.directory, epoch), data)
         target = log_path(closed.directory, epoch)
         if target.exists():
@@ -237,27 +233,6 @@ class SessionStore:
         except ValueError as exc:
             raise CorruptSession(f"{path}: not a serving record: {exc}") from None
 
-    def recent_markers(self, limit: int) -> list[tuple[str, str]]:
-        """(session, marker) of the ``limit`` sessions whose current log was written last, oldest
-        first, from each log's first line; sessions without a marker, or whose first line does
-        not parse, are left out (the book only keeps markers apart)."""
-        if not self.root.is_dir():
-            return []
-        latest = []
-        for directory in self.root.iterdir():
-            if directory.name.startswith(STAGING) or not directory.is_dir():
-                continue
-            with contextlib.suppress(CorruptSession, OSError):
-                path = log_path(directory, _current_epoch(directory))
-                latest.append((path.stat().st_mtime_ns, directory.name, path))
-        found = []
-        for _, session_id, path in sorted(latest)[-limit:]:
-            with contextlib.suppress(OSError, ValueError), path.open("rb") as file:
-                start = SessionStart.model_validate_json(file.readline())
-                if start.marker is not None:
-                    found.append((session_id, start.marker))
-        return found
-
     def open(self, session_id: str) -> Session:
         """Read a session's current epoch: its baseline from the baseline file (checked against
         the hash in ``session_start``) and every record of its log."""
@@ -285,12 +260,12 @@ class SessionStore:
 
 
 def _epoch_start(
-    session_id: str, epoch: int, baseline: Baseline, *, slot: int, time: str, marker: str | None
+    session_id: str, epoch: int, baseline: Baseline, *, slot: int, time: str
 ) -> tuple[bytes, SessionStart, bytes]:
     """An epoch's baseline file bytes, its session_start, and that record's line."""
     data = baseline.to_json()
     start = SessionStart(time=time, session=session_id, epoch=epoch, slot=slot,
-                         baseline=sha256(data), marker=marker)
+                         baseline=sha256(data))
     return data, start, encode_record(start)
 
 

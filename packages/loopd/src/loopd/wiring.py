@@ -29,7 +29,6 @@ from .epochs import Baselines, EpochSettings
 from .inference.api import Inference
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
-from .inference.markers import RECENT, MarkerBook, Tokenize
 from .inference.serving import ServingSettings
 from .memory import IdentityFiles, Memory, MemoryLink
 from .sessions import Sessions
@@ -134,14 +133,12 @@ async def run_report(config: Config, config_path: Path, which: str) -> int:
 
 async def sessions(parts: LoopParts, inference: Inference,
                    serving: ServingSource | None = None,
-                   counter: TokenCounter | None = None,
-                   tokenize: Tokenize | None = None) -> Sessions:
+                   counter: TokenCounter | None = None) -> Sessions:
     """The sessions loop.sock serves, after the start-up checks passed: the turn loop, the
     session store (what a crash left half-created removed), the epochs' settings (the per-slot
     context from ``serving`` when the config does not set it, and what changed since the latest
     session began printed), every new baseline checked against the budget by ``counter``, and
-    the subagents a delegate call's child runs as. With ``tokenize`` (the server's), each new
-    session gets a marker apart from those of the sessions whose logs were written last."""
+    the subagents a delegate call's child runs as."""
     loop = Loop(
         inference=inference, tools=ToolRunner(parts.registry, parts.port),
         settings=TurnSettings.from_config(parts.config), now=now_rfc3339,
@@ -160,7 +157,6 @@ async def sessions(parts: LoopParts, inference: Inference,
     served = Sessions(
         store=store, loop=loop, new_baseline=parts.budgeted(counter),
         slots=parts.config.inference.slots, memory=parts.memory, epochs=epochs, serving=serving,
-        markers=None if tokenize is None else MarkerBook(tokenize, store.recent_markers(RECENT)),
     )
     if isinstance(parts.port, BrokerPort):
         parts.port.children = Subagents(served)  # an allowed delegate call's child runs here
