@@ -122,9 +122,9 @@ def test_a_tool_call_runs_in_a_fresh_tool_container_and_reads_only_what_was_gran
     audit = "".join(p.read_text() for p in Path(appliance.manifest.paths.home, "audit").iterdir())
     assert '"fs.read"' in audit and session in audit
     # Nothing of the call is left; the seccomp profile the podman service reads stays, named by
-    # its content (brokerd.sandbox.podman._write_profile).
+    # its content, in brokerd's own directory (brokerd.sandbox.podman._write_profile).
     left_files = [p.name for p in Path(appliance.manifest.tool_scratch_dir()).iterdir()
-                  if not p.name.startswith("bx-seccomp-")]
+                  if not p.name.startswith("bx-profiles-")]
     assert left_files == []
     left = appliance.tools.run("ps", "--all", "--quiet").stdout.strip()
     assert left == ""  # the tool container is gone
