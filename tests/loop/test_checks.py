@@ -69,7 +69,12 @@ def test_selftest_and_budget_pass_on_the_real_server():
         tested = loopd("selftest", path)
         budget = loopd("budget", path)
     assert tested[0] == 0, "\n".join(tested[1])
-    assert tested[1][-1] == "self-test: ok, 8 checks passed"
+    checks = tested[1][:-1]
+    assert all(line.startswith("ok   ") for line in checks), checks
+    assert tested[1][-1] == f"self-test: ok, {len(checks)} checks passed"
+    named = {line.split()[1].rstrip(":") for line in checks}
+    assert named == {"tool_call", "round_trip", "cache_hit", "slots", "context", "chat_template",
+                     "speculative", "kv_cache", "slot_switch"}
     switch = "ok   slot_switch: a session back on its slot"
     assert any(line.startswith(switch) for line in tested[1]), tested[1]
     assert budget[0] == 0, budget[1]

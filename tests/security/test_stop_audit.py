@@ -42,7 +42,7 @@ from brokerd.taint import TaintStore
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from bxcore.tools import DataClass
 from faults.profile import by_profile, hang_guard
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from .conftest import CONTAINERS_CONF, IMAGE_NAME
@@ -185,13 +185,15 @@ def stop(rig: Rig, sig: signal.Signals) -> None:
     assert not left, f"sandbox processes {left} outlived brokerd ({sig.name})"
 
 
-@hang_guard(trials=EXAMPLES, per_trial=300.0)
+@hang_guard(trials=EXAMPLES + 1, per_trial=300.0)
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
           print_blob=True)
 @given(callers=st.lists(st.lists(st.sampled_from(KINDS), min_size=1, max_size=4),
                         min_size=1, max_size=12),
        after=st.integers(min_value=0, max_value=20),
        sig=st.sampled_from([signal.SIGTERM, signal.SIGKILL]))
+# CI's find: a call that connects as SIGTERM arrives was served after the stop (Connections)
+@example(callers=[["long_writer"]], after=0, sig=signal.SIGTERM)
 def test_every_allowed_call_has_one_result_whatever_stops_brokerd(callers, after, sig):
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed (scripts/setup installs it)")
@@ -217,7 +219,8 @@ def test_every_allowed_call_has_one_result_whatever_stops_brokerd(callers, after
         check_the_record(rig)
     finally:
         if rig.brokerd.process is not None:
-            os.killpg(rig.brokerd.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # stop() already ended it
+                os.killpg(rig.brokerd.process.pid, signal.SIGKILL)
             rig.brokerd.process.wait()
         shutil.rmtree(root, ignore_errors=True)
 

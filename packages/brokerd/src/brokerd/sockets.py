@@ -188,19 +188,34 @@ def local_uids(approvers: list[str]) -> frozenset[int]:
     return frozenset(int(a.removeprefix("local:")) for a in approvers if LOCAL_UID.fullmatch(a))
 
 
-def tracked(handle: daemon.Handler, running: set[asyncio.Task[None]]) -> daemon.Handler:
-    """``handle``, its task in ``running`` while it runs (so that a stop can end it)."""
+class Connections:
+    """The connections brokerd is serving, and whether it still takes new ones. A stop closes
+    it first: asyncio may start the task of a connection it accepted just before the listener
+    closed after the stop has looked, and that task must do no work (it could start a call
+    nothing would end)."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+
+def tracked(handle: daemon.Handler, connections: Connections) -> daemon.Handler:
+    """``handle``, its task in ``connections`` while it runs (so that a stop can end it); a
+    connection that starts once the stop began is closed unanswered."""
 
     async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if connections.closed:
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
-        running.add(task)
+        connections.tasks.add(task)
         try:
             await handle(reader, writer)
         except asyncio.CancelledError:
             return  # brokerd is stopping (end_calls): the call is audited; nothing to report
         finally:
-            running.discard(task)
+            connections.tasks.discard(task)
 
     return one
 
@@ -221,14 +236,15 @@ def waiting_at(task: object) -> list[str]:
     return found
 
 
-async def end_calls(running: set[asyncio.Task[None]], timeout: float) -> None:
-    """Cancel every connection's task and wait for them: a call's sandbox is killed and its
+async def end_calls(connections: Connections, timeout: float) -> None:
+    """Take no new connection, cancel every connection's task and wait for them: a call's sandbox is killed and its
     result audited (brokerd.runner) before its task ends. A task still running a moment later
     is cancelled again (a cancellation some wait swallowed must not hold brokerd: starting and
     tearing down a sandbox hold theirs until done, sandbox._process). Past ``timeout`` brokerd
     exits at once (status 1), saying where each call waits: the next start audits them."""
+    connections.closed = True
     deadline = asyncio.get_running_loop().time() + timeout
-    left = set(running)
+    left = set(connections.tasks)
     while left:
         for task in left:
             task.cancel()
@@ -256,7 +272,7 @@ async def serve(broker: Broker, config: Config, source: str | Path = "config",
     notifier = Notifier()
     section_approvers = config.broker.approvers
 
-    running: set[asyncio.Task[None]] = set()
+    connections = Connections()
 
     async def main() -> None:
         if unfinished is not None:
@@ -264,7 +280,7 @@ async def serve(broker: Broker, config: Config, source: str | Path = "config",
         try:
             await listen()
         finally:  # stopping: nothing is accepted any more
-            await end_calls(running, STOP_TIMEOUT)
+            await end_calls(connections, STOP_TIMEOUT)
             if unfinished is not None:
                 await unfinished.close(broker.audit.open_calls(), STOPPED_BEFORE_END)
             await broker.audit.flush()
@@ -276,7 +292,7 @@ async def serve(broker: Broker, config: Config, source: str | Path = "config",
             for each, group, (kinds, sends), handle in zip(
                 served, groups, tables, handlers(broker), strict=True
             ):
-                handler = tracked(connection(each.path, kinds, handle, sends), running)
+                handler = tracked(connection(each.path, kinds, handle, sends), connections)
                 # approve.sock also admits the uids its local:<uid> approvers name.
                 extra = local_uids(section_approvers) if each.name == "approve" else frozenset()
                 await stack.enter_async_context(listening(
