@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from bxcore.config import load_config
 from bxctl.stack.processes import alive, load
-from faults.profile import LONG
+from faults.profile import long_only
 from memory.real_honcho import honcho_install
 from support.bxctl import bxctl
 from support.llama import llama_paths, require_llama
@@ -33,8 +33,7 @@ def honcho_messages(url: str, workspace: str) -> list[dict]:
 
 
 @pytest.mark.real_server
-@pytest.mark.skipif(not LONG, reason="long profile (scripts/reliability): the whole stack with "
-                    "Honcho took 9.5 min on this busy 2-core machine")
+@long_only("the whole stack with Honcho took 9.5 min on this busy 2-core machine")
 def test_up_with_honcho_carries_a_chat_turn_to_the_real_honcho(tmp_path, monkeypatch):
     require_llama()
     binary, models = llama_paths()

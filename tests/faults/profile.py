@@ -47,6 +47,11 @@ def by_profile(short: int, long: int) -> int:
     return long if LONG else short
 
 
+def long_only(reason: str) -> pytest.MarkDecorator:
+    """A test the short profile leaves out, saying why (its cost against what it adds there)."""
+    return pytest.mark.skipif(not LONG, reason=f"long profile (scripts/reliability): {reason}")
+
+
 SUITE_HANG_GUARD = 1200  # seconds: pyproject's pytest timeout, a guard for single tests
 
 

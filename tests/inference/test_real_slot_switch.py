@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from bxcore.chat import SystemMessage, UserMessage
 from bxcore.config import InferenceSection
+from faults.profile import long_only
 from loopd.inference import ChatRequest, Completion, InferenceClient
 from loopd.inference.slot_switch import SLACK, reread_tokens, slot_switch_check
 from support.llama import LlamaServer, nonce, proxied, start_router
@@ -139,6 +140,8 @@ async def test_short_sessions_that_are_mostly_the_baseline_come_back_whole(
     assert max(a.rereads + b.rereads) <= SLACK, (a.rereads, b.rereads)
 
 
+@long_only("18 s in CI; loopd's interleaved threads (tests/loop/test_real_slot_switch.py) and "
+           "the day bench cover many threads on one slot")
 async def test_many_sessions_round_robin_on_one_slot(llama_router_proxy: Path):
     system = f"{nonce()} {BASELINE}"
     threads = [Thread(f"many-{n}", system) for n in range(6)]
@@ -172,6 +175,7 @@ async def test_a_request_another_client_sent_on_the_slot_does_not_cost_the_sessi
     assert max(a.rereads) <= SLACK, a.rereads
 
 
+@long_only("9 s in CI; tests/loop/test_real_slot_switch.py restarts loopd between turns")
 async def test_a_new_client_for_the_same_sessions_finds_them(llama_router_proxy: Path):
     """What a loopd restart is to the server: the same sessions' requests, rebuilt from the log
     by another process (new message objects, a new connection)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from brokerd.policy.grants import parse_grant
-from faults.profile import LONG
+from faults.profile import long_only
 from memoryd.notes import read_notes
 from sandbox.conftest import IMAGE_NAME
 
@@ -136,8 +136,7 @@ SOURCES = {"secret": ("secret", (), ("secret", False)),
            "untrusted": ("public", ("example.invalid:443",), ("public", True))}
 
 
-PODMAN = pytest.param("podman", marks=pytest.mark.skipif(
-    not LONG, reason="podman (2 minutes on a busy machine) runs in the long profile"))
+PODMAN = pytest.param("podman", marks=long_only("podman takes 2 minutes on a busy machine"))
 
 
 @pytest.fixture(params=["root", "unprivileged", PODMAN])
