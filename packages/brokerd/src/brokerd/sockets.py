@@ -237,11 +237,12 @@ def waiting_at(task: object) -> list[str]:
 
 
 async def end_calls(connections: Connections, timeout: float) -> None:
-    """Take no new connection, cancel every connection's task and wait for them: a call's sandbox is killed and its
-    result audited (brokerd.runner) before its task ends. A task still running a moment later
-    is cancelled again (a cancellation some wait swallowed must not hold brokerd: starting and
-    tearing down a sandbox hold theirs until done, sandbox._process). Past ``timeout`` brokerd
-    exits at once (status 1), saying where each call waits: the next start audits them."""
+    """Take no new connection, cancel every connection's task and wait for them: a call's
+    sandbox is killed and its result audited (brokerd.runner) before its task ends. A task
+    still running a moment later is cancelled again (a cancellation some wait swallowed must
+    not hold brokerd: starting and tearing down a sandbox hold theirs until done,
+    sandbox._process). Past ``timeout`` brokerd exits at once (status 1), saying where each
+    call waits: the next start audits them."""
     connections.closed = True
     deadline = asyncio.get_running_loop().time() + timeout
     left = set(connections.tasks)
