@@ -26,6 +26,7 @@ from loopd.inference import (
     count_baseline_tokens,
     self_test,
 )
+from loopd.inference.passed import PassedProbes
 from loopd.inference.selftest import PROBE_TOOL as READ_FILE
 from loopd.inference.selftest import serving_checks
 from loopd.inference.serving import ServingSettings, fetch_serving
@@ -160,6 +161,38 @@ async def test_the_self_test_passes_and_a_wrong_record_is_named(llama_router_pro
     failed = [c.name for c in serving_checks(wrong, props, slots, models) if not c.ok]
     await wrong.aclose()
     assert failed == ["slots", "context", "chat_template", "kv_cache"]
+
+
+async def test_the_probe_is_generated_once_per_server_model_and_template(
+    llama_router_proxy, tmp_path
+):
+    """``loopd serve``'s self-test with a record of passed probes: the second start on the same
+    server, model and sampling sends no chat request; another sampling is another key."""
+    passed = PassedProbes(tmp_path / "selftest-passed.json")
+    chats: list[str] = []
+
+    def counted(inference: InferenceClient) -> InferenceClient:
+        chat = inference.chat
+
+        async def counting(request, sink):
+            chats.append(request.session)
+            return await chat(request, sink)
+
+        inference.chat = counting  # type: ignore[method-assign]
+        return inference
+
+    async with counted(client(llama_router_proxy, "qwen-tools")) as qwen:
+        first = await self_test(qwen, passed)
+        sent_first = len(chats)
+        second = await self_test(qwen, passed)
+    async with counted(client(llama_router_proxy, "qwen-tools",
+                              sampling={"temperature": 0.0})) as greedy:
+        third = await self_test(greedy, passed)
+    assert first.ok and second.ok and third.ok, (first.describe(), second.describe())
+    assert sent_first == 2 and first.checks[0].detail.startswith("read_file(")
+    assert [c.detail.startswith("passed on this server") for c in second.checks[:3]] == [True] * 3
+    assert len(chats) == 4  # the second start sent none; the greedy one its own two
+    assert third.checks[0].detail.startswith("read_file(")
 
 
 async def test_the_serving_settings_are_read_from_the_real_router(llama_router_proxy):

@@ -22,6 +22,7 @@ from .errors import BaselineError, CorruptSession, MemoryUnavailable
 from .inference.budget import ServerTokens, count_baseline_tokens
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
+from .inference.passed import PassedProbes
 from .inference.selftest import SelfTestReport, self_test
 from .inference.serving import ServingSettings, changes, fetch_serving
 from .inference.slot_switch import slot_switch_check
@@ -38,10 +39,11 @@ class Report:
         return "\n".join(self.lines)
 
 
-async def selftest_report(client: InferenceClient) -> Report:
-    """The self-test's checks, then ``slot_switch`` (the server keeps a session that leaves its
-    slot: inference/slot_switch.py)."""
-    tested = await self_test(client)
+async def selftest_report(client: InferenceClient, passed: PassedProbes | None = None
+                          ) -> Report:
+    """The self-test's checks (``passed``: see ``self_test``), then ``slot_switch`` (the server
+    keeps a session that leaves its slot: inference/slot_switch.py)."""
+    tested = await self_test(client, passed)
     report = SelfTestReport(checks=(*tested.checks, await slot_switch_check(client)))
     failed = [check.name for check in report.failures]
     verdict = (f"self-test: ok, {len(report.checks)} checks passed" if report.ok
@@ -116,8 +118,9 @@ async def serving_since_check(client: InferenceClient, store: SessionStore) -> R
     return serving_since_report(now, store)
 
 
-async def startup_checks(client: InferenceClient, baselines: Baselines) -> tuple[bool, str]:
+async def startup_checks(client: InferenceClient, baselines: Baselines,
+                         passed: PassedProbes | None = None) -> tuple[bool, str]:
     """What ``serve`` runs before it binds: the self-test, then the budget."""
-    tested = await selftest_report(client)
+    tested = await selftest_report(client, passed)
     budget = await budget_report(client, baselines, identity_required=False)
     return tested.ok and budget.ok, "\n".join((*tested.lines, *budget.lines))

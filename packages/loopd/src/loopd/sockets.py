@@ -38,6 +38,7 @@ from .checks import startup_checks
 from .inference.api import Inference
 from .inference.budget import ServerTokens
 from .inference.client import InferenceClient
+from .inference.passed import PASSED_PROBES, PassedProbes
 from .inference.serving import fetch_serving
 from .sessions import Sessions
 from .wiring import LoopParts, ServingSource
@@ -57,7 +58,9 @@ async def serve(parts: LoopParts, client: InferenceClient) -> int:
 
     async def main() -> None:
         nonlocal status
-        status = await run(parts, client, lambda: startup_checks(client, parts.baselines),
+        passed = PassedProbes(parts.config.paths.home / PASSED_PROBES)
+        status = await run(parts, client,
+                           lambda: startup_checks(client, parts.baselines, passed),
                            notifier=notifier, serving=lambda: fetch_serving(client),
                            counter=ServerTokens(client))
 

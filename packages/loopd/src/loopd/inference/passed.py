@@ -1,0 +1,88 @@
+"""The servers the self-test's probe passed on, so that a start on the same server, model and
+template does not generate the probe again (docs/decisions/probe-once-per-server.md).
+
+``probe_key`` is pure: the sha256 of everything that decides whether the probe's tool call
+parses and round-trips (the probe itself, the server's build, the model file, the chat
+template and its capabilities, the server's default generation settings, the router's launch
+arguments for the model, and loopd's own sampling and model name). ``PassedProbes`` keeps the
+keys that passed in one JSON file under loopd's home that the owner can read and delete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bxcore.config import InferenceSection
+from bxcore.util import sha256, write_durably
+
+log = logging.getLogger(__name__)
+
+PASSED_PROBES = "selftest-passed.json"  # under loopd's home
+KEPT = 8  # the newest keys kept: a few models and servers the owner switches between
+
+
+def probe_key(section: InferenceSection, probe: str, props: Any, models: Any) -> str | None:
+    """The key of one server, model and template as the probe meets them; None when the server
+    does not name its model file (nothing then tells one model from another)."""
+    if not isinstance(props, dict) or not isinstance(props.get("model_path"), str):
+        return None
+    template = props.get("chat_template")
+    what = {
+        "probe": probe,
+        "build": props.get("build_info"),
+        "model_path": props["model_path"],
+        "chat_template": sha256(template.encode()) if isinstance(template, str) else None,
+        "chat_template_caps": props.get("chat_template_caps"),
+        "generation": (props.get("default_generation_settings") or {}).get("params"),
+        "launched_with": _launch_args(models, section.model),
+        "model": section.model,
+        "sampling": section.sampling.model_dump(mode="json"),
+    }
+    return sha256(json.dumps(what, sort_keys=True).encode())
+
+
+def _launch_args(models: Any, model: str) -> Any:
+    """The router's command line for ``model`` (its file, template and flags); None from a
+    server that is not a router."""
+    entries = models.get("data") if isinstance(models, dict) else None
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and entry.get("id") == model:
+            return (entry.get("status") or {}).get("args")
+    return None
+
+
+class PassedProbes:
+    """``{key: when it passed}`` in ``path``. An unreadable file is named in the log and read as
+    empty: it only saves time, and the next pass writes it anew."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def passed_at(self, key: str) -> str | None:
+        return self._read().get(key)
+
+    def record(self, key: str) -> None:
+        kept = self._read()
+        kept[key] = datetime.now(UTC).isoformat(timespec="seconds")
+        newest = dict(sorted(kept.items(), key=lambda item: item[1])[-KEPT:])
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_durably(self.path, json.dumps(newest, indent=2, sort_keys=True).encode() + b"\n")
+
+    def _read(self) -> dict[str, str]:
+        try:
+            found = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("%s: not read (%s); the self-test's probe runs again", self.path, exc)
+            return {}
+        if not isinstance(found, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
+            log.warning("%s: not a JSON object of strings; the self-test's probe runs again",
+                        self.path)
+            return {}
+        return found
