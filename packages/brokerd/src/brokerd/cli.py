@@ -9,14 +9,14 @@ import pwd
 from pathlib import Path
 
 import click
-from bxcore.config import Config, load_config
-from bxcore.errors import BoxmakerError
+from bxcore import cli_errors
+from bxcore.config import load_config
 from bxcore.logs import configure_logging
 from bxcore.tools import DataClass
 
 from . import sockets, wiring
 from .audit import AuditLog, entries, verify
-from .errors import BrokerError, JobError
+from .errors import JobError
 from .explain import explain_grant
 from .grantstore import load_grants, real_path
 from .harness_code import code_paths
@@ -31,14 +31,7 @@ CONFIG = click.option("--config", "config_path", type=click.Path(dir_okay=False,
 JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
-def _config(path: Path) -> Config:
-    try:
-        return load_config(path)
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-@click.group()
+@click.group(cls=cli_errors.Group)
 def main() -> None:
     """Decides each tool call against the owner's grants, runs it, and audits it."""
 
@@ -51,15 +44,12 @@ def serve(config_path: Path) -> None:
     Example: brokerd serve --config /etc/boxmaker/config.toml
     """
     configure_logging("brokerd", format="%(levelname)s %(name)s: %(message)s")
-    config = _config(config_path)
-    try:
-        with held(wiring.labels_lock(config)):  # no label is lowered while calls run
-            backend = wiring.backend_for(config)
-            wiring.remove_leftovers(backend)
-            broker, unfinished = wiring.build_serving(config, backend)
-            asyncio.run(sockets.serve(broker, config, config_path, unfinished))
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
+    config = load_config(config_path)
+    with held(wiring.labels_lock(config)):  # no label is lowered while calls run
+        backend = wiring.backend_for(config)
+        wiring.remove_leftovers(backend)
+        broker, unfinished = wiring.build_serving(config, backend)
+        asyncio.run(sockets.serve(broker, config, config_path, unfinished))
 
 
 @main.group()
@@ -77,11 +67,7 @@ def audit_verify(config_path: Path, directory: Path | None, as_json: bool) -> No
 
     Exit status 1 when any record is bad. Example: brokerd audit verify --json
     """
-    directory = directory or wiring.audit_dir(_config(config_path))
-    try:
-        bad, head = verify(directory)
-    except BrokerError as exc:
-        raise click.ClickException(str(exc)) from None
+    bad, head = verify(directory or wiring.audit_dir(load_config(config_path)))
     if as_json:
         click.echo(json.dumps({"ok": not bad, "records": head.count, "head": head.hash,
                                "bad": [vars(b) for b in bad]}, sort_keys=True))
@@ -111,13 +97,10 @@ def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> No
     """
     # With a config, the harness's own directories are refused as brokerd serve refuses them;
     # its code (writable mounts of it) always is.
-    config = _config(config_path) if directory is None or config_path.is_file() else None
+    config = load_config(config_path) if directory is None or config_path.is_file() else None
     directory = directory or config.broker.grants_dir()  # type: ignore[union-attr]
     protected = code_paths(None) if config is None else wiring.harness_paths(config, os.environ)
-    try:
-        found = load_grants(directory, protected)
-    except BrokerError as exc:
-        raise click.ClickException(str(exc)) from None
+    found = load_grants(directory, protected)
     if as_json:
         click.echo(json.dumps({
             "grants": {g.name: explain_grant(g) for g in found.grants},
@@ -148,14 +131,11 @@ def taint_rebuild(config_path: Path, out: Path | None) -> None:
 
     Example: brokerd taint rebuild --out /tmp/taint-check
     """
-    config = _config(config_path)
+    config = load_config(config_path)
     store = TaintStore(out or wiring.taint_dir(config))
-    try:
-        results = ((e.session, e.data_class, e.untrusted)
-                   for e in entries(wiring.audit_dir(config)) if e.kind == "result")
-        written = rebuild(results, store)
-    except BrokerError as exc:
-        raise click.ClickException(str(exc)) from None
+    results = ((e.session, e.data_class, e.untrusted)
+               for e in entries(wiring.audit_dir(config)) if e.kind == "result")
+    written = rebuild(results, store)
     click.echo(f"{len(written)} taint file(s) written to {store.directory}")
 
 
@@ -172,10 +152,7 @@ def labels_show(config_path: Path, as_json: bool) -> None:
 
     Example: brokerd labels show --json
     """
-    try:
-        found = LabelStore(wiring.labels_file(_config(config_path))).labels()
-    except BrokerError as exc:
-        raise click.ClickException(str(exc)) from None
+    found = LabelStore(wiring.labels_file(load_config(config_path))).labels()
     if as_json:
         click.echo(json.dumps({path: {"class": label.data_class.value,
                                       "untrusted": label.untrusted}
@@ -206,20 +183,17 @@ def labels_lower(config_path: Path, path: str, data_class: str, trusted: bool) -
 
     Example: brokerd labels lower ~/work/inbox --class public --trusted
     """
-    config = _config(config_path)
+    config = load_config(config_path)
     target = real_path(os.path.expanduser(path))
     to = Label(DataClass(data_class), not trusted)
     by = _user()
-    try:
-        with held(wiring.labels_lock(config)):
-            store = LabelStore(wiring.labels_file(config))
-            was = store.check_lower(target, to)
-            asyncio.run(AuditLog(wiring.audit_dir(config)).label(
-                path=target, was_class=was.data_class, was_untrusted=was.untrusted,
-                untrusted=to.untrusted, by=by, **{"class": to.data_class}))
-            store.lower(target, to, by=by)
-    except BrokerError as exc:
-        raise click.ClickException(str(exc)) from None
+    with held(wiring.labels_lock(config)):
+        store = LabelStore(wiring.labels_file(config))
+        was = store.check_lower(target, to)
+        asyncio.run(AuditLog(wiring.audit_dir(config)).label(
+            path=target, was_class=was.data_class, was_untrusted=was.untrusted,
+            untrusted=to.untrusted, by=by, **{"class": to.data_class}))
+        store.lower(target, to, by=by)
     click.echo(f"{target}: {was.describe()} -> {to.describe()} (audited)")
 
 
@@ -237,7 +211,7 @@ def jobs_check(config_path: Path, directory: Path | None) -> None:
 
     Example: brokerd jobs check --dir /etc/boxmaker/jobs
     """
-    directory = directory or _config(config_path).broker.jobs_dir()
+    directory = directory or load_config(config_path).broker.jobs_dir()
     failed = False
     for path in job_paths(directory):
         try:
@@ -264,10 +238,7 @@ def jobs_show(config_path: Path, name: str) -> None:
 
     Example: brokerd jobs show morning-notes
     """
-    try:
-        job = read_job(job_path(_config(config_path).broker.jobs_dir(), name))
-    except JobError as exc:
-        raise click.ClickException(str(exc)) from None
+    job = read_job(job_path(load_config(config_path).broker.jobs_dir(), name))
     click.echo(json.dumps(vars(job), sort_keys=True))
 
 

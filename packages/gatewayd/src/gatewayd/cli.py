@@ -6,14 +6,14 @@ import asyncio
 import logging
 
 import click
+from bxcore import cli_errors
 from bxcore.config import load_config
-from bxcore.errors import BoxmakerError
 from bxcore.logs import configure_logging
 
 from . import sockets, wiring
 
 
-@click.group()
+@click.group(cls=cli_errors.Group)
 def main() -> None:
     """gatewayd: the owner's Mattermost direct messages as a Boxmaker channel."""
 
@@ -29,14 +29,8 @@ def serve(config_path: str, verbose: bool) -> None:
     """
     configure_logging("gatewayd", level=logging.DEBUG if verbose else logging.INFO,
                       format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        gateway = wiring.build(load_config(config_path), config_path)
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
-    try:
-        asyncio.run(sockets.serve(gateway))
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
+    gateway = wiring.build(load_config(config_path), config_path)
+    asyncio.run(sockets.serve(gateway))
 
 
 if __name__ == "__main__":

@@ -12,14 +12,14 @@ import logging
 from pathlib import Path
 
 import click
+from bxcore import cli_errors
 from bxcore.config import load_config
-from bxcore.errors import BoxmakerError, ConfigError
 from bxcore.logs import configure_logging
 
 from . import sockets, wiring
 
 
-@click.group()
+@click.group(cls=cli_errors.Group)
 def main() -> None:
     """inferproxy: forwards loopd's Unix socket to the llama-server router."""
     configure_logging("inferproxy", format="inferproxy: %(message)s")
@@ -38,13 +38,7 @@ def serve(config_path: Path) -> None:
 
     Example: inferproxy serve --config /etc/boxmaker/config.toml
     """
-    try:
-        config = load_config(config_path)
-        parts = wiring.build(config, config_path)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    config = load_config(config_path)
+    parts = wiring.build(config, config_path)
     logging.info("listening on %s, forwarding to %s", parts.served.path, config.inferproxy.upstream)
-    try:
-        asyncio.run(sockets.serve(parts))
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
+    asyncio.run(sockets.serve(parts))

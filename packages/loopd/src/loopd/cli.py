@@ -7,8 +7,8 @@ import logging
 from pathlib import Path
 
 import click
+from bxcore import cli_errors
 from bxcore.config import load_config
-from bxcore.errors import BoxmakerError
 from bxcore.logs import configure_logging
 
 from . import sockets, wiring
@@ -19,7 +19,7 @@ config_option = click.option(
 )
 
 
-@click.group()
+@click.group(cls=cli_errors.Group)
 def main() -> None:
     """loopd runs the conversation: it builds each prompt, calls the model, and asks the tool
     port for every tool call. It holds no credential and needs no network."""
@@ -34,22 +34,14 @@ def serve(config_path: Path) -> None:
     """
     configure_logging("loopd", format="loopd: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
-    try:
-        config = load_config(config_path)
-        parts = wiring.build(config, config_path)
-        status = asyncio.run(sockets.serve(parts, wiring.inference_client(config)))
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
-    raise SystemExit(status)
+    config = load_config(config_path)
+    parts = wiring.build(config, config_path)
+    raise SystemExit(asyncio.run(sockets.serve(parts, wiring.inference_client(config))))
 
 
 def _check(config_path: Path, which: str) -> None:
     logging.basicConfig(level=logging.WARNING, format="loopd: %(message)s")
-    try:
-        status = asyncio.run(wiring.run_report(load_config(config_path), config_path, which))
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
-    raise SystemExit(status)
+    raise SystemExit(asyncio.run(wiring.run_report(load_config(config_path), config_path, which)))
 
 
 @main.command()

@@ -12,8 +12,8 @@ import logging
 import os
 
 import click
+from bxcore import cli_errors
 from bxcore.config import Config, load_config
-from bxcore.errors import BoxmakerError
 from bxcore.logs import configure_logging
 from bxcore.protocol import memory as proto
 
@@ -22,12 +22,7 @@ from .owner import ask_memoryd, describe, perform
 
 
 def _config(path: str | None) -> Config:
-    try:
-        if path is None:
-            return Config()
-        return load_config(path)
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
+    return Config() if path is None else load_config(path)
 
 
 config_option = click.option(
@@ -36,7 +31,7 @@ config_option = click.option(
 )
 
 
-@click.group()
+@click.group(cls=cli_errors.Group)
 def main() -> None:
     """memoryd: Boxmaker's memory files, recall index and Honcho sync."""
 
@@ -50,11 +45,8 @@ def serve(config_path: str | None) -> None:
     """
     configure_logging("memoryd", format=logging.BASIC_FORMAT,
                       level=os.environ.get("MEMORYD_LOG", "INFO"))
-    try:
-        config = _config(config_path)
-        asyncio.run(sockets.serve(wiring.build(config), config, config_path or "config"))
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
+    config = _config(config_path)
+    asyncio.run(sockets.serve(wiring.build(config), config, config_path or "config"))
 
 
 @main.command("log")
@@ -66,11 +58,7 @@ def log_command(config_path: str | None, file: str | None, as_json: bool) -> Non
 
     Example: memoryd log --file user.md
     """
-    try:
-        edits = wiring.journal(_config(config_path)).entries()
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
-    for edit in edits:
+    for edit in wiring.journal(_config(config_path)).entries():
         if file is None or edit.file == file:
             click.echo(edit.canonical().decode() if as_json else describe(edit))
 
@@ -82,8 +70,6 @@ def _owner_command(config_path: str | None, command: proto.MemoryCommand) -> Non
         text = ask_memoryd(config.served("memory-owner").path, command)
         if text is None:  # the writer recovers what a crash left: may raise StoreError
             text = perform(command, config, lambda: wiring.memory_writer(config))
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
     except OSError as exc:  # no memoryd serving, and memoryd's files are not this user's
         raise click.ClickException(
             f"no memoryd answers on {config.served('memory-owner').path}, and doing it here "
