@@ -1,6 +1,10 @@
 """One tool call from request to response: decide against the grants in force now, audit the
 decision, ask the owner when the grant says ``ask``, run, and answer.
 
+A decision that depended on mount labels (``Decision.consulted``) raises the session's taint to
+them as soon as it is audited (its record's ``consulted``), before the session hears anything,
+and its answer, a denial too, is labelled with them (docs/decisions/label-dependent-answers.md).
+
 While the call is not finished the caller hears so every ``[broker] waiting_interval`` seconds
 (a ToolWaiting, ``approval`` while the owner is asked, ``running`` while it runs); a call that
 finishes within one interval sends none, and none is sent after the answer.
@@ -28,8 +32,9 @@ from .approvals import ApprovalDesk
 from .audit import AuditLog
 from .delegate import Children
 from .grantstore import GrantStore, resolve_paths
+from .labels import Label
 from .policy import CallArguments, Decision, Grant, decide, path_arguments, settle
-from .runner import Runner
+from .runner import Runner, raised_to
 from .sandbox import ToolSettings
 from .taint import Taint, TaintStore
 
@@ -135,10 +140,14 @@ class Broker:
             await self.audit.decision(decision=record)
             return denied(record.reason)
         record = decision.record
+        consulted = decision.consulted
+        marks = {} if consulted.plain else {"consulted": {
+            "class": consulted.data_class, "untrusted": consulted.untrusted}}
         if record.verdict == "ask":
             assert record.grant is not None
             approval = self.desk.open(request, record.grant)
-            await self.audit.decision(decision=record, approval=approval.id)
+            await self.audit.decision(decision=record, approval=approval.id, **marks)
+            taint = self._learned(request.session, consulted, taint)
             asked = asyncio.get_running_loop().time()
 
             async def pending(approval: approval_wire.ApprovalRequest) -> None:
@@ -157,13 +166,22 @@ class Broker:
             await self.audit.decision(decision=decision.record, approval=outcome.approval,
                                       by=outcome.by)
         else:
-            await self.audit.decision(decision=record)
+            await self.audit.decision(decision=record, **marks)
+            taint = self._learned(request.session, consulted, taint)
         _log_decision(decision.record)
         if not decision.allowed:
-            return denied(decision.record.reason)
+            return raised_to(denied(decision.record.reason), consulted)
         run = self._runner.run(decision, request, arguments=arguments, taint=taint,
                                children=children)
-        return await while_running(run, self.desk.interval, on_waiting)
+        return raised_to(await while_running(run, self.desk.interval, on_waiting), consulted)
+
+    def _learned(self, session: str, consulted: Label, taint: Taint) -> Taint:
+        """The session's taint once it has heard a decision that depended on ``consulted``
+        (mount labels): raised to them, durably, after the decision record that says so."""
+        if consulted.plain:
+            return taint
+        return self.taints.record(session, consulted.data_class, consulted.untrusted) \
+            .seen_at_least(self.floor)
 
     def _decide(self, request: ToolRequest, arguments: CallArguments, taint: Taint) -> Decision:
         grants = self.grants.current()

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from bxcore.errors import BoxmakerError, ErrorCode
 
+from .labels import Label
+
 
 class NotAuthorized(Exception):
     """A tool was about to run without a genuine, unused, allowing Decision."""
@@ -61,7 +63,13 @@ class LabelError(BrokerError):
 
 
 class FlowRefused(LabelError):
-    """A call would bring data over the ceiling of a call that reaches the network."""
+    """A call would bring data over the ceiling of a call that reaches the network.
+    ``consulted``: the labels the refusal depends on (what reached the calls it looked at);
+    whether it happens says something about them, so its answer is labelled with them."""
+
+    def __init__(self, why: str, consulted: Label):
+        super().__init__(why)
+        self.consulted = consulted
 
 
 class ApprovalError(BrokerError):

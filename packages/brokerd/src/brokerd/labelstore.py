@@ -10,7 +10,8 @@ read; ``brokerd labels show`` prints it as labels.
 raises, their propagation through the running calls (and their exposures, kept here in memory
 while they run) and its registration as running are one step, and the file holds the raises
 before ``start`` returns (before the sandbox exists). A call that would bring a call that reaches
-the network over its ceiling (itself or one running) does not start: ``FlowRefused``.
+the network over its ceiling (itself or one running) does not start: ``FlowRefused``, which carries
+what reached the calls it looked at, since whether it happens depends on them.
 ``brokerd serve`` holds ``labels.lock`` for its lifetime, so the owner's ``lower`` runs only
 while no call does.
 """
@@ -33,7 +34,7 @@ from bxcore.util import fsync_dir
 from pydantic import Field, ValidationError
 
 from .errors import FlowRefused, LabelError
-from .labels import Label, Reach, seen, settle
+from .labels import Label, Reach, join_all, seen, settle
 
 
 class LabelLine(Model):
@@ -89,7 +90,12 @@ class LabelStore:
                              [r.exposure for r in running])
             if settled.over:
                 index = max(settled.over)  # this call's own ceiling before a running one's
-                raise FlowRefused(_over_why(running, index, settled.exposures[index], reach))
+                # The refusal depends on what reached every call it looked at: the calls over
+                # their ceiling and this one (which shares a zone, directly or through others,
+                # with each of them), so its answer is labelled with all of it.
+                consulted = join_all(settled.exposures[i] for i in (*settled.over, len(running)))
+                raise FlowRefused(_over_why(running, index, settled.exposures[index], reach,
+                                            consulted), consulted)
             self._append([LabelLine.model_validate({
                 "path": path, "class": label.data_class, "untrusted": label.untrusted,
                 "session": session, "call": call})
@@ -171,7 +177,8 @@ class LabelStore:
         self._whole += len(data)
 
 
-def _over_why(running: list[Running], index: int, exposure: Label, reach: Reach) -> str:
+def _over_why(running: list[Running], index: int, exposure: Label, reach: Reach,
+              consulted: Label) -> str:
     if index == len(running):
         ceiling = reach.ceiling
         whose = "this call reaches the network"
@@ -185,7 +192,8 @@ def _over_why(running: list[Running], index: int, exposure: Label, reach: Reach)
     return (f"{whose}, and its grant allows it {allowed} data"
             f"{'' if ceiling.untrusted else ', trusted only'}; running this call now would "
             f"bring it {exposure.describe()} (the sessions, the mounts' labels and the calls "
-            "running beside it)")
+            f"running beside it). This answer depends on them: it is labelled "
+            f"{consulted.describe()}")
 
 
 @contextlib.contextmanager

@@ -18,7 +18,9 @@ labelled with the child's taint.
 Every sandboxed call is bracketed by the mount labels (brokerd.labels): before it starts, what
 it can write is raised (durably) to its session's taint, its grant's result label and the labels
 of everything it can read; when it ends, its result is raised to the labels of everything it
-could read. A call whose raises cannot be written does not run.
+could read. A call whose raises cannot be written does not run. A call refused because of the
+calls running beside it (``FlowRefused``) gets an answer labelled with what reached them:
+whether it is refused depends on it (docs/decisions/label-dependent-answers.md).
 
 Every allowed call that reaches the runner ends in an audited result and a taint update,
 whatever goes wrong on the way: an unexpected exception is logged as brokerd's own bug and the
@@ -44,7 +46,7 @@ from bxcore.util import format_rfc3339, sha256
 from .audit import AuditLog
 from .delegate import Children, run_delegate
 from .egresslog import CONSULT, ConsultEgress
-from .errors import EgressLogError, LabelError
+from .errors import EgressLogError, FlowRefused, LabelError
 from .labels import Label, Reach, seen
 from .labelstore import LabelStore
 from .policy import CallArguments, Decision
@@ -154,6 +156,9 @@ class Runner:
         try:
             running = self._labels.start(reach_of(decision, taint), session=request.session,
                                          call=request.call)
+        except FlowRefused as exc:  # its answer tells of the calls beside it: labelled so
+            log.info("call %s/%s not run: %s", request.session, request.call, exc)
+            return raised_to(not_run(f"Nothing ran: {exc}"), exc.consulted)
         except LabelError as exc:
             log.error("call %s/%s not run: %s", request.session, request.call, exc)
             return not_run(f"Nothing ran: {exc}")

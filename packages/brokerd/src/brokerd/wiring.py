@@ -23,7 +23,7 @@ from bxcore.config import Config, served_sockets
 from bxcore.secrets import SecretStore
 
 from .approvals import ApprovalBook, ApprovalDesk
-from .audit import AuditLog, entries
+from .audit import AuditLog, entries, taint_marks
 from .calls import Broker
 from .egresslog import CONSULT, ConsultEgress
 from .grantstore import GrantStore, real_path
@@ -132,8 +132,8 @@ def build_serving(config: Config, backend: Sandbox) -> tuple[Broker, Unfinished]
     audit = AuditLog(audit_dir(config), rotate_bytes=section.audit_rotate_bytes,
                      reserve_bytes=section.audit_reserve_bytes)
     taints = TaintStore(taint_dir(config))
-    logged = (e for e in entries(audit_dir(config), newest_only=True) if e.kind == "result")
-    for session in reconcile(((e.session, e.data_class, e.untrusted) for e in logged), taints):
+    logged = taint_marks(entries(audit_dir(config), newest_only=True))
+    for session in reconcile(logged, taints):
         log.warning("session %s: taint raised to match the audit log (a crash came between a "
                     "result and its taint file)", session)
     book = ApprovalBook(frozenset(section.approvers), timedelta(seconds=section.approval_timeout))

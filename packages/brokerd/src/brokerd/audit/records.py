@@ -12,6 +12,7 @@ file; the chain runs on through it. Changing the canonical encoding changes ever
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, Literal
 
 from bxcore._base import Count, Flag, Model, Text
@@ -33,14 +34,31 @@ class Chained(Model):
     prev: Text
 
 
+class Consulted(Model):
+    """The mount labels a decision depended on: its session's taint rose to them."""
+
+    data_class: DataClass = Field(alias="class")
+    untrusted: Flag
+
+
 class DecisionEntry(Chained):
     """A policy decision, denials included. ``approval`` names the approval it asked for or
-    that settled it; ``by`` who answered it."""
+    that settled it; ``by`` who answered it; ``consulted`` the mount labels it depended on
+    (brokerd.policy, rule 7), which its session's taint rose to. A record without them has no
+    such member, so the records written before it existed keep their bytes."""
 
     kind: Literal["decision"] = "decision"
     decision: DecisionRecord
     approval: Text | None = None
     by: Text | None = None
+    consulted: Consulted | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_consulted(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        body: dict[str, Any] = dump(self)
+        if body.get("consulted") is None:
+            body.pop("consulted", None)
+        return body
 
 
 class ResultEntry(Chained):
@@ -111,6 +129,17 @@ class RepairedEntry(Chained):
 Entry = DecisionEntry | ResultEntry | RefusedEntry | LabelEntry | RepairedEntry
 AuditEntry = Annotated[Entry, Field(discriminator="kind")]
 AUDIT_ENTRY: TypeAdapter[Entry] = TypeAdapter(AuditEntry)
+
+
+def taint_marks(entries: Iterable[Entry]) -> Iterator[tuple[str, DataClass, bool]]:
+    """What raised each session's taint, in log order: its results' labels, and the mount
+    labels its decisions depended on. The taint files are these, replayed (brokerd.taint)."""
+    for entry in entries:
+        if isinstance(entry, ResultEntry):
+            yield entry.session, entry.data_class, entry.untrusted
+        elif isinstance(entry, DecisionEntry) and entry.consulted is not None:
+            yield (entry.decision.session, entry.consulted.data_class,
+                   entry.consulted.untrusted)
 
 
 def entry_hash(body: dict[str, Any]) -> str:

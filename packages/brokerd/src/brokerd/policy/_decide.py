@@ -24,10 +24,16 @@ name. The rules (docs/grants.md):
    and its endpoint are the owner's.
 6. No matching grant: deny. Otherwise the most restrictive matching grant decides:
    deny over ask over auto; among equals, the first by name.
+7. A decision that depends on mount labels (the labelled roots its path arguments resolve
+   through; the mounts of a grant with egress that matches but for them) carries them
+   (``Decision.consulted``): brokerd raises the session's taint and labels the answer with
+   them, whatever it is, since a session of a higher class can have raised them. A grant
+   with egress must then allow all of them, not only its own mounts' labels.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -37,7 +43,7 @@ from bxcore.secrets import Secret
 from bxcore.tools import CLOCK, DataClass, DecisionRecord, ToolRequest, Verdict
 from bxcore.util import text_sha256
 
-from ..labels import Ceiling, Label, seen
+from ..labels import Ceiling, Label, covers_path, join_all, seen
 from ..sandbox.spec import Mount, SandboxSpec, ToolSettings
 from ..taint import Taint
 from ._arguments import NOT_AN_OBJECT, CallArguments
@@ -97,29 +103,40 @@ def decide(
         return mint(record("deny", None, NOT_AN_OBJECT), None)
 
     setup = (configured or {}).get(request.tool)
+    labels = labels or {}
+    applicable = [g for g in sorted(grants, key=lambda g: g.name) if g.applies_to(request.tool)]
+    first = [_miss(grant, arguments.value, now, taint, resolved_paths, secrets) or
+             _setup_miss(grant, setup) for grant in applicable]
+    consulted = _consulted(applicable, first, arguments.value, resolved_paths, labels)
+    holds = consulted.join(Label(taint.highest or DataClass.PUBLIC, taint.untrusted))
     matching: list[Grant] = []
     misses: list[str] = []
-    for grant in sorted(grants, key=lambda g: g.name):
-        if not grant.applies_to(request.tool):
-            continue
-        miss = _miss(grant, arguments.value, now, taint, resolved_paths, secrets) or \
-            _setup_miss(grant, setup) or _egress_miss(grant, taint, labels or {})
+    for grant, early in zip(applicable, first, strict=True):
+        miss = early or _egress_miss(grant, holds, labels)
         if miss:
             misses.append(f"{grant.name}: {miss}")
         else:
             matching.append(grant)
+
+    def decided(verdict: Verdict, grant: str | None, reason: str,
+                spec: SandboxSpec | None) -> Decision:
+        if not consulted.plain:
+            reason += (f" (this answer depends on mount labels, {consulted.describe()}: "
+                       "the session's taint rises to them)")
+        return mint(record(verdict, grant, reason), spec, consulted)
+
     if not matching:
         why = "; ".join(misses) if misses else f"no grant names the tool {request.tool!r}"
-        return mint(record("deny", None, f"no grant matches ({why})"), None)
+        return decided("deny", None, f"no grant matches ({why})", None)
 
     chosen = max(matching, key=lambda g: _STRICTNESS[g.mode])  # max keeps the first of equals
     verdict = _VERDICT[chosen.mode]
     if verdict == "deny":
-        return mint(record("deny", chosen.name, f"grant {chosen.name} denies it"), None)
+        return decided("deny", chosen.name, f"grant {chosen.name} denies it", None)
     reason = f"grant {chosen.name} allows it" if verdict == "allow" else \
         f"grant {chosen.name} allows it once the owner approves"
-    spec = _spec(chosen, request, secrets, setup, resolved_paths)
-    return mint(record(verdict, chosen.name, reason), spec)
+    return decided(verdict, chosen.name, reason,
+                   _spec(chosen, request, secrets, setup, resolved_paths))
 
 
 def _miss(
@@ -168,18 +185,37 @@ def ceiling_of(grant: Grant) -> Ceiling | None:
     return Ceiling(grant.classes, grant.allow_untrusted) if grant.hosts else None
 
 
-def _egress_miss(grant: Grant, taint: Taint, labels: Mapping[str, Label]) -> str | None:
-    """Why a grant with egress does not match: its mounts hold more than it may send."""
+def _consulted(applicable: list[Grant], first: list[str | None], arguments: Mapping[str, Any],
+               resolved: Mapping[str, str], labels: Mapping[str, Label]) -> Label:
+    """The mount labels the decision depends on: those of the labelled roots its path
+    arguments resolve through (a symlink a call wrote there decides where they lead), and
+    those of the mounts of every grant with egress that matches but for its ceiling (whether
+    it matches then depends on them). Each of them can have been raised, or not, by a session
+    of a higher class, so whatever the decision answers carries them (rule 7)."""
+    names = {c.name for g in applicable for c in g.arguments if c.paths is not None}
+    paths = [posixpath.normpath(v) for n in names
+             if isinstance(v := arguments.get(n), str) and v.startswith("/")]
+    paths += [resolved[n] for n in names if n in resolved]
+    found = join_all(label for root, label in labels.items()
+                     if any(covers_path(root, p) for p in paths))
+    for grant, miss in zip(applicable, first, strict=True):
+        if miss is None and ceiling_of(grant) is not None and grant.mode != "deny":
+            found = found.join(seen(labels, [str(m.source) for m in grant.mounts]))
+    return found
+
+
+def _egress_miss(grant: Grant, holds: Label, labels: Mapping[str, Label]) -> str | None:
+    """Why a grant with egress does not match: the call would hold more than it may send
+    (``holds``: the session's taint and the labels the decision consulted)."""
     ceiling = ceiling_of(grant)
-    if ceiling is None or grant.mode == "deny":
+    if ceiling is None or grant.mode == "deny" or ceiling.admits(holds):
         return None
     held = seen(labels, [str(m.source) for m in grant.mounts])
-    if ceiling.admits(held.join(Label(taint.highest or DataClass.PUBLIC, taint.untrusted))):
-        return None
-    return (f"its mounts hold {held.describe()} data (their labels), and it reaches the "
-            "network, which it allows only for " +
+    return ("it reaches the network, which it allows only for " +
             ", ".join(sorted(c.value for c in grant.classes)) +
-            ("" if grant.allow_untrusted else ", trusted"))
+            ("" if grant.allow_untrusted else ", trusted") +
+            f"; its mounts hold {held.describe()} data (their labels), and this decision "
+            f"depends on labels {holds.describe()} with the session's taint")
 
 
 def _argument_miss(

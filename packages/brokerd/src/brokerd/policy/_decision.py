@@ -16,7 +16,7 @@ import weakref
 from bxcore.tools import DataClass, DecisionRecord
 
 from ..errors import NotAuthorized
-from ..labels import Ceiling
+from ..labels import PLAIN, Ceiling, Label
 from ..sandbox.spec import Mount, SandboxSpec
 
 _MINT = object()
@@ -24,18 +24,21 @@ _ISSUED: weakref.WeakSet[Decision] = weakref.WeakSet()
 
 
 class Decision:
-    __slots__ = ("__weakref__", "_record", "_spec", "_used")
+    __slots__ = ("__weakref__", "_consulted", "_record", "_spec", "_used")
     _record: DecisionRecord
     _spec: SandboxSpec | None
+    _consulted: Label
     _used: bool
 
-    def __init__(self, mint: object, *, record: DecisionRecord, spec: SandboxSpec | None):
+    def __init__(self, mint: object, *, record: DecisionRecord, spec: SandboxSpec | None,
+                 consulted: Label = PLAIN):
         if mint is not _MINT:
             raise TypeError("a Decision can only be made by brokerd's policy module")
         if (record.verdict == "deny") != (spec is None):
             raise TypeError("an allowing or asking Decision carries a spec, a denial does not")
         object.__setattr__(self, "_record", record)
         object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_consulted", consulted)
         object.__setattr__(self, "_used", False)
         _ISSUED.add(self)
 
@@ -62,6 +65,13 @@ class Decision:
     def ceiling(self) -> Ceiling | None:
         """What the call may hold while it runs, when it reaches the network. Information only."""
         return self._spec.ceiling if self._spec is not None else None
+
+    @property
+    def consulted(self) -> Label:
+        """The mount labels this decision depended on (brokerd.labels): whatever it answers
+        tells the session something about them, so the answer and the session's taint are
+        raised to them. PLAIN when it depended on the grants and the session's taint only."""
+        return self._consulted
 
     @property
     def allowed(self) -> bool:
@@ -103,9 +113,10 @@ class Decision:
         return f"<Decision {r.verdict} {r.tool} call={r.call} session={r.session}>"
 
 
-def mint(record: DecisionRecord, spec: SandboxSpec | None) -> Decision:
+def mint(record: DecisionRecord, spec: SandboxSpec | None,
+         consulted: Label = PLAIN) -> Decision:
     """For the policy package's own modules only."""
-    return Decision(_MINT, record=record, spec=spec)
+    return Decision(_MINT, record=record, spec=spec, consulted=consulted)
 
 
 def redeem(asked: Decision, record: DecisionRecord) -> Decision:
@@ -113,4 +124,4 @@ def redeem(asked: Decision, record: DecisionRecord) -> Decision:
     one with the held spec, or a denial. For the policy package's own modules only."""
     spec = asked._check("ask")
     object.__setattr__(asked, "_used", True)
-    return mint(record, spec if record.verdict == "allow" else None)
+    return mint(record, spec if record.verdict == "allow" else None, asked._consulted)
