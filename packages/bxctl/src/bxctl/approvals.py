@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Literal
 
 import click
+from bxcore import cli_errors
 from bxcore.config import load_config
 from bxcore.display import describe_call
-from bxcore.errors import BoxmakerError, WireError
+from bxcore.errors import BoxmakerError, PeerUnavailable, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import SyncFrameSocket
 from bxcore.protocol import approval as wire
@@ -36,14 +37,14 @@ def _exchange(config_path: Path | None, frame: Frame) -> Frame:
             s.write(frame)
             reply = s.read(timeout=30)
     except BoxmakerError as exc:
-        raise click.ClickException(f"{exc}; is brokerd running? (`bxctl status`)") from None
+        raise PeerUnavailable(f"{exc}; is brokerd running? (`bxctl status`)") from exc
     if reply.kind == wire.ERROR:
         error = reply.parse(WireError)
         raise click.ClickException(f"refused ({error.code}): {error.message}")
     return reply
 
 
-@click.command("approvals")
+@click.command("approvals", cls=cli_errors.Command)
 @config_option
 def approvals_command(config_path: Path | None) -> None:
     """List the tool calls waiting for the owner's approval, with exactly what would run.
@@ -67,7 +68,7 @@ def _answer(config_path: Path | None, approval_id: str, verdict: Verdict) -> Non
     click.echo(f"{ack.id}: {'approved' if ack.verdict == 'approve' else 'denied'}")
 
 
-@click.command("approve")
+@click.command("approve", cls=cli_errors.Command)
 @config_option
 @click.argument("approval_id", metavar="ID")
 def approve_command(config_path: Path | None, approval_id: str) -> None:
@@ -78,7 +79,7 @@ def approve_command(config_path: Path | None, approval_id: str) -> None:
     _answer(config_path, approval_id, "approve")
 
 
-@click.command("deny")
+@click.command("deny", cls=cli_errors.Command)
 @config_option
 @click.argument("approval_id", metavar="ID")
 def deny_command(config_path: Path | None, approval_id: str) -> None:

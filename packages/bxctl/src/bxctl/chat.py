@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import TextIO
 
 import click
+from bxcore import cli_errors
 from bxcore.canonical import canonical_text
 from bxcore.config import load_config
-from bxcore.errors import BoxmakerError, ConfigError, ErrorCode, WireError
+from bxcore.errors import BoxmakerError, ErrorCode, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import SyncFrameSocket
 from bxcore.ids import check_session_id, new_session_id
@@ -31,14 +32,13 @@ def default_socket() -> Path:
     /run/boxmaker/loop/loop.sock); with no config file, $BOXMAKER_RUN/loop.sock."""
     config = default_config()
     if config.exists():
-        try:
-            return load_config(config).loop_socket
-        except ConfigError as exc:
-            raise click.ClickException(str(exc)) from None
+        return load_config(config).loop_socket
     return Path(os.environ.get("BOXMAKER_RUN", "/run/boxmaker")) / "loop.sock"
 
 
-class TurnFailed(Exception):
+class TurnFailed(BoxmakerError):
+    """loopd answered the turn with an error frame; the message is its code and text."""
+
     def __init__(self, error: WireError):
         super().__init__(terminal_text(f"{error.code}: {error.message}"))
         self.error = error
@@ -110,7 +110,7 @@ def frame_printer(renderer: Renderer | None, json_out: TextIO | None) -> Callabl
     return show
 
 
-@click.command("chat")
+@click.command("chat", cls=cli_errors.Command)
 @click.option("--socket", "socket_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="loop.sock (default: the config file's, e.g. "
               "/run/boxmaker/loop/loop.sock; without one $BOXMAKER_RUN/loop.sock).")
@@ -161,10 +161,6 @@ def chat_command(socket_path: Path | None, session: str | None, no_thinking: boo
 def _say(chat: ChatSession, text: str, renderer: Renderer | None, as_json: bool) -> None:
     try:
         done = chat.turn(text)
-    except TurnFailed as failed:
-        raise click.ClickException(str(failed)) from None
-    except BoxmakerError as exc:
-        raise click.ClickException(terminal_text(str(exc))) from None
     finally:
         if renderer is not None:
             renderer.end_turn()
@@ -181,10 +177,8 @@ def _interactive(chat: ChatSession, renderer: Renderer | None, lines: TextIO) ->
             continue
         try:
             chat.turn(text)
-        except TurnFailed as failed:
+        except TurnFailed as failed:  # the session goes on; any other error ends the chat
             click.echo(f"error: {failed}", err=True)
-        except BoxmakerError as exc:
-            raise click.ClickException(terminal_text(str(exc))) from None
         finally:
             if renderer is not None:
                 renderer.end_turn()

@@ -4,6 +4,7 @@ and is only registered here."""
 from __future__ import annotations
 
 import click
+from bxcore import cli_errors
 
 from . import approvals, doctor, jobs, maintenance, scheduler
 from .chat import chat_command
@@ -11,7 +12,7 @@ from .device.command import COMMANDS as DEVICE_COMMANDS
 from .stack.commands import down_command, status_command, up_command
 
 
-@click.group()
+@click.group(cls=cli_errors.Group)
 def main() -> None:
     """Boxmaker's command line: chat, local approvals, checks and maintenance.
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
+from bxcore import cli_errors
 from bxcore.config import Config, load_config
 from bxcore.errors import BoxmakerError
 from bxcore.secrets import SecretStore
@@ -186,7 +187,7 @@ def run_checks(config_path: Path) -> list[Check]:
     return checks
 
 
-@click.command("doctor")
+@click.command("doctor", cls=cli_errors.Command)
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per check.")
 def doctor_command(config_path: Path | None, as_json: bool) -> None:

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import click
+from bxcore import cli_errors
 from bxcore.config import Config, load_config
 from bxcore.errors import BoxmakerError, WireError
 from bxcore.frames import Frame
@@ -31,7 +32,7 @@ from .roles import config_option, default_config, run_role
 NOTICE_TIMEOUT = 60.0  # seconds for gatewayd to post the answer (it retries Mattermost itself)
 
 
-@click.group("job")
+@click.group("job", cls=cli_errors.Group)
 def job_group() -> None:
     """Scheduled jobs: owner-written files of what to ask and when."""
 

@@ -10,6 +10,7 @@ arguments and help, once.
 from __future__ import annotations
 
 import click
+from bxcore import cli_errors
 
 from .roles import role_passthrough
 
@@ -25,7 +26,7 @@ GROUPS = {
 
 def _group(name: str, role: str, words: tuple[str, ...], subcommands: tuple[str, ...]
            ) -> click.Group:
-    group = click.Group(name, help=f"Runs `{' '.join((role, *words))} ...`: the role's own "
+    group = cli_errors.Group(name, help=f"Runs `{' '.join((role, *words))} ...`: the role's own "
                         "commands, with their own options and help.")
     for sub in subcommands:
         group.add_command(role_passthrough(sub, role, (*words, sub)))

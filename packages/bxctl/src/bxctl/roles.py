@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import click
+from bxcore import cli_errors
 
 from .stack.manifest import DEFAULT_MANIFEST, load_manifest
 
@@ -74,7 +75,7 @@ def role_passthrough(name: str, role: str, words: tuple[str, ...]) -> click.Comm
         raise SystemExit(subprocess.run(argv, check=False).returncode)
 
     shown = " ".join((role, *words))
-    return click.Command(
+    return cli_errors.Command(
         name, callback=run, add_help_option=False,
         params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
         short_help=f"Runs `{shown}`; --help gives its options.",

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+from bxcore import cli_errors
 from bxcore.config import load_config
 from bxcore.daemon import Notifier
 
@@ -171,7 +172,7 @@ def run(config_path: Path, *, rescan: float = RESCAN, notifier: Notifier | None 
         time.sleep(plan.wait(datetime.now(UTC), min(rescan, POLL)))
 
 
-@click.command("scheduler")
+@click.command("scheduler", cls=cli_errors.Command)
 @config_option
 @click.option("--rescan", default=RESCAN, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds between reads of the jobs directory.")

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+from bxcore import cli_errors
 from bxcore.config import load_config
-from bxcore.errors import BoxmakerError
 
 from ..roles import config_option, default_config
 from .document import Outcome, render
@@ -36,7 +36,7 @@ def _count(name: str, default: int, what: str) -> click.Option:
                         show_default=True, help=what)
 
 
-@click.command("verify-device", params=[
+@click.command("verify-device", cls=cli_errors.Command, params=[
     _count("new-tokens", Plan.new_tokens, "Tokens read at each depth."),
     _count("generate", Plan.generate, "Tokens generated per session for the generation speed."),
     _count("tool-trials", Plan.tool_trials, "Tool-call parsing trials."),
@@ -62,10 +62,7 @@ def verify_device_command(config_path: Path | None, depths: str, out: Path,
     Example: bxctl verify-device --config /etc/boxmaker/config/boxmaker.toml
     """
     path = config_path or default_config()
-    try:
-        config = load_config(path)
-    except BoxmakerError as exc:
-        raise click.ClickException(str(exc)) from None
+    config = load_config(path)
     plan = Plan(depths=_depths(depths), **{key.replace("-", "_"): value
                                           for key, value in counts.items()})
     found, facts = verify(config, path, plan)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from bxcore import cli_errors
 
-from .local import DEFAULT_MODEL, StackError, StackLayout, default_state, down, status, up
+from .local import DEFAULT_MODEL, StackLayout, default_state, down, status, up
 
 _STATE = click.option(
     "--state",
@@ -20,7 +21,7 @@ def _layout(state: Path | None) -> StackLayout:
     return StackLayout((state or default_state()).resolve())
 
 
-@click.command("up")
+@click.command("up", cls=cli_errors.Command)
 @_STATE
 @click.option(
     "--llama-server",
@@ -95,8 +96,6 @@ def up_command(
             say=lambda line: click.echo(line, err=True),
             honcho=honcho,
         )
-    except StackError as exc:
-        raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         raise click.Abort() from None
     if not chat:
@@ -120,7 +119,7 @@ def up_command(
         )
 
 
-@click.command("down")
+@click.command("down", cls=cli_errors.Command)
 @_STATE
 def down_command(state: Path | None) -> None:
     """Stop the local stack started by `bxctl up`, and remove its sockets.
@@ -137,7 +136,7 @@ def down_command(state: Path | None) -> None:
     )
 
 
-@click.command("status")
+@click.command("status", cls=cli_errors.Command)
 @_STATE
 def status_command(state: Path | None) -> None:
     """Show which daemons of the local stack are running. Exit 1 if any is not.

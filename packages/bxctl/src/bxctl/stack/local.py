@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bxcore.canonical import canonical_text
 from bxcore.config import load_config
-from bxcore.errors import ConfigError
+from bxcore.errors import BoxmakerError, ConfigError
 
 from . import honcho
 from .grantdirs import prepare_writable_mounts
@@ -37,7 +37,7 @@ from .processes import Started, alive, load, save, spawn, stop
 READY_TIMEOUT = 1800.0
 
 
-class StackError(Exception):
+class StackError(BoxmakerError):
     """The local stack could not be started; the message says what to do."""
 
 
