@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from bxcore.secrets import Secret
+from gatewayd import sockets
 from gatewayd.gateway import Gateway
-from gatewayd.wiring import Settings
+from gatewayd.settings import Settings
 
 from .mmfake import FakeMattermost, serve
 from .scripted import ScriptedLoop
@@ -71,7 +72,7 @@ async def running(
             await scripted.start()
         gateway = Gateway(settings)
         ready = asyncio.Event()
-        task = asyncio.create_task(gateway.run(ready=ready.set))
+        task = asyncio.create_task(sockets.run(gateway, ready=ready.set))
         try:
             await until(lambda: ready.is_set() or task.done())
             if task.done():

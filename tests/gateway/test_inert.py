@@ -19,10 +19,10 @@ from bxcore.config import load_config
 from bxcore.display import describe_call
 from bxcore.protocol.loop import AnswerTaint, Content, ToolCallStarted
 from bxcore.tools import DataClass
+from gatewayd import wiring
 from gatewayd.inert import inert_posts
 from gatewayd.models import MAX_POST_RUNES
 from gatewayd.render import TurnView, answer_is_inert, answer_posts, approval_posts
-from gatewayd.wiring import Settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.requires import require
@@ -154,5 +154,5 @@ def test_the_owners_setting_and_the_identity_floor_reach_gatewayd(tmp_path, monk
         f'[gateway]\nserver = "http://127.0.0.1:9"\nallowlist = "allow.txt"\n{line}'
     )
     monkeypatch.setenv("GW_TEST_TOKEN", "t")
-    settings = Settings.from_config(load_config(config), source=config)
+    settings = wiring.settings(load_config(config), source=config)
     assert (settings.inert_always, settings.identity_floor) == (always, floor)

@@ -1,6 +1,7 @@
 """gatewayd's logic: posts routed into the queue, the queue's dispatcher delivering turns to
-loopd, the owner's !approve/!deny answered; the WebSocket and gateway.sock (sockets.py) run
-beside them in one task group.
+loopd, the owner's !approve/!deny answered, the WebSocket beside them in one task group.
+gateway.sock is sockets.py's: it binds the socket once ``start`` has run and hands brokerd's
+requests to ``posts`` (owner_posts.py).
 
     Mattermost ──ws──> route ──> queue (SQLite) ──> dispatcher ──loop.sock──> loopd
         ^                 └──> !approve/!deny ──> approvals <──gateway.sock── brokerd
@@ -13,8 +14,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from .approvals import Forward, PostedApprovals
 from .errors import MattermostError
@@ -25,13 +24,10 @@ from .owner_threads import OwnerThreads, owner_of
 from .queue import Item, Queue
 from .rest import MattermostClient
 from .routing import Command, Ignore, Refuse, TurnPost, route
-from .sockets import ApprovalServer
+from .settings import Settings
 from .stream import backoff_delay
 from .turns import TurnOutcome, TurnRunner
 from .websocket import MattermostSocket
-
-if TYPE_CHECKING:
-    from .wiring import Settings
 
 log = logging.getLogger("gatewayd")
 
@@ -53,10 +49,7 @@ class Gateway:
                                  tool_choice=settings.tool_choice,
                                  inert_always=settings.inert_always,
                                  identity_floor=settings.identity_floor)
-        posts = OwnerPosts(self.book, self.rest, self.say, threads=self.threads)
-        self.approvals = ApprovalServer(settings.gateway_socket, posts,
-                                        mode=settings.gateway_socket_mode,
-                                        group=settings.gateway_socket_group)
+        self.posts = OwnerPosts(self.book, self.rest, self.say, threads=self.threads)
         self.socket = MattermostSocket(
             settings.server, settings.token, on_event=self.on_event, on_catch_up=self.catch_up,
             reconnect_min=settings.reconnect[0], reconnect_max=settings.reconnect[1],
@@ -67,30 +60,31 @@ class Gateway:
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
 
-    async def run(self, ready: Callable[[], None] = lambda: None) -> None:
-        """Serve until cancelled; ``ready`` is called once gateway.sock is bound."""
-        try:
-            self.me = (await self.rest.me()).id
-            self.threads.start(self.me)
-            for user in sorted(self.settings.allowlist):
-                channel = await self.rest.direct_channel(self.me, user)
-                self._dm_channels[channel.id] = user
-            if self.queue.watermark() is None:  # first start: nothing before now is ours
-                self.queue.set_watermark(int(time.time() * 1000))
-            await self.approvals.start()
-            ready()
-            log.info("gatewayd ready as %s; %d allowlisted user(s)", self.me,
-                     len(self.settings.allowlist))
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.socket.run())
-                group.create_task(self._dispatch())
-        finally:
-            for task in self._running.values():
-                task.cancel()
-            await asyncio.gather(*self._running.values(), return_exceptions=True)
-            await self.approvals.close()
-            await self.rest.aclose()
-            self.queue.close()
+    async def start(self) -> None:
+        """Learn who the bot is and its DM channels, so that approvals can be posted."""
+        self.me = (await self.rest.me()).id
+        self.threads.start(self.me)
+        for user in sorted(self.settings.allowlist):
+            channel = await self.rest.direct_channel(self.me, user)
+            self._dm_channels[channel.id] = user
+        if self.queue.watermark() is None:  # first start: nothing before now is ours
+            self.queue.set_watermark(int(time.time() * 1000))
+
+    async def run(self) -> None:
+        """Carry posts until cancelled (after ``start``): the WebSocket and the dispatcher."""
+        log.info("gatewayd ready as %s; %d allowlisted user(s)", self.me,
+                 len(self.settings.allowlist))
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.socket.run())
+            group.create_task(self._dispatch())
+
+    async def close(self) -> None:
+        """Stop the turns being delivered (the queue redelivers them), then the connections."""
+        for task in self._running.values():
+            task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await self.rest.aclose()
+        self.queue.close()
 
     # -- from Mattermost --------------------------------------------------------------------
     async def on_event(self, event: Event) -> None:

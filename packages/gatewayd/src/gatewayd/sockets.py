@@ -1,5 +1,6 @@
 """gatewayd's socket, ``gateway.sock``: brokerd asks the owner to approve a call
-(bxcore.protocol.approval); and ``serve``, which runs the Gateway (gateway.py) until SIGTERM.
+(bxcore.protocol.approval); and ``run``/``serve``, which bind it beside the Gateway
+(gateway.py) and run both until cancelled, or until SIGTERM.
 
 brokerd connects once per approval, sends ``approval_request`` and waits on the same connection
 for one ``approval_answer``. What is posted, and where, is owner_posts.py's; this reads the
@@ -13,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bxcore.daemon import DEFAULT_MODE, Notifier, listening, run_until_signalled
 from bxcore.errors import (
@@ -37,10 +39,8 @@ from bxcore.protocol.approval import (
     OwnerNotice,
 )
 
+from .gateway import Gateway
 from .owner_posts import OwnerPosts, Refusal
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
 
 log = logging.getLogger("gatewayd.approvals")
 
@@ -122,8 +122,28 @@ async def _error(stream: FrameStream, code: ErrorCode, message: str) -> None:
         await stream.write(error_frame(code, message))
 
 
+async def run(gateway: Gateway, ready: Callable[[], None] = lambda: None) -> None:
+    """Run ``gateway`` with gateway.sock until cancelled. The socket is bound once the gateway
+    knows who it is (approvals can then be posted), and ``ready`` called once it is bound; on
+    the way out the socket closes first, then the gateway."""
+    settings = gateway.settings
+    try:
+        await gateway.start()
+        approvals = ApprovalServer(settings.gateway_socket, gateway.posts,
+                                   mode=settings.gateway_socket_mode,
+                                   group=settings.gateway_socket_group)
+        await approvals.start()
+        try:
+            ready()
+            await gateway.run()
+        finally:
+            await approvals.close()
+    finally:
+        await gateway.close()
+
+
 async def serve(gateway: Gateway) -> None:
     """Run ``gateway`` until SIGTERM or SIGINT; READY=1 once gateway.sock is bound."""
     notifier = Notifier()
-    await run_until_signalled(gateway.run(ready=notifier.ready), on_stop=notifier.stopping)
+    await run_until_signalled(run(gateway, ready=notifier.ready), on_stop=notifier.stopping)
     logging.getLogger("gatewayd").info("gatewayd stopped")
