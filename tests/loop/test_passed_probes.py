@@ -27,6 +27,7 @@ PROPS = {
     "default_generation_settings": {"params": {"temperature": 0.8}, "n_ctx": 4096},
     "total_slots": 2,
     "is_sleeping": False,
+    "media_marker": "<__media_DVhYv5Bd4p__>",  # a new one at every start
 }
 MODELS = {"data": [{"id": "qwen-tools", "status": {"value": "loaded", "args": ["-m", "q"]}}]}
 DECIDING = {
@@ -53,6 +54,14 @@ def test_the_key_changes_with_the_launch_the_model_the_sampling_and_the_probe():
     assert len({key(), key(models=relaunched), key(probe="another probe"),
                 key(section=InferenceSection(model="qwen-tools", sampling={"temperature": 0})),
                 key(section=InferenceSection(model="coder"))}) == 5
+
+
+@given(port=st.integers(min_value=1, max_value=65535))
+def test_the_port_the_router_picks_at_each_launch_is_not_in_the_key(port):
+    args = ["-m", "q", "--port", str(port)]
+    relaunched = {"data": [{"id": "qwen-tools", "created": port, "status": {"args": args}}]}
+    equals = {"data": [{"id": "qwen-tools", "status": {"args": ["-m", "q", f"--port={port}"]}}]}
+    assert key(models=relaunched) == key(models=equals) == key()
 
 
 @given(field=st.text(min_size=1, max_size=12).filter(

@@ -46,12 +46,17 @@ def probe_key(section: InferenceSection, probe: str, props: Any, models: Any) ->
 
 
 def _launch_args(models: Any, model: str) -> Any:
-    """The router's command line for ``model`` (its file, template and flags); None from a
-    server that is not a router."""
+    """The router's command line for ``model`` (its file, template and flags) less the port,
+    which the router picks anew at every launch; None from a server that is not a router."""
     entries = models.get("data") if isinstance(models, dict) else None
     for entry in entries if isinstance(entries, list) else ():
         if isinstance(entry, dict) and entry.get("id") == model:
-            return (entry.get("status") or {}).get("args")
+            args = (entry.get("status") or {}).get("args")
+            if not isinstance(args, list):
+                return args
+            return [arg for before, arg in zip([None, *args], args, strict=False)
+                    if arg != "--port" and before != "--port"
+                    and not str(arg).startswith("--port=")]
     return None
 
 
