@@ -100,6 +100,8 @@ class IdentityPart:
 
     name: str
     text: str
+    model_written: bool = False  # memoryd's memory.md and user.md: the memory tool writes them
+    withheld: bool = False  # the baseline budget left it out (budget.py)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,12 @@ class Identity:
     @property
     def text(self) -> str:
         return "\n\n".join(part.text for part in self.files)
+
+    def withholding(self, name: str, notice: str) -> Identity:
+        """The same files with ``name``'s text replaced by ``notice``."""
+        return Identity(tuple(IdentityPart(name=part.name, text=notice, model_written=True,
+                                           withheld=True)
+                              if part.name == name else part for part in self.files))
 
 
 def read_identity_files(paths: Iterable[Path]) -> Identity:

@@ -16,17 +16,18 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+from .baseline import Identity
 from .budget import BaselineBudget
 from .epochs import Baselines
-from .errors import BaselineError, CorruptSession, MemoryUnavailable
-from .inference.budget import ServerTokens, count_baseline_tokens
+from .errors import BaselineOverBudget, BudgetUncounted, CorruptSession, MemoryUnavailable
+from .inference.budget import BudgetReport, ServerTokens
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
 from .inference.passed import PassedProbes
 from .inference.selftest import SelfTestReport, self_test
 from .inference.serving import ServingSettings, changes, fetch_serving
 from .inference.slot_switch import slot_switch_check
-from .memory import IdentityFiles, MemoryLink
+from .memory import MemoryLink
 from .store import SessionStore
 
 
@@ -54,31 +55,36 @@ async def selftest_report(client: InferenceClient, passed: PassedProbes | None =
 async def budget_report(
     client: InferenceClient, baselines: Baselines, *, identity_required: bool
 ) -> Report:
+    """The budget of the baseline a new session would get now, fitted as a session's is
+    (budget.py): identity files the model wrote that would put it over are withheld and named,
+    and pass; only what the owner wrote (system.md, soul.md) or the tools can fail it."""
     probe = f"budget-probe-{secrets.token_hex(4)}"
     source = "memoryd" if isinstance(baselines.memory, MemoryLink) else "[baseline] identity"
     note = f"with the identity from {source}"
     try:
-        baseline, identity = await baselines.build(probe, 0, None)
+        identity = await baselines.memory.identity(probe, 0)
     except MemoryUnavailable as exc:
         if identity_required:
             return Report(ok=False, lines=(f"FAIL baseline_budget: no identity: {exc}",))
-        baseline, identity = await Baselines(system=baselines.system, tools=baselines.tools,
-                                             memory=IdentityFiles(())).build(probe, 0, None)
+        identity = Identity()
         note = f"WITHOUT the identity ({exc})"
+    limit = client.section.baseline_budget
+    budget = BaselineBudget(counter=ServerTokens(client), limit=limit)
     try:
-        budget = await count_baseline_tokens(client, baseline.system, tuple(baseline.tools))
-    except InferenceError as exc:
-        return Report(ok=False,
-                      lines=(f"FAIL baseline_budget: cannot count the baseline's tokens: {exc}",))
-    mark = "ok  " if budget.ok else "FAIL"
-    lines = [f"{mark} baseline_budget: {budget.describe()}, {note}"]
-    if not budget.ok:  # what each part costs, as a session refused for it is told
-        parts = BaselineBudget(counter=ServerTokens(client), limit=budget.budget)
-        try:
-            await parts.check(baseline, identity, what="a new session")
-        except BaselineError as exc:
-            lines.append(f"     {exc}")
-    return Report(ok=budget.ok, lines=tuple(lines))
+        fitted = await budget.fit(lambda i: baselines.assemble(i, None), identity,
+                                  what="a new session")
+    except BudgetUncounted as exc:
+        return Report(ok=False, lines=(f"FAIL baseline_budget: cannot count the baseline's "
+                                       f"tokens: {exc}",))
+    except BaselineOverBudget as exc:  # what each part costs, as a session refused is told
+        return Report(ok=False, lines=(f"FAIL baseline_budget: baseline: OVER the budget of "
+                                       f"{limit}, {note}", f"     {exc}"))
+    lines = [f"ok   baseline_budget: {BudgetReport(tokens=fitted.tokens, budget=limit).describe()}"
+             f", {note}"]
+    if fitted.withheld:
+        lines.append(f"     withheld, as the model wrote them over the budget (each session "
+                     f"shows a notice instead): {'; '.join(fitted.withheld)}")
+    return Report(ok=True, lines=tuple(lines))
 
 
 SINCE = "serving_since_session"

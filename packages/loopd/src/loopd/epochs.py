@@ -1,20 +1,24 @@
 """Compaction as an epoch change (docs/design.md), and where each epoch's baseline comes from.
 
 When a turn ends with the slot holding at least ``compact_at_tokens`` (what its last completion
-left there, plus a bound on what was appended after it: tool results of a turn that ended before
-the model answered, docs/decisions/replay-what-the-server-reads.md), the session is compacted
-before its next turn starts, while no turn runs (the server holds the session's lock):
+left there, or the prompt the slot last refused as too long, plus a bound on what was appended
+after it: tool results of a turn that ended before the model answered,
+docs/decisions/replay-what-the-server-reads.md), the session is compacted before its next turn
+starts, while no turn runs (the server holds the session's lock):
 
 1. ``close_epoch``: one completion on the session's slot whose request is the epoch's whole
    message array plus ``COMPACT_INSTRUCTION`` as the newest message, so the server reuses the
    cache and processes only the instruction; if the slot refuses that as too long, the same
    with long texts left out, then with fewer messages (``replay.fitting_views``), down to the
-   baseline alone, which always fits. If it gives a summary, the log gets ``User`` (the
-   instruction), ``Assistant`` (the summary, exactly as returned), ``Usage`` and ``epoch_end``:
-   the old epoch's replay stays exact, and its log is kept. If it fails, nothing is appended and
+   baseline alone and last with its summary left out. The summary is asked for with at most
+   the tokens the next epoch's opening has room for (``Baselines.summary_cap``). If it gives a
+   summary, the log gets ``User`` (the instruction), ``Assistant`` (the summary, exactly as
+   returned), ``Usage`` and ``epoch_end``: the old epoch's replay stays exact, and its log is
+   kept. If it fails, nothing is appended and
    the turn runs in the old epoch (compaction is tried again before the next one).
 2. ``open_epoch``: a new baseline, built now (system.md and the identity as they are now, from
-   memoryd), plus the summary, and the new epoch's files on the same slot. If memoryd cannot be
+   memoryd, fitted to the budget), plus the summary, cut if the opening would not fit under
+   ``compact_at_tokens``, and the new epoch's files on the same slot. If memoryd cannot be
    reached the epoch does not start (``MemoryUnavailable``); the session stays closed, and the
    next turn finishes the change from the summary in the closed log.
 """
@@ -33,7 +37,7 @@ from bxcore.protocol.loop import Content, Reasoning, TurnEventBody
 from bxcore.records import Assistant, EpochEnd, ToolResult, Usage, User
 
 from .baseline import Baseline, Identity
-from .budget import BaselineBudget
+from .budget import BaselineBudget, Fitted
 from .errors import CorruptSession
 from .inference.api import ChatRequest, EventSink
 from .inference.errors import InferenceError, SessionFull
@@ -56,6 +60,9 @@ COMPACT_INSTRUCTION = (
 # Tokens a message's template wrapping may add to its text (role tags, a tool_response block).
 MESSAGE_TOKENS = 16
 SMALLEST_RESULT_CAP = 512  # bytes: the cap the slot's room never takes a tool result below
+SUMMARY_WRAPPING = 64  # tokens: SUMMARY_HEADING and the user message around the summary
+SMALLEST_SUMMARY = 16  # tokens: summary_tokens' own minimum ([loop] summary_tokens)
+SUMMARY_CUTS = 6  # tries at cutting a summary to fit before it is left out
 
 BaselineSource = Callable[[str, int, "str | None"], Awaitable[Baseline]]
 
@@ -91,28 +98,86 @@ class EpochSettings:
 @dataclass(frozen=True, kw_only=True)
 class Baselines:
     """Builds each epoch's baseline afresh: system.md, then the identity text, then tools; and,
-    with a ``budget``, refuses one over it (budget.py). Without one (a test double's server
-    that has no tokenizer) nothing is counted."""
+    with a ``budget``, fits it under it (budget.py: model-written identity files withheld, else
+    refused) and, with an ``opening_limit`` too (``compact_at_tokens``), cuts the summary so the
+    epoch's opening fits under it: an epoch never starts that a plain turn cannot follow, nor
+    one due for compaction before its first turn. Without a budget (a test double's server that
+    has no tokenizer) nothing is counted."""
 
     system: Path
     tools: Sequence[ToolSchema]
     memory: Memory
     budget: BaselineBudget | None = None
+    opening_limit: int | None = None
 
     async def __call__(self, session: str, epoch: int, summary: str | None) -> Baseline:
-        baseline, identity = await self.build(session, epoch, summary)
-        if self.budget is not None:
-            await self.budget.check(baseline, identity, what=f"session {session} epoch {epoch}")
-        return baseline
+        return (await self.fitted(session, epoch, summary)).baseline
+
+    async def fitted(self, session: str, epoch: int, summary: str | None) -> Fitted:
+        """The baseline, fitted to the budget, and what was withheld from it."""
+        identity = await self.memory.identity(session, epoch)
+        if self.budget is None:
+            return Fitted(baseline=self.assemble(identity, summary), identity=identity, tokens=0)
+        fitted = await self.budget.fit(lambda i: self.assemble(i, None), identity,
+                                       what=f"session {session} epoch {epoch}")
+        if summary is None:
+            return fitted
+        baseline = await self._summarised(fitted, summary, what=f"session {session} epoch "
+                                                                 f"{epoch}")
+        return dataclasses.replace(fitted, baseline=baseline)
 
     async def build(self, session: str, epoch: int, summary: str | None
                     ) -> tuple[Baseline, Identity]:
         """The baseline, uncounted, and the identity it holds."""
         identity = await self.memory.identity(session, epoch)
-        baseline = Baseline.assemble(
-            system=self.system, identity=identity.text, tools=self.tools, summary=summary
-        )
-        return baseline, identity
+        return self.assemble(identity, summary), identity
+
+    def assemble(self, identity: Identity, summary: str | None) -> Baseline:
+        return Baseline.assemble(system=self.system, identity=identity.text, tools=self.tools,
+                                 summary=summary)
+
+    async def summary_cap(self, baseline: Baseline, summary_tokens: int) -> int:
+        """``summary_tokens``, or less: what the slot leaves under ``opening_limit`` above
+        ``baseline`` (the epoch's, as the next one's is not built yet), so the summary is not
+        written longer than the next epoch's opening can hold."""
+        if self.budget is None or self.opening_limit is None:
+            return summary_tokens
+        without = baseline.model_copy(update={"summary": None})
+        tokens = await self.budget.counter.baseline(without.system, tuple(without.tools))
+        room = self.opening_limit - tokens - SUMMARY_WRAPPING
+        return max(SMALLEST_SUMMARY, min(summary_tokens, room))
+
+    async def _summarised(self, fitted: Fitted, summary: str, *, what: str) -> Baseline:
+        """The fitted baseline with the summary, cut (its start kept) until the opening fits
+        under ``opening_limit``; at last only a notice that it was left out."""
+        assert self.budget is not None
+        counter, tools = self.budget.counter, tuple(fitted.baseline.tools)
+        shown = summary
+        for _ in range(SUMMARY_CUTS):
+            baseline = fitted.baseline.model_copy(update={"summary": shown})
+            if self.opening_limit is None:
+                return baseline
+            tokens = await counter.messages(baseline.opening(), tools)
+            if tokens <= self.opening_limit:
+                if shown is not summary:
+                    log.warning("%s: the summary (%d characters) was cut to %d so the opening "
+                                "fits under %d tokens", what, len(summary), len(shown),
+                                self.opening_limit)
+                return baseline
+            room = self.opening_limit - fitted.tokens - SUMMARY_WRAPPING
+            spent = max(tokens - fitted.tokens, 1)
+            keep = int(len(shown) * max(room, 0) / spent * 0.9)
+            shown = cut_summary(summary, keep)
+        log.warning("%s: the summary was left out: the baseline leaves it no room under %d "
+                    "tokens", what, self.opening_limit or 0)
+        return fitted.baseline.model_copy(update={"summary": cut_summary(summary, 0)})
+
+
+def cut_summary(summary: str, keep: int) -> str:
+    """The summary's first ``keep`` characters and a note saying it was cut."""
+    note = (f"[cut here: the summary is {len(summary):,} characters, more than the context "
+            "holds above the baseline; recall finds the details]")
+    return f"{summary[:keep].rstrip()}\n{note}" if keep > 0 else note
 
 
 def needs_compaction(session: Session, settings: EpochSettings) -> bool:
@@ -140,17 +205,18 @@ def appended_since_completion(records: Sequence[Record]) -> int:
 
 async def close_epoch(
     loop: Loop, session: Session, events: EventSink, settings: EpochSettings, *,
-    thinking: bool = True,
+    thinking: bool = True, summary_cap: int | None = None,
 ) -> bool:
-    """Ask for the summary and close the epoch with it. False (nothing appended) if the model
-    server failed or the summary came back empty."""
+    """Ask for the summary (at most ``summary_cap`` tokens, else ``summary_tokens``) and close
+    the epoch with it. False (nothing appended) if the model server failed or the summary came
+    back empty."""
     instruction = UserMessage(content=COMPACT_INSTRUCTION)
     opening = len(session.baseline.opening())
     for messages in fitting_views(session.messages, opening):
         request = ChatRequest(
             messages=(*messages, instruction), tools=tuple(session.baseline.tools),
             slot=session.slot, session=session.id,
-            max_tokens=settings.summary_tokens,
+            max_tokens=settings.summary_tokens if summary_cap is None else summary_cap,
             tool_choice="none", thinking=thinking,
         )
         try:

@@ -33,6 +33,7 @@ from bxcore.protocol.memory import (
 from bxcore.sanitizer import Refused, check
 
 from .baseline import Identity, IdentityPart, read_identity_files
+from .budget import MODEL_WRITTEN
 from .errors import MemoryUnavailable
 from .log import Record
 
@@ -92,7 +93,8 @@ class MemoryLink:
         names = tuple(file.name for file in snapshot.files)
         if names != IDENTITY_ORDER:
             raise MemoryUnavailable(f"memoryd's snapshot lists {names}, not {IDENTITY_ORDER}")
-        return Identity(tuple(IdentityPart(name=file.name, text=render_identity_file(file))
+        return Identity(tuple(IdentityPart(name=file.name, text=render_identity_file(file),
+                                           model_written=file.name in MODEL_WRITTEN)
                               for file in checked(snapshot).files))
 
     def turn_finished(self, session: str, epoch: int, first_line: int,

@@ -34,6 +34,8 @@ LONG = 1000  # characters: a longer text is left out of a view that must fit (fi
 SHOWN = 200  # characters of a left-out text shown in its place
 LONG_NAME = 80  # characters of a tool name kept in such a view
 LEFT_OUT_KEY = "left_out_arguments"
+SUMMARY_LEFT_OUT = ("[the summary of the earlier epochs was left out of this request, which did "
+                    "not fit the context]")
 
 
 def replay(record: Record) -> ChatMessage | None:
@@ -82,7 +84,8 @@ def fitting_views(messages: Sequence[ChatMessage], opening: int) -> Iterator[lis
     then every text over ``LONG`` characters (a tool result, a user message, an answer, a call's
     arguments, and any reasoning) left out with its start shown; then only the newest half of
     those, a quarter, and so on, each starting at a message that is not a tool result; last the
-    ``opening`` (the baseline's first messages) alone, which the baseline budget keeps small."""
+    ``opening`` (the baseline's first messages) alone, which the baseline budget keeps small;
+    and then its summary, if any, left out (an epoch started before the summary was bounded)."""
     head, rest = list(messages[:opening]), list(messages[opening:])
     yield [*head, *rest]
     short = [_shortened(m) for m in rest]
@@ -94,6 +97,8 @@ def fitting_views(messages: Sequence[ChatMessage], opening: int) -> Iterator[lis
         yield [*head, *tail]
         kept //= 2
     yield head
+    if len(head) > 1:
+        yield [head[0], *(UserMessage(content=SUMMARY_LEFT_OUT) for _ in head[1:])]
 
 
 def _shortened(message: ChatMessage) -> ChatMessage:

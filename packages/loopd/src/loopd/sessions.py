@@ -37,7 +37,14 @@ from bxcore.logs import fields
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
 
-from .epochs import BaselineSource, EpochSettings, close_epoch, needs_compaction, open_epoch
+from .epochs import (
+    Baselines,
+    BaselineSource,
+    EpochSettings,
+    close_epoch,
+    needs_compaction,
+    open_epoch,
+)
 from .errors import LoopError, SessionBusy, SessionExists
 from .inference.api import EventSink
 from .inference.errors import InferenceError
@@ -138,7 +145,9 @@ class Sessions:
         on to its next epoch if it is closed. The lock is held: no turn of it runs meanwhile."""
         if needs_compaction(session, self.epochs):
             start = len(session.records)
-            if await close_epoch(self.loop, session, events, self.epochs, thinking=thinking):
+            cap = await self._summary_cap(session)
+            if await close_epoch(self.loop, session, events, self.epochs, thinking=thinking,
+                                 summary_cap=cap):
                 self._report(session, start)
         if session.closed:
             self._kept.pop(session.id, None)
@@ -150,6 +159,18 @@ class Sessions:
             await self._record_serving(session)
             self._keep(session)
         return session
+
+    async def _summary_cap(self, session: Session) -> int | None:
+        """What the summary may cost (``Baselines.summary_cap``); None (``summary_tokens``)
+        from a baseline source that cannot count, or a server that cannot say now."""
+        if not isinstance(self._new_baseline, Baselines):
+            return None
+        try:
+            return await self._new_baseline.summary_cap(session.baseline,
+                                                        self.epochs.summary_tokens)
+        except InferenceError as exc:
+            log.warning("session %s: the summary's room cannot be counted: %s", session.id, exc)
+            return None
 
     async def _record_serving(self, session: Session) -> None:
         if self._serving is None:

@@ -26,6 +26,7 @@ from .checks import (
     serving_since_report,
 )
 from .epochs import Baselines, EpochSettings
+from .identity_writes import IdentityWrites
 from .inference.api import Inference
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
@@ -69,13 +70,16 @@ class LoopParts:
         return Baselines(system=self.system, tools=self.registry.core_schemas(),
                          memory=self.memory)
 
-    def budgeted(self, counter: TokenCounter | None) -> Baselines:
-        """``baselines``, each checked against [inference] baseline_budget by ``counter`` (the
-        server's tokenizer); None: uncounted (a test double's server has no tokenizer)."""
+    def budgeted(self, counter: TokenCounter | None, opening_limit: int | None = None
+                 ) -> Baselines:
+        """``baselines``, each fitted to [inference] baseline_budget by ``counter`` (the
+        server's tokenizer), and each epoch's opening with its summary under
+        ``opening_limit`` (the compaction point); None: uncounted (a test double's server has
+        no tokenizer)."""
         if counter is None:
             return self.baselines
         budget = BaselineBudget(counter=counter, limit=self.config.inference.baseline_budget)
-        return dataclasses.replace(self.baselines, budget=budget)
+        return dataclasses.replace(self.baselines, budget=budget, opening_limit=opening_limit)
 
 
 def build(config: Config, config_path: Path) -> LoopParts:
@@ -137,12 +141,9 @@ async def sessions(parts: LoopParts, inference: Inference,
     """The sessions loop.sock serves, after the start-up checks passed: the turn loop, the
     session store (what a crash left half-created removed), the epochs' settings (the per-slot
     context from ``serving`` when the config does not set it, and what changed since the latest
-    session began printed), every new baseline checked against the budget by ``counter``, and
-    the subagents a delegate call's child runs as."""
-    loop = Loop(
-        inference=inference, tools=ToolRunner(parts.registry, parts.port),
-        settings=TurnSettings.from_config(parts.config), now=now_rfc3339,
-    )
+    session began printed), every new baseline fitted to the budget by ``counter`` (and the
+    model's identity writes checked against it), and the subagents a delegate call's child runs
+    as."""
     store = SessionStore(parts.config.paths.home)
     for name in store.remove_staging():
         log.warning("removed %s: a session whose creation a crash interrupted", name)
@@ -150,12 +151,19 @@ async def sessions(parts: LoopParts, inference: Inference,
     epochs = EpochSettings.from_config(
         parts.config, served_context=None if settings is None else settings.per_slot_context
     )
+    baselines = parts.budgeted(counter, opening_limit=epochs.compact_at_tokens)
+    writes = IdentityWrites(baselines) if baselines.budget is not None else None
+    loop = Loop(
+        inference=inference, tools=ToolRunner(parts.registry, parts.port, writes),
+        settings=TurnSettings.from_config(parts.config), now=now_rfc3339,
+    )
     if epochs.compact_at_tokens is None:
         log.warning("the per-slot context is unknown ([inference.serving] per_slot_context is "
                     "not set and the server did not say): sessions are never compacted, and end "
                     "with session_full when their slot is full")
     served = Sessions(
-        store=store, loop=loop, new_baseline=parts.budgeted(counter),
+        store=store, loop=loop,
+        new_baseline=baselines,
         slots=parts.config.inference.slots, memory=parts.memory, epochs=epochs, serving=serving,
     )
     if isinstance(parts.port, BrokerPort):

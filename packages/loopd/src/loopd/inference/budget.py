@@ -7,9 +7,10 @@ what the model sees. ``check_budget`` fails over ``[inference].baseline_budget``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bxcore.chat import SystemMessage, ToolSchema, message_json
+from bxcore.chat import ChatMessage, SystemMessage, ToolSchema, message_json
 
 from .client import InferenceClient
 from .errors import BadStream, OverBudget
@@ -38,11 +39,17 @@ class ServerTokens:
 
     async def baseline(self, system: str, tools: tuple[ToolSchema, ...]) -> int:
         """The system message and the tools array, as the template renders them."""
+        return await self.messages((SystemMessage(content=system),), tools)
+
+    async def messages(self, messages: Sequence[ChatMessage], tools: tuple[ToolSchema, ...]
+                       ) -> int:
+        """Messages (an epoch's opening: the system message and the summary) and the tools
+        array, as the template renders them."""
         rendered = await self.client.post_json(
             "/apply-template",
             {
                 "model": self.client.section.model,
-                "messages": [message_json(SystemMessage(content=system))],
+                "messages": [message_json(message) for message in messages],
                 "tools": [tool.as_openai_tool() for tool in tools],
             },
         )

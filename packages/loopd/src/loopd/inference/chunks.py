@@ -74,6 +74,7 @@ class ServerErrorBody(_ServerModel):
     message: StrictStr
     type: StrictStr | None = None
     code: StrictInt | None = None
+    n_prompt_tokens: StrictInt | None = None  # a prompt over the context: its tokens
 
 
 class _ErrorEnvelope(_ServerModel):

@@ -216,7 +216,8 @@ class InferenceClient:
         message = error.message if error else raw[:300].decode("utf-8", "replace")
         status = response.status_code
         if status == 400 and error is not None and error.type == CONTEXT_FULL:
-            raise SessionFull(f"the prompt does not fit the slot: {message}")
+            raise SessionFull(f"the prompt does not fit the slot: {message}",
+                              prompt_tokens=error.n_prompt_tokens)
         if status == 503:
             raise Unavailable(f"the server is not ready (HTTP 503): {message}")
         raise ServerRejected(

@@ -28,7 +28,9 @@ class InferenceError(BoxmakerError):
 
 
 class SessionFull(InferenceError):
-    pass
+    def __init__(self, message: str, *, prompt_tokens: int | None = None):
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens  # the refused prompt's, when the server says
 
 
 class Unavailable(InferenceError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from bxcore.canonical import canonical_text
 from bxcore.chat import ToolCall
@@ -33,10 +33,18 @@ class ToolOutcome:
     response: ToolResponse
 
 
+class WriteCheck(Protocol):
+    async def refusal(self, tool: str, arguments: dict[str, Any]) -> str | None:
+        """Why a call must not reach its tool, for the model (identity_writes.py); None: send
+        it."""
+        ...
+
+
 class ToolRunner:
-    def __init__(self, registry: Registry, port: ToolPort):
+    def __init__(self, registry: Registry, port: ToolPort, writes: WriteCheck | None = None):
         self.registry = registry
         self.port = port
+        self.writes = writes
 
     def shown_name(self, call: ToolCall) -> str:
         """The name a channel shows for a call: call_tool's target when there is one."""
@@ -80,6 +88,9 @@ class ToolRunner:
         if name == CALL_TOOL.name:
             return await self._call_tool(arguments, session=session, number=number, events=events)
         if self.registry.is_port_core(name):
+            refusal = await self._refusal(name, arguments)
+            if refusal is not None:
+                return _ours(name, refusal)
             request = ToolRequest(
                 session=session, call=number, tool=name, arguments=call.function.arguments
             )
@@ -102,10 +113,19 @@ class ToolRunner:
             inner = json.loads(inner)
         if not isinstance(inner, dict):
             return _ours(target, "Not run: call_tool's arguments must be a JSON object.")
+        refusal = await self._refusal(target, inner)
+        if refusal is not None:
+            return _ours(target, refusal)
         request = ToolRequest(
             session=session, call=number, tool=target, arguments=canonical_text(inner)
         )
         return ToolOutcome(name=target, response=await self.port.call(request, events))
+
+
+    async def _refusal(self, tool: str, arguments: Any) -> str | None:
+        if self.writes is None or not isinstance(arguments, dict):
+            return None
+        return await self.writes.refusal(tool, arguments)
 
 
 def unreadable_text(name: str, arguments: str, problem: str) -> str:

@@ -16,9 +16,12 @@ The design's steps (docs/design.md, "One turn"), in the actions that do them:
 5. ``RunTool`` / ``RecordNotRun``: each call in order, its text capped, its ``ToolResult``
    appended and told to the channel.
 
-Nothing is appended for a request that does not complete (``session_full``, an inference error):
-a failed request leaves no trace in the log. ``Stop`` raises ``TurnEnded``; the session stays
-usable. A cancelled turn writes nothing more (``Abandon``).
+Nothing is appended for a request that does not complete (an inference error), save one record
+for a prompt the slot refused as too long (``session_full``): its ``Usage``, the prompt's tokens as
+the server counted them and nothing generated, so compaction is due before the next turn, also
+after a restart (the server may render the log longer than its completions' usage said: floats
+in arguments, docs/decisions/model-text-within-the-slot.md). ``Stop`` raises ``TurnEnded``; the
+session stays usable. A cancelled turn writes nothing more (``Abandon``).
 """
 
 from __future__ import annotations
@@ -141,6 +144,10 @@ class _Shell:
             completion = await self._loop.inference.chat(request, self._events)
         except InferenceError as exc:
             self.failure = exc
+            if isinstance(exc, SessionFull) and exc.prompt_tokens is not None:
+                session.append(Usage(time=self._loop.now(), cache_n=0,
+                                     prompt_n=exc.prompt_tokens, predicted_n=0,
+                                     reasoning_tokens=0, thinking_capped=False))
             return CompletionFailed(code=_inference_code(exc), message=str(exc))
         await record_completion(self._loop, session, completion, self._events)
         if action.tool_choice == "required" and not completion.tool_calls:
