@@ -7,6 +7,7 @@ from __future__ import annotations
 import runpy
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,3 +43,28 @@ def test_every_file_it_names_exists():
         for name in names:
             path = REPO / "packages" / name.split("/")[0] / "src" / name
             assert path.exists(), f"scripts/reading-map names {name}, which is gone"
+
+
+# Roles not yet held to the shape by an import contract, and why (docs/decisions/daemon-shape.md).
+SHAPE_NOT_CHECKED = {
+    "loopd": "sockets.py builds Sessions through wiring.sessions after the start-up checks",
+    "inferproxy": "sockets.py takes its ProxyParts type from wiring.py",
+}
+
+
+def test_the_shape_is_an_import_contract_for_every_role_that_holds_it():
+    """Each daemon is either under an exhaustive import-linter layers contract that puts cli
+    over wiring over sockets over the rest of the role (lint-imports checks the imports), or
+    on the short list above with its reason."""
+    script = runpy.run_path(str(REPO / "scripts" / "reading-map"))
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    checked = {}
+    for contract in config["contracts"]:
+        if contract["type"] == "layers" and len(contract.get("containers", [])) == 1:
+            checked[contract["containers"][0]] = contract
+    assert set(checked) | set(SHAPE_NOT_CHECKED) == set(script["DAEMONS"])
+    assert not set(checked) & set(SHAPE_NOT_CHECKED)
+    for role, contract in checked.items():
+        layers = [layer for layer in contract["layers"] if layer != "__main__"]
+        assert layers[:3] == ["cli", "wiring", "sockets"], role
+        assert len(layers) == 4 and contract.get("exhaustive") is True, role
