@@ -83,8 +83,11 @@ NAMES = ("tool_call", "round_trip", "slot_switch A", "slot_switch B", "slot_swit
 
 
 def render(lines: list[tuple[float, str]], parts: dict[str, tuple[float, str]],
-           load: float | None, tasks: list[dict[str, float]], note: str) -> str:
+           load: float | None, tasks: list[dict[str, float]], note: str,
+           first: list[tuple[float, str]]) -> str:
     running = at(lines, "up: running")
+    # A warm start skips the probe's two requests (docs/decisions/probe-once-per-server.md).
+    names = NAMES[len(NAMES) - len(tasks):] if len(tasks) <= len(NAMES) else NAMES
     # each line by its first word (what follows may hold this run's paths)
     steps = [("up: " + text.split()[1].rstrip(":;"), t) for t, text in lines
              if text.startswith("up: ") and len(text.split()) > 1]
@@ -97,7 +100,7 @@ def render(lines: list[tuple[float, str]], parts: dict[str, tuple[float, str]],
     prompt = sum(t.get("prompt eval n", 0) for t in tasks)
     generated = sum(t.get("eval n", 0) for t in tasks)
     task_rows = [
-        f"| {NAMES[i] if i < len(NAMES) else f'request {i + 1}'} | "
+        f"| {names[i] if i < len(names) else f'request {i + 1}'} | "
         f"{task.get('prompt eval n', 0):.0f} | {task.get('eval n', 0):.0f} | "
         f"{task.get('total ms', 0) / 1000:.1f} |"
         for i, task in enumerate(tasks)
@@ -109,8 +112,10 @@ def render(lines: list[tuple[float, str]], parts: dict[str, tuple[float, str]],
 reported (everything cached: the llama-server build, the models and their hash stamps, the venv,
 the state directory). The chat opens right after `up: running` (`bxctl chat` on loop.sock).
 
-**Warm, the command to `up: running`: {running:.1f} s.** Each line `scripts/up` prints, seconds
-since the command:
+**Warm, the command to `up: running`: {running:.1f} s.** The first run, whose loopd generates
+the self-test's probe (once per server, model and template:
+docs/decisions/probe-once-per-server.md), took {at(first, "up: running"):.1f} s. Each line the
+second run printed, seconds since the command:
 
 | line | s |
 |---|---|
@@ -149,11 +154,11 @@ def main() -> None:
     parts["the models' hash check (scripts/llama-server.sh models, stamps valid)"] = (
         timed([str(ROOT / "scripts" / "llama-server.sh"), "models"]), load_note())
     with tempfile.TemporaryDirectory(prefix="bench-up-") as state:
-        up_once(Path(state))
+        first = up_once(Path(state))
         lines = up_once(Path(state))
         note = load_note()
         log = (Path(state) / "logs" / "llama-server.log").read_text(errors="replace")
-    text = render(lines, parts, model_load_s(log), requests(log), note)
+    text = render(lines, parts, model_load_s(log), requests(log), note, first)
     print(text if args.no_write else write_section("up", text))
 
 
