@@ -15,7 +15,7 @@ from bxcore.logs import configure_logging
 from bxcore.tools import DataClass
 
 from . import sockets, wiring
-from .audit import AuditLog, entries, verify
+from .audit import AuditLog, entries, taint_marks, verify
 from .errors import JobError
 from .explain import explain_grant
 from .grantstore import load_grants, real_path
@@ -127,15 +127,14 @@ def taint() -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write (default: <home>/broker/sessions).")
 def taint_rebuild(config_path: Path, out: Path | None) -> None:
-    """Rewrite every session's taint file from the audit log's result records.
+    """Rewrite every session's taint file from the audit log (its results, and the mount
+    labels its decisions depended on).
 
     Example: brokerd taint rebuild --out /tmp/taint-check
     """
     config = load_config(config_path)
     store = TaintStore(out or wiring.taint_dir(config))
-    results = ((e.session, e.data_class, e.untrusted)
-               for e in entries(wiring.audit_dir(config)) if e.kind == "result")
-    written = rebuild(results, store)
+    written = rebuild(taint_marks(entries(wiring.audit_dir(config))), store)
     click.echo(f"{len(written)} taint file(s) written to {store.directory}")
 
 

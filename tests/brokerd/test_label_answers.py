@@ -1,0 +1,69 @@
+"""An answer that depends on mount labels raises its session to them (docs/decisions/
+label-dependent-answers.md), through the real Broker, its audit log and its taint store (the
+sandbox scripted): the denial of an egress grant whose mount a secret session raised, whatever
+the verdict it comes to; the record says what it consulted; ``taint rebuild`` and the start-up
+reconcile give the same taint; an answer that depends on the grants and the session's own taint
+alone raises nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from brokerd.audit import entries, taint_marks, verify
+from brokerd.labelstore import LabelStore
+from brokerd.taint import TaintStore, rebuild
+from brokerd_support import call_tool, make_rig, request, serve, write
+from bxcore.tools import DataClass, ToolResponse
+
+
+def egress_grant(mount):
+    return ('tools = ["shell.run"]\nmode = "auto"\nclasses = ["public"]\n'
+            'result_class = "public"\nallow_untrusted = true\n'
+            f'[sandbox]\nmounts = [{{ path = {json.dumps(str(mount))}, write = false }}]\n'
+            'hosts = ["example.org"]\n')
+
+
+def labelled_rig(tmp_path, data_class):
+    """A rig whose mount ``notes`` carries ``data_class``: the line a secret (or private)
+    session's writing call leaves in labels.jsonl, read by the rig's LabelStore at start."""
+    mount = tmp_path / "notes"
+    mount.mkdir()
+    labels = tmp_path / "home" / "broker" / "labels.jsonl"
+    labels.parent.mkdir(parents=True)
+    labels.write_text(json.dumps({"path": str(mount.resolve()), "class": data_class,
+                                  "untrusted": False, "session": "secret-one", "call": 1}) + "\n")
+    rig = make_rig(tmp_path)
+    assert LabelStore(labels).labels()[str(mount.resolve())].data_class.value == data_class
+    write(rig.grants, "post.toml", egress_grant(mount))
+    return rig
+
+
+@pytest.mark.parametrize("data_class", ["public", "private", "secret"])
+def test_a_denial_for_a_label_raises_the_session_and_says_so(tmp_path, data_class):
+    rig = labelled_rig(tmp_path, data_class)
+    frames = serve(rig, tmp_path, lambda s: call_tool(s, request("shell.run", '{"argv": []}')))
+    answer = frames[-1].parse(ToolResponse)
+    decision = next(e for e in entries(rig.audit_dir) if e.kind == "decision")
+    if data_class == "public":  # it ran: what it learned is that the label is public
+        assert answer.status == "ok" and decision.consulted is None
+        return
+    assert answer.status == "denied" and answer.data_class.value == data_class, answer
+    assert f"this answer depends on mount labels, {data_class}" in answer.content
+    assert decision.consulted is not None and decision.consulted.data_class.value == data_class
+    live = TaintStore(rig.taint_dir).get("s1")
+    assert max(live.classes).value == data_class
+    out = TaintStore(tmp_path / "rebuilt")
+    rebuild(taint_marks(entries(rig.audit_dir)), out)
+    assert out.path("s1").read_bytes() == TaintStore(rig.taint_dir).path("s1").read_bytes()
+    assert verify(rig.audit_dir)[0] == []
+
+
+def test_a_denial_by_the_sessions_own_taint_raises_nothing(tmp_path):
+    rig = labelled_rig(tmp_path, "public")
+    TaintStore(rig.taint_dir).record("s1", DataClass.PRIVATE, False)
+    frames = serve(rig, tmp_path, lambda s: call_tool(s, request("shell.run", '{"argv": []}')))
+    answer = frames[-1].parse(ToolResponse)
+    assert answer.status == "denied" and "the session has seen private" in answer.content
+    assert answer.data_class.value == "public"  # the grant's text and its own taint only
+    assert all(e.consulted is None for e in entries(rig.audit_dir) if e.kind == "decision")
