@@ -24,7 +24,7 @@ def egress_grant(mount):
             'hosts = ["example.org"]\n')
 
 
-def labelled_rig(tmp_path, data_class):
+def labelled_rig(tmp_path, data_class, **options):
     """A rig whose mount ``notes`` carries ``data_class``: the line a secret (or private)
     session's writing call leaves in labels.jsonl, read by the rig's LabelStore at start."""
     mount = tmp_path / "notes"
@@ -33,7 +33,7 @@ def labelled_rig(tmp_path, data_class):
     labels.parent.mkdir(parents=True)
     labels.write_text(json.dumps({"path": str(mount.resolve()), "class": data_class,
                                   "untrusted": False, "session": "secret-one", "call": 1}) + "\n")
-    rig = make_rig(tmp_path)
+    rig = make_rig(tmp_path, **options)
     assert LabelStore(labels).labels()[str(mount.resolve())].data_class.value == data_class
     write(rig.grants, "post.toml", egress_grant(mount))
     return rig
@@ -67,3 +67,18 @@ def test_a_denial_by_the_sessions_own_taint_raises_nothing(tmp_path):
     assert answer.status == "denied" and "the session has seen private" in answer.content
     assert answer.data_class.value == "public"  # the grant's text and its own taint only
     assert all(e.consulted is None for e in entries(rig.audit_dir) if e.kind == "decision")
+
+
+def test_an_ask_that_depended_on_labels_raises_the_session_when_it_is_asked(tmp_path):
+    """An egress grant missed for its mount's label, so an ask grant decides: the ask itself
+    tells the session the label was high (it would have run unasked otherwise)."""
+    rig = labelled_rig(tmp_path, "secret", ttl=0.2)  # nobody answers: the ask expires
+    write(rig.grants, "asked.toml", 'tools = ["shell.run"]\nmode = "ask"\n'
+          'classes = ["public", "private", "secret"]\nresult_class = "public"\n')
+    frames = serve(rig, tmp_path, lambda s: call_tool(s, request("shell.run", '{"argv": []}')))
+    answer = frames[-1].parse(ToolResponse)
+    asked = [e for e in entries(rig.audit_dir) if e.kind == "decision"]
+    assert asked[0].decision.verdict == "ask" and asked[0].consulted is not None
+    assert asked[0].consulted.data_class is DataClass.SECRET
+    assert answer.status == "denied" and answer.data_class is DataClass.SECRET, answer
+    assert DataClass.SECRET in TaintStore(rig.taint_dir).get("s1").classes
