@@ -8,12 +8,15 @@ alone raises nothing."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from brokerd.audit import entries, taint_marks, verify
+from brokerd.labels import PLAIN, Label
 from brokerd.labelstore import LabelStore
-from brokerd.taint import TaintStore, rebuild
-from brokerd_support import call_tool, make_rig, request, serve, write
+from brokerd.policy import CallArguments, decide, parse_grant
+from brokerd.taint import CLEAN, TaintStore, rebuild
+from brokerd_support import NOW, call_tool, make_rig, request, serve, write
 from bxcore.tools import DataClass, ToolResponse
 
 
@@ -82,3 +85,24 @@ def test_an_ask_that_depended_on_labels_raises_the_session_when_it_is_asked(tmp_
     assert asked[0].consulted.data_class is DataClass.SECRET
     assert answer.status == "denied" and answer.data_class is DataClass.SECRET, answer
     assert DataClass.SECRET in TaintStore(rig.taint_dir).get("s1").classes
+
+
+@pytest.mark.parametrize(("given", "resolved", "consults"), [
+    ("/work/link/x", "/elsewhere/x", True),  # through a labelled root: a symlink there decided
+    ("/elsewhere/x", "/work/x", True),  # to one
+    ("/elsewhere/x", "/elsewhere/x", False),  # nowhere near one
+    ("/work", "/work", True),
+    ("/", "/", False),  # above a labelled root: its content decides nothing
+])
+def test_a_path_argument_consults_the_labels_of_the_roots_it_resolves_through(
+        given, resolved, consults):
+    notes = parse_grant('tools = ["fs.read"]\nmode = "auto"\nclasses = ["public"]\n'
+                        'result_class = "public"\n[arguments.path]\npaths = ["/notes/**"]\n'
+                        '[sandbox]\nmounts = [{ path = "/notes" }]\n', "notes.toml",
+                        home=Path("/home/o"), resolve=lambda p: p)
+    req = request("fs.read", json.dumps({"path": given}))
+    decision = decide(req, (notes,), arguments=CallArguments.parse(req.arguments), now=NOW,
+                      taint=CLEAN, secrets={}, resolved_paths={"path": resolved},
+                      labels={"/work": Label(DataClass.SECRET, False)})
+    assert decision.record.verdict == "deny"
+    assert decision.consulted == (Label(DataClass.SECRET, False) if consults else PLAIN)
