@@ -107,3 +107,13 @@ def test_the_newest_keys_are_kept(tmp_path):
         passed.record(f"k{n}")
     kept = json.loads(passed.path.read_text())
     assert len(kept) == KEPT and passed.passed_at(f"k{KEPT + 2}") is not None
+
+
+def test_a_record_that_cannot_be_written_is_named_in_the_log_and_stops_nothing(tmp_path, caplog):
+    not_a_directory = tmp_path / "sessions"
+    not_a_directory.write_text("a file where the directory should be")  # even root cannot
+    passed = PassedProbes(not_a_directory / "selftest-passed.json")
+    with caplog.at_level(logging.WARNING, logger="loopd.inference.passed"):
+        passed.record("k")
+    assert passed.passed_at("k") is None
+    assert str(passed.path) in caplog.text and "not written" in caplog.text

@@ -41,6 +41,7 @@ from .inference.client import InferenceClient
 from .inference.passed import PASSED_PROBES, PassedProbes
 from .inference.serving import fetch_serving
 from .sessions import Sessions
+from .store import SessionStore
 from .wiring import LoopParts, ServingSource
 
 log = logging.getLogger("loopd")
@@ -58,7 +59,7 @@ async def serve(parts: LoopParts, client: InferenceClient) -> int:
 
     async def main() -> None:
         nonlocal status
-        passed = PassedProbes(parts.config.paths.home / PASSED_PROBES)
+        passed = PassedProbes(SessionStore(parts.config.paths.home).root / PASSED_PROBES)
         status = await run(parts, client,
                            lambda: startup_checks(client, parts.baselines, passed),
                            notifier=notifier, serving=lambda: fetch_serving(client),

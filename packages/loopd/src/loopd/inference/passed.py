@@ -5,7 +5,7 @@ template does not generate the probe again (docs/decisions/probe-once-per-server
 parses and round-trips (the probe itself, the server's build, the model file, the chat
 template and its capabilities, the server's default generation settings, the router's launch
 arguments for the model, and loopd's own sampling and model name). ``PassedProbes`` keeps the
-keys that passed in one JSON file under loopd's home that the owner can read and delete.
+keys that passed in one JSON file beside the sessions that the owner can read and delete.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from bxcore.util import sha256, write_durably
 
 log = logging.getLogger(__name__)
 
-PASSED_PROBES = "selftest-passed.json"  # under loopd's home
+# In the session store's directory: the one loopd writes on the appliance (where loopd's home
+# itself is not its own); memoryd and the store read only session directories there.
+PASSED_PROBES = "selftest-passed.json"
 KEPT = 8  # the newest keys kept: a few models and servers the owner switches between
 
 
@@ -71,11 +73,16 @@ class PassedProbes:
         return self._read().get(key)
 
     def record(self, key: str) -> None:
+        """Keep ``key``; a file that cannot be written is named in the log, and the next start
+        probes again (a record that only saves time never stops loopd)."""
         kept = self._read()
         kept[key] = datetime.now(UTC).isoformat(timespec="seconds")
         newest = dict(sorted(kept.items(), key=lambda item: item[1])[-KEPT:])
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_durably(self.path, json.dumps(newest, indent=2, sort_keys=True).encode() + b"\n")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_durably(self.path, json.dumps(newest, indent=2, sort_keys=True).encode() + b"\n")
+        except OSError as exc:
+            log.warning("%s: not written (%s); the next start probes again", self.path, exc)
 
     def _read(self) -> dict[str, str]:
         try:
