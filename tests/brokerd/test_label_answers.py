@@ -8,10 +8,12 @@ alone raises nothing."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from brokerd.audit import entries, taint_marks, verify
+from brokerd.grantstore import lookups
 from brokerd.labels import PLAIN, Label
 from brokerd.labelstore import LabelStore
 from brokerd.policy import CallArguments, decide, parse_grant
@@ -106,3 +108,27 @@ def test_a_path_argument_consults_the_labels_of_the_roots_it_resolves_through(
                       labels={"/work": Label(DataClass.SECRET, False)})
     assert decision.record.verdict == "deny"
     assert decision.consulted == (Label(DataClass.SECRET, False) if consults else PLAIN)
+
+
+def test_a_symlink_met_half_way_is_consulted_too(tmp_path):
+    """A path in an unlabelled tree leads, by a symlink, into a labelled one, where a second
+    symlink (which a secret session could have written) decides where it ends: that root's
+    label is consulted, though neither the path given nor the one it resolves to is in it."""
+    plain, labelled, end = (tmp_path / name for name in ("plain", "labelled", "end"))
+    for directory in (plain, labelled, end):
+        directory.mkdir()
+    (labelled / "hop").symlink_to(end / "x")
+    (plain / "start").symlink_to(labelled / "hop")
+    given = str(plain / "start")
+    steps = lookups(given)
+    assert str(labelled / "hop") in steps and os.path.realpath(given) == str(end / "x")
+    notes = parse_grant('tools = ["fs.read"]\nmode = "auto"\nclasses = ["public"]\n'
+                        'result_class = "public"\n[arguments.path]\npaths = ["/notes/**"]\n'
+                        '[sandbox]\nmounts = [{ path = "/notes" }]\n', "notes.toml",
+                        home=Path("/home/o"), resolve=lambda p: p)
+    req = request("fs.read", json.dumps({"path": given}))
+    decision = decide(req, (notes,), arguments=CallArguments.parse(req.arguments), now=NOW,
+                      taint=CLEAN, secrets={}, resolved_paths={"path": str(end / "x")},
+                      labels={str(labelled): Label(DataClass.SECRET, False)},
+                      lookups={"path": steps})
+    assert decision.consulted == Label(DataClass.SECRET, False)

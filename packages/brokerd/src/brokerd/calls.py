@@ -31,7 +31,7 @@ from bxcore.util import sha256, text_sha256
 from .approvals import ApprovalDesk
 from .audit import AuditLog
 from .delegate import Children
-from .grantstore import GrantStore, resolve_paths
+from .grantstore import GrantStore, path_lookups, resolve_paths
 from .labels import Label
 from .policy import CallArguments, Decision, Grant, decide, path_arguments, settle
 from .runner import Runner, raised_to
@@ -189,6 +189,7 @@ class Broker:
         return decide(
             request, grants, arguments=arguments, now=self._clock(), taint=taint,
             resolved_paths=resolve_paths(arguments.value or {}, names),
+            lookups=path_lookups(arguments.value or {}, names),
             secrets=self._secrets_for(request.tool, grants), configured=self._configured,
             labels=self._runner.mount_labels(),
         )

@@ -38,6 +38,35 @@ def real_path(path: str) -> str:
     return os.path.realpath(path)
 
 
+MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
+
+
+def lookups(path: str) -> list[str]:
+    """Every path whose directory entry resolving ``path`` reads, in order, the targets of the
+    symlinks it meets included: a symlink a call wrote under a labelled root decides where the
+    path leads, so the decision consults that root's label (brokerd.policy, rule 7). A
+    component that is not a symlink, or cannot be read, ends nothing; a loop stops the walk."""
+    found: list[str] = []
+    pending = [part for part in path.split("/") if part]
+    current, links = "/", 0
+    while pending and links <= MAX_LINKS:
+        part = pending.pop(0)
+        if part in (".", ".."):
+            current = current if part == "." else (os.path.dirname(current) or "/")
+            continue
+        candidate = os.path.join(current, part)
+        found.append(candidate)
+        try:
+            target = os.readlink(candidate)
+        except (OSError, ValueError):  # not a symlink, absent, or a name the host cannot take
+            current = candidate
+            continue
+        links += 1
+        current = "/" if target.startswith("/") else current
+        pending[:0] = [part for part in target.split("/") if part]
+    return found
+
+
 def home() -> Path:
     return Path(os.path.expanduser("~"))
 
@@ -151,6 +180,13 @@ class GrantStore:
                 continue
             signature.append((entry.name, info.st_ino, info.st_size, info.st_mtime_ns))
         return tuple(signature)
+
+
+def path_lookups(arguments: Mapping[str, Any], names: frozenset[str]) -> dict[str, list[str]]:
+    """``lookups`` of each named argument that ``resolve_paths`` resolves."""
+    return {name: lookups(value) for name, value in arguments.items()
+            if name in names and isinstance(value, str) and value.startswith("/")
+            and "\0" not in value}
 
 
 def resolve_paths(arguments: Mapping[str, Any], names: frozenset[str]) -> dict[str, str]:

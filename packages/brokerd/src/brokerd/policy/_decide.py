@@ -2,8 +2,9 @@
 
 No files, no clock, no parsing: the caller passes the call's arguments already parsed (one
 ``CallArguments``, parsed once per call by ``Broker.call``), the time, the session's taint, the
-request's path arguments already resolved (symlinks and ``..`` gone), and the secrets the grants
-name. The rules (docs/grants.md):
+request's path arguments already resolved (symlinks and ``..`` gone) and every entry their
+resolution read (``lookups``), the mount labels, and the secrets the grants name. The rules
+(docs/grants.md):
 
 1. Memory tools (recall, ask_memory, memory) and ``clock`` are allowed by built-in policy; no
    grant applies (``clock`` reads brokerd's clock and nothing else; every session has it).
@@ -34,7 +35,7 @@ name. The rules (docs/grants.md):
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -81,6 +82,7 @@ def decide(
     secrets: Mapping[str, Secret],
     configured: Mapping[str, ToolSettings] | None = None,
     labels: Mapping[str, Label] | None = None,
+    lookups: Mapping[str, Sequence[str]] | None = None,
 ) -> Decision:
     if arguments.text != request.arguments:
         raise ValueError(f"call {request.call}: the arguments given were parsed from another call")
@@ -107,7 +109,8 @@ def decide(
     applicable = [g for g in sorted(grants, key=lambda g: g.name) if g.applies_to(request.tool)]
     first = [_miss(grant, arguments.value, now, taint, resolved_paths, secrets) or
              _setup_miss(grant, setup) for grant in applicable]
-    consulted = _consulted(applicable, first, arguments.value, resolved_paths, labels)
+    consulted = _consulted(applicable, first, arguments.value, resolved_paths, lookups or {},
+                           labels)
     holds = consulted.join(Label(taint.highest or DataClass.PUBLIC, taint.untrusted))
     matching: list[Grant] = []
     misses: list[str] = []
@@ -186,9 +189,11 @@ def ceiling_of(grant: Grant) -> Ceiling | None:
 
 
 def _consulted(applicable: list[Grant], first: list[str | None], arguments: Mapping[str, Any],
-               resolved: Mapping[str, str], labels: Mapping[str, Label]) -> Label:
+               resolved: Mapping[str, str], lookups: Mapping[str, Sequence[str]],
+               labels: Mapping[str, Label]) -> Label:
     """The mount labels the decision depends on: those of the labelled roots its path
-    arguments resolve through (a symlink a call wrote there decides where they lead), and
+    arguments resolve through (``lookups``: every entry their resolution read; a symlink a
+    call wrote there decides where they lead), and
     those of the mounts of every grant with egress that matches but for its ceiling (whether
     it matches then depends on them). Each of them can have been raised, or not, by a session
     of a higher class, so whatever the decision answers carries them (rule 7)."""
@@ -196,6 +201,7 @@ def _consulted(applicable: list[Grant], first: list[str | None], arguments: Mapp
     paths = [posixpath.normpath(v) for n in names
              if isinstance(v := arguments.get(n), str) and v.startswith("/")]
     paths += [resolved[n] for n in names if n in resolved]
+    paths += [step for n in names for step in lookups.get(n, ())]
     found = join_all(label for root, label in labels.items()
                      if any(covers_path(root, p) for p in paths))
     for grant, miss in zip(applicable, first, strict=True):
