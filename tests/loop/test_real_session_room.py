@@ -3,11 +3,14 @@
 The property, with the real llama-server as judge (the router's qwen-tools, slots of 4,096
 tokens): whatever one completion holds (tool names and find_tool queries of any length, which
 loopd's own answers used to echo whole; call_tool arguments of any size, echoed back by a tool
-up to the result cap; several such calls at once) and whatever the tools return within their
-cap, the session's next plain turn is answered, and so is the one after a loopd restart (the
-sessions built again over the same store). loopd compacts before a turn whose request could
-outgrow the slot, counting what was appended after the last completion, and compaction's own
-request shrinks until the slot holds it (replay.fitting_views).
+up to the result cap; numbers the server's template re-renders at up to twice their generated
+tokens, subnormal and large floats; several such calls at once) and whatever the tools return
+within their cap, the session's next plain turn is answered, or ends session_full and the one
+after it is answered; that one runs after a loopd restart (the sessions built again over the
+same store), so what makes compaction due survives it. loopd compacts before a turn whose
+request could outgrow the slot, counting what was appended after the last completion (and after
+a request the slot refused), and compaction's own request shrinks until the slot holds it
+(replay.fitting_views).
 
 The hostile completion comes from a proxy in front of the real server, as in
 test_real_readback.py; its usage is what the real server would report: the prompt counted by
@@ -18,12 +21,10 @@ slot could not have held is not one a model can emit, and is rejected as an exam
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 from bxcore.config import InferenceSection
 from bxcore.config.inference import SamplingSection, SlotSection
@@ -31,15 +32,14 @@ from bxcore.protocol.loop import Turn
 from faults.profile import LONG, by_profile, fuzz_at_most, hang_guard
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
-from inference.fake_server import FakeServer, _Body, completion
 from loopd.baseline import Baseline
 from loopd.epochs import EpochSettings
 from loopd.inference import InferenceClient
-from loopd.inference.request import CHAT_PATH
 from loopd.sessions import Sessions
 from loopd.store import SessionStore
 from support.llama import LlamaServer, llama_router, nonce
 
+from .realistic_proxy import RealisticProxy
 from .support import Events, fake_registry, make_loop
 
 __all__ = ["llama_router"]
@@ -61,46 +61,14 @@ a_call = st.one_of(
     long_text.map(lambda text: ("call_tool", json.dumps(
         {"name": "echo", "arguments": {"text": text}}))),  # the tool gives it back, capped
     long_text.map(lambda name: ("call_tool", json.dumps({"name": name, "arguments": {}}))),
+    # numbers the server re-renders longer than generated (tojson: 5e-324 as 4.94066e-324)
+    st.lists(st.one_of(st.sampled_from([5e-324, 2.2250738585072014e-308, 1e9, 1e-7, 1e15,
+                                        1.7976931348623157e308, 0.123456789]),
+                       st.floats(allow_nan=False, allow_infinity=False)),
+             min_size=1, max_size=400).map(
+        lambda numbers: ("find_tool", json.dumps({"query": numbers}))),
 )
 hostile = st.tuples(st.lists(a_call, min_size=1, max_size=4), st.integers(0, 2500))
-
-
-class RealisticProxy(httpx.AsyncBaseTransport):
-    """The real server's socket; the next chat request is answered with ``calls``, its usage
-    counted by the real server (prompt through /apply-template and /tokenize)."""
-
-    def __init__(self, socket: Path):
-        self._upstream = httpx.AsyncHTTPTransport(uds=str(socket))
-        self._server = httpx.AsyncClient(transport=self._upstream, base_url="http://llama")
-        self.calls: list[tuple[str, str]] | None = None
-        self.impossible = False  # the completion would not have fitted the slot
-
-    async def _tokens(self, text: str) -> int:
-        answer = await self._server.post("/tokenize", json={"model": MODEL, "content": text})
-        return len(answer.json()["tokens"])
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path != CHAT_PATH or self.calls is None:
-            return await self._upstream.handle_async_request(request)
-        calls, self.calls = self.calls, None
-        body = json.loads(await request.aread())
-        rendered = await self._server.post("/apply-template", json={
-            "model": MODEL, "messages": body["messages"], "tools": body.get("tools")})
-        prompt = await self._tokens(rendered.json()["prompt"])
-        predicted = await self._tokens("".join(f"{n}{a}" for n, a in calls)) + 10 * len(calls)
-        self.impossible = prompt + predicted > CONTEXT
-        if self.impossible:  # no model could emit it: the example is rejected, unanswered
-            return httpx.Response(500, json={"error": {"code": 500, "type": "server_error",
-                                                       "message": "over the slot (test)"}})
-        steps = completion(tool_calls=tuple((f"c{i}", n, a) for i, (n, a) in enumerate(calls)),
-                           cache_n=0, prompt_n=prompt)
-        steps = [re.sub(rb'"predicted_n":\d+', b'"predicted_n":%d' % predicted, s)
-                 if isinstance(s, bytes) else s for s in steps]
-        return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              stream=_Body(steps, FakeServer([])))
-
-    async def aclose(self) -> None:
-        await self._server.aclose()
 
 
 async def _baseline(session: str, epoch: int, summary: str | None) -> Baseline:
@@ -114,7 +82,7 @@ def turns(home: Path, server: LlamaServer, session: str,
     loopd start builds them; each turn's final frame kind (and error), and whether an
     injected completion could not have fitted the slot."""
     async def run() -> tuple[list[str], bool]:
-        proxy = RealisticProxy(server.socket)
+        proxy = RealisticProxy(server.socket, model=MODEL, context=CONTEXT)
         section = InferenceSection(model=MODEL, max_tokens=2, retries=0,
                                    sampling=SamplingSection(temperature=0))
         outcomes = []
@@ -137,8 +105,10 @@ short_profile = (lambda test: test) if LONG else settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                            HealthCheck.data_too_large, HealthCheck.filter_too_much])
 
-# The attack's shapes: two find_tool queries of 3,000 characters; three unknown names of 5,000.
+# The attack's shapes: two find_tool queries of 3,000 characters; three unknown names of 5,000;
+# 290 subnormal floats, replayed at twice their generated tokens (attack 32b, F3).
 FOUND = [("find_tool", json.dumps({"query": "sea poem " * 333})) for _ in range(2)]
+SUBNORMALS = [("find_tool", json.dumps({"query": [5e-324] * 290}))]
 NAMES = [("x" * 5000, "{}") for _ in range(3)]
 
 
@@ -147,6 +117,7 @@ NAMES = [("x" * 5000, "{}") for _ in range(3)]
 @short_profile
 @given(case=hostile)
 @example(case=(FOUND, 0))
+@example(case=(SUBNORMALS, 0))
 @example(case=([("call_tool", json.dumps({"name": "echo", "arguments": {"text": "é<|" * 300}}))]
                * 3, 1200))
 def test_after_any_completion_the_next_plain_turn_fits_the_slot(llama_router, tmp_path, case):
@@ -156,9 +127,12 @@ def test_after_any_completion_the_next_plain_turn_fits_the_slot(llama_router, tm
     outcomes, impossible = turns(
         home, llama_router, session, [(first, False, calls), ("Say ok.", True, None)])
     assume(not impossible)
-    assert outcomes[1].startswith("turn_done"), (outcomes, llama_router.log())
+    # The turn the server finds over the slot (it renders the log longer than the usage said)
+    # may end session_full; the next one, here after a restart, is answered.
+    assert outcomes[1].startswith(("turn_done", "error {'code': 'session_full'")), (
+        outcomes, llama_router.log())
     (after_restart,), _ = turns(home, llama_router, session, [("Say ok again.", True, None)])
-    assert after_restart.startswith("turn_done"), (after_restart, llama_router.log())
+    assert after_restart.startswith("turn_done"), (outcomes, after_restart, llama_router.log())
 
 
 def test_the_attacks_long_names_fit_too(llama_router, tmp_path):
