@@ -14,6 +14,7 @@ session refused its next epoch stays closed and gets it once the file is short a
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tempfile
 from pathlib import Path
@@ -25,8 +26,10 @@ from bxcore.config.inference import SlotSection
 from bxcore.protocol.loop import Turn
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loopd.baseline import Identity
 from loopd.budget import BaselineBudget
 from loopd.epochs import Baselines, EpochSettings
+from loopd.identity_writes import ENTRY_TOKENS, IdentityWrites
 from loopd.inference.errors import Unavailable
 from loopd.memory import IdentityFiles
 from loopd.sessions import Sessions
@@ -172,5 +175,82 @@ def test_a_server_that_cannot_count_refuses_the_session_as_unavailable(tmp_path)
         assert final.kind == "error" and final.body["code"] == "unavailable"
         assert "cannot be counted by the model server" in final.body["message"]
         assert not SessionStore(tmp_path).exists("s1")
+
+    anyio.run(check)
+
+
+class ModelWritten(IdentityFiles):
+    """memoryd's identity as loopd gets it: memory.md and user.md marked model-written."""
+
+    async def identity(self, session: str, epoch: int) -> Identity:
+        files = (await super().identity(session, epoch)).files
+        return Identity(tuple(dataclasses.replace(part, model_written=part.name != "soul.md")
+                              for part in files))
+
+
+async def least_with_withholding(built: Baselines, counter: ByteTokens) -> int:
+    """The smallest count of the baseline with any of the model-written files withheld."""
+    assert built.budget is not None
+    identity = await built.memory.identity("probe", 0)
+    counts = []
+    for withheld in ((), ("memory.md",), ("user.md",), ("memory.md", "user.md")):
+        shown = identity
+        for part in identity.files:
+            if part.name in withheld:
+                notice = built.budget.notice(part.name, await counter.text(part.text))
+                shown = shown.withholding(part.name, notice)
+        baseline = built.assemble(shown, None)
+        counts.append(await counter.baseline(baseline.system, tuple(baseline.tools)))
+    return min(counts)
+
+
+@settings(max_examples=40)
+@given(sizes=sizes, limit=st.integers(400, 4000))
+def test_model_written_files_over_the_budget_are_withheld_not_refused(sizes, limit):
+    """A session is refused only when what the owner wrote is over the budget; else it starts,
+    its baseline within the budget, each withheld file named in a notice."""
+    async def check() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            home, counter = Path(tmp), ByteTokens()
+            files = write_identity(home, sizes)
+            built = dataclasses.replace(
+                baselines(home, limit, counter),
+                memory=ModelWritten([home / name for name in FILES]))
+            least = await least_with_withholding(built, counter)
+            sessions = Sessions(store=SessionStore(home), loop=make_loop(ScriptedInference(
+                [say("Hi.")])), new_baseline=built, slots=SlotSection(), memory=built.memory)
+            final = await sessions.run(Turn(session="s1", content="hello", resume=False),
+                                       Events())
+            if least > limit:  # over whatever is withheld: what the owner wrote is too long
+                assert final.kind == "error", final.body
+                assert "over [inference] baseline_budget" in final.body["message"]
+                return
+            assert final.kind == "turn_done", final.body
+            baseline = SessionStore(home).open("s1").baseline
+            assert await counter.baseline(baseline.system, tuple(baseline.tools)) <= limit
+            for name in ("memory.md", "user.md"):
+                shown = files.get(name, "") in baseline.system
+                assert shown or f"## {name}\n[withheld: " in baseline.system
+
+    anyio.run(check)
+
+
+def test_a_memory_write_that_would_put_the_baseline_over_is_not_sent(tmp_path):
+    async def check() -> None:
+        counter = ByteTokens()
+        write_identity(tmp_path, (40, 0, 0))
+        built = baselines(tmp_path, 0, counter)
+        now = await counted(tmp_path, counter)
+        room = 300
+        writes = IdentityWrites(dataclasses.replace(
+            built, budget=BaselineBudget(counter=counter, limit=now + room)))
+        fits = {"action": "add", "file": "memory.md", "text": "a" * (room - ENTRY_TOKENS)}
+        assert await writes.refusal("memory", fits) is None
+        over = {**fits, "text": fits["text"] + "a"}
+        refusal = await writes.refusal("memory", over)
+        assert refusal is not None and refusal.startswith("Not written: memory.md")
+        assert f"over its budget of {now + room:,}" in refusal
+        assert await writes.refusal("memory", {**over, "action": "remove"}) is None
+        assert await writes.refusal("recall", over) is None
 
     anyio.run(check)

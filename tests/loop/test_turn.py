@@ -10,6 +10,7 @@ import pytest
 from bxcore.errors import ErrorCode
 from bxcore.protocol.loop import ThinkingCapped
 from bxcore.records import ToolResult, User
+from loopd.epochs import EpochSettings, needs_compaction
 from loopd.errors import TurnEnded
 from loopd.inference.api import ChatRequest
 from loopd.inference.errors import ServerRejected, SessionFull, Unavailable
@@ -192,6 +193,19 @@ async def test_limit_context_full_appends_nothing_for_that_request(tmp_path):
     assert ended.value.code is ErrorCode.SESSION_FULL
     assert record_types(session) == ["session_start", "user", "assistant", "usage", "tool_result"]
     assert SessionStore(tmp_path).open("s1").records == session.records
+
+
+async def test_a_prompt_the_slot_refused_is_recorded_by_its_tokens_so_compaction_is_due(tmp_path):
+    """The server said how long the refused prompt was: its Usage makes the next turn compact,
+    also after a restart (the log is the state)."""
+    session = new_session(tmp_path)
+    full = SessionFull("exceeds the context", prompt_tokens=4538)
+    with pytest.raises(TurnEnded):
+        await run_turn(make_loop(ScriptedInference([full])), session, "go", Events())
+    assert record_types(session) == ["session_start", "user", "usage"]
+    reopened = SessionStore(tmp_path).open("s1")
+    assert reopened.last_usage is not None and reopened.last_usage.prompt_n == 4538
+    assert needs_compaction(reopened, EpochSettings(compact_at_tokens=3072))
 
 
 async def test_limit_tool_result_size_cut_at_a_character_boundary(tmp_path):

@@ -79,7 +79,7 @@ class BaselineBudget:
                     break
                 tokens, part = costliest
                 size = f"{part.name} ({tokens:,} tokens, {len(part.text):,} characters)"
-                identity = identity.withholding(part.name, self._notice(part.name, tokens))
+                identity = identity.withholding(part.name, self.notice(part.name, tokens))
                 withheld.append(size)
                 baseline = build(identity)
                 total = await self._count(baseline)
@@ -110,7 +110,7 @@ class BaselineBudget:
                  if part.model_written and not part.withheld]
         return max(costs, key=lambda cost: cost[0], default=None)
 
-    def _notice(self, name: str, tokens: int) -> str:
+    def notice(self, name: str, tokens: int) -> str:
         """What the model sees in a withheld file's place: why, and what it can do."""
         return (f"## {name}\n[withheld: the model server counts it as {tokens:,} tokens, which "
                 f"would put the baseline over its budget of {self.limit:,}. Remove or shorten "
