@@ -99,8 +99,9 @@ async def test_the_recorded_context_overflow_is_session_full():
     body = (FIXTURES / "smol_context_full.error").read_bytes()
     server = fake.FakeServer([fake.Reply.error(400, body)])
     async with InferenceClient(InferenceSection(), transport=server.transport()) as client:
-        with pytest.raises(SessionFull, match=r"2531 tokens\) exceeds"):
+        with pytest.raises(SessionFull, match=r"2531 tokens\) exceeds") as full:
             await client.chat(REQUEST, Sink())
+    assert full.value.prompt_tokens == 2531  # the server's count, recorded as the turn's Usage
 
 
 def shape(value):
