@@ -35,7 +35,9 @@ O(C) = X(C) joined with its grant's label (untrusted when it has egress):
 3. C's result is raised to X(C) joined with ``seen(M(C))`` read when C ends.
 4. A call that reaches the network never holds more than its grant allows (its ``Ceiling``):
    it does not start when its exposure would be over it, and no call starts that would push a
-   running one over it.
+   running one over it. Whether a call is refused says something about what reached the calls
+   it shares a zone with, so the refusal's answer carries their exposures and raises its
+   session (brokerd.labelstore; docs/decisions/label-dependent-answers.md).
 
 Invariant, for every running call C and every W in W(C), at every moment:
 ``label(W) >= O(C)``. Rule 1 makes it hold when C starts, rule 2 keeps it when any other call
