@@ -17,18 +17,19 @@ from __future__ import annotations
 import dataclasses
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 from bxcore.canonical import canonical_json
-from bxcore.chat import ToolSchema
+from bxcore.chat import ChatMessage, ToolSchema
 from bxcore.config.inference import SlotSection
 from bxcore.protocol.loop import Turn
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loopd.baseline import Identity
+from loopd.baseline import SUMMARY_HEADING, Identity
 from loopd.budget import BaselineBudget
-from loopd.epochs import Baselines, EpochSettings
+from loopd.epochs import Baselines, EpochSettings, cut_summary
 from loopd.identity_writes import ENTRY_TOKENS, IdentityWrites
 from loopd.inference.errors import Unavailable
 from loopd.memory import IdentityFiles
@@ -53,6 +54,11 @@ class ByteTokens:
             raise Unavailable("the model server is loading")
         schemas = canonical_json([tool.as_openai_tool() for tool in tools]) if tools else b""
         return TEMPLATE + len(system.encode()) + len(schemas)
+
+    async def messages(self, messages: Sequence[ChatMessage], tools: tuple[ToolSchema, ...]
+                       ) -> int:
+        texts = "".join(str(message.content) for message in messages)
+        return await self.baseline(texts, tools)
 
     async def text(self, text: str) -> int:
         return len(text.encode())
@@ -252,5 +258,29 @@ def test_a_memory_write_that_would_put_the_baseline_over_is_not_sent(tmp_path):
         assert f"over its budget of {now + room:,}" in refusal
         assert await writes.refusal("memory", {**over, "action": "remove"}) is None
         assert await writes.refusal("recall", over) is None
+
+    anyio.run(check)
+
+
+@settings(max_examples=40)
+@given(summary=st.text(min_size=1, max_size=3000), room=st.integers(-50, 2000))
+def test_a_summary_is_cut_until_the_epochs_opening_fits(summary, room):
+    """The new epoch's opening (baseline and summary) never counts over ``opening_limit``
+    when the baseline alone leaves room for the cut's notice; what is kept is the start."""
+    async def check() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            home, counter = Path(tmp), ByteTokens()
+            write_identity(home, (40, 0, 0))
+            baseline_tokens = await counted(home, counter)
+            built = dataclasses.replace(baselines(home, 100_000, counter),
+                                        opening_limit=baseline_tokens + room)
+            opened = await built("s1", 1, summary)
+            assert opened.summary is not None
+            tokens = await counter.messages(opened.opening(), tuple(opened.tools))
+            notice = len(cut_summary(summary, 0).encode()) + len(SUMMARY_HEADING) + 2
+            if room >= notice:
+                assert tokens <= baseline_tokens + room
+            kept = opened.summary.split("[cut here: ")[0]
+            assert summary.startswith(kept.rstrip()) or opened.summary == summary
 
     anyio.run(check)

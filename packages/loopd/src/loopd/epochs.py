@@ -167,6 +167,8 @@ class Baselines:
             room = self.opening_limit - fitted.tokens - SUMMARY_WRAPPING
             spent = max(tokens - fitted.tokens, 1)
             keep = int(len(shown) * max(room, 0) / spent * 0.9)
+            if cut_summary(summary, keep) == shown:
+                break  # the notice alone is over: counting it again changes nothing
             shown = cut_summary(summary, keep)
         log.warning("%s: the summary was left out: the baseline leaves it no room under %d "
                     "tokens", what, self.opening_limit or 0)
