@@ -21,8 +21,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .flow_support import Answer, Brokerd, Label, canaries_in, grant_text
-from .test_flow_property import configure_brokerd
+from .test_flow_property import serving_brokerd
 
 pytestmark = pytest.mark.sandbox
 
@@ -281,18 +279,8 @@ class Rig:
 
 @pytest.fixture
 def rig(request, sink) -> Iterator[Rig]:
-    section, env, brokerd_uid, tool_uid = configure_brokerd(request, request.param)
-    root = Path(tempfile.mkdtemp(prefix="bx-chan-"))
-    os.chmod(root, 0o755)
-    brokerd = Brokerd(root / "broker", section, brokerd_uid, env)
-    brokerd.start()
-    try:
+    with serving_brokerd(request, request.param, "bx-chan-") as (brokerd, root, tool_uid):
         yield Rig(brokerd, root, tool_uid, sink)
-    finally:
-        brokerd.stop()
-        ok, said = brokerd.verify()
-        shutil.rmtree(root, ignore_errors=True)
-        assert ok, said
 
 
 @pytest.mark.parametrize("rig", CONFIGURATIONS, indirect=True)

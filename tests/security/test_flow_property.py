@@ -28,12 +28,14 @@ A failure prints hypothesis' minimal steps and the blob that replays them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -370,6 +372,25 @@ def configure_brokerd(request: pytest.FixtureRequest,
     # rootful podman runs tools as [broker] sandbox_uid
     return (image + f'containers_conf = "{CONTAINERS_CONF}"\n',
             {"CONTAINERS_STORAGE_CONF": str(storage_conf(storage))}, None, DEFAULT_SANDBOX_UID)
+
+
+@contextlib.contextmanager
+def serving_brokerd(request: pytest.FixtureRequest, configuration: str,
+                    prefix: str) -> Iterator[tuple[Brokerd, Path, int]]:
+    """A real ``brokerd serve`` in ``configuration`` under a fresh root: the brokerd, the root
+    and the uid its tools run as. At the end it is stopped and its audit log must verify."""
+    section, env, brokerd_uid, tool_uid = configure_brokerd(request, configuration)
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(root, 0o755)
+    brokerd = Brokerd(root / "broker", section, brokerd_uid, env)
+    brokerd.start()
+    try:
+        yield brokerd, root, tool_uid
+    finally:
+        brokerd.stop()
+        ok, said = brokerd.verify()
+        shutil.rmtree(root, ignore_errors=True)
+        assert ok, said
 
 
 def configure(request: pytest.FixtureRequest, configuration: str) -> None:

@@ -26,8 +26,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -41,7 +39,7 @@ from hypothesis import strategies as st
 
 from .flow_support import Answer, Brokerd, Label, grant_text
 from .test_concurrent_flow import Sink, sink  # noqa: F401  (the fixture, by name)
-from .test_flow_property import configure_brokerd
+from .test_flow_property import serving_brokerd
 
 pytestmark = pytest.mark.sandbox
 
@@ -169,18 +167,8 @@ class Rig:
 
 @pytest.fixture
 def rig(request, sink) -> Iterator[Rig]:  # noqa: F811
-    section, env, brokerd_uid, tool_uid = configure_brokerd(request, request.param)
-    root = Path(tempfile.mkdtemp(prefix="bx-answers-"))
-    os.chmod(root, 0o755)
-    brokerd = Brokerd(root / "broker", section, brokerd_uid, env)
-    brokerd.start()
-    try:
+    with serving_brokerd(request, request.param, "bx-answers-") as (brokerd, root, tool_uid):
         yield Rig(brokerd, root, tool_uid, sink)
-    finally:
-        brokerd.stop()
-        ok, said = brokerd.verify()
-        shutil.rmtree(root, ignore_errors=True)
-        assert ok, said
 
 
 @pytest.mark.parametrize("rig", CONFIGURATIONS, indirect=True)
