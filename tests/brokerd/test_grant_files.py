@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from brokerd.errors import GrantError
 from brokerd.grantstore import GrantStore, load_grants, resolve_paths
-from brokerd.policy import CallArguments, decide, parse_grant, path_arguments
+from brokerd.policy import CallArguments, decide, parse_grant, path_roots
 from brokerd.taint import CLEAN
 from brokerd_support import NOW, request, write
 from faults.profile import fuzz
@@ -74,10 +74,11 @@ def test_globs_are_matched_after_resolving_the_grants_own_symlinks(tmp_path, mon
     (tmp_path / "home" / "notes").symlink_to(real)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     write(tmp_path / "grants", "n.toml", 'tools = ["fs.read"]\nmode = "auto"\n'
-          'classes = ["public"]\n[arguments.path]\npaths = ["~/notes/**"]\n')
-    (grant,) = load_grants(tmp_path / "grants").grants
+          'classes = ["public"]\n[arguments.path]\npaths = ["~/notes/**"]\n'
+          '[sandbox]\nmounts = [{ path = "~/notes" }]\n')
+    (grant,) = load_grants(tmp_path / "grants").grants  # the mount's target names its source
     asked = request("fs.read", json.dumps({"path": str(tmp_path / "home/notes/a.md")}))
-    resolved = resolve_paths(json.loads(asked.arguments), path_arguments("fs.read", (grant,)))
+    resolved, _ = resolve_paths(json.loads(asked.arguments), path_roots("fs.read", (grant,)))
     assert resolved == {"path": str(real / "a.md")}
     decision = decide(asked, (grant,), arguments=CallArguments.parse(asked.arguments), now=NOW,
                       taint=CLEAN, resolved_paths=resolved, secrets={})
@@ -88,8 +89,10 @@ def test_a_symlink_planted_in_a_granted_directory_does_not_reach_outside(tmp_pat
     (tmp_path / "notes").mkdir()
     (tmp_path / "secret").write_text("x")
     (tmp_path / "notes" / "innocent.md").symlink_to(tmp_path / "secret")
-    resolved = resolve_paths({"path": str(tmp_path / "notes/innocent.md")}, frozenset({"path"}))
-    assert resolved == {"path": str(tmp_path / "secret")}
+    notes = str(tmp_path / "notes")
+    resolved, read = resolve_paths({"path": str(tmp_path / "notes/innocent.md")},
+                                   {"path": ((notes, notes),)})
+    assert resolved == {} and read == {"path": (notes, str(tmp_path / "notes/innocent.md"))}
 
 
 def test_the_example_grants_all_parse():

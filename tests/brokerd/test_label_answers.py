@@ -8,12 +8,11 @@ alone raises nothing."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from brokerd.audit import entries, taint_marks, verify
-from brokerd.grantstore import lookups
+from brokerd.beneath import resolve_beneath
 from brokerd.labels import PLAIN, Label
 from brokerd.labelstore import LabelStore
 from brokerd.policy import CallArguments, decide, parse_grant
@@ -120,8 +119,9 @@ def test_a_symlink_met_half_way_is_consulted_too(tmp_path):
     (labelled / "hop").symlink_to(end / "x")
     (plain / "start").symlink_to(labelled / "hop")
     given = str(plain / "start")
-    steps = lookups(given)
-    assert str(labelled / "hop") in steps and os.path.realpath(given) == str(end / "x")
+    walk = resolve_beneath(given, [(str(tmp_path), str(tmp_path))])
+    steps = walk.read
+    assert str(labelled / "hop") in steps and walk.path == str(end / "x")
     notes = parse_grant('tools = ["fs.read"]\nmode = "auto"\nclasses = ["public"]\n'
                         'result_class = "public"\n[arguments.path]\npaths = ["/notes/**"]\n'
                         '[sandbox]\nmounts = [{ path = "/notes" }]\n', "notes.toml",

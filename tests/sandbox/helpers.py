@@ -29,7 +29,8 @@ def spec(program: str, arguments: str, **fields) -> SandboxSpec:
     ``mounts`` as brokerd does (``OpenedPath``), with no globs."""
     fields.setdefault("limits", SandboxLimits(timeout_s=30.0))
     if (name := OPENED_ARGUMENT.get(program)) is not None and "opened" not in fields:
-        resolved = resolve_paths(json.loads(arguments), frozenset({name})).get(name)
+        roots = tuple((str(m.source), str(m.source)) for m in fields.get("mounts", ()))
+        resolved = resolve_paths(json.loads(arguments), {name: roots})[0].get(name)
         fields["opened"] = None if resolved is None else place(resolved,
                                                                fields.get("mounts", ()))
     return SandboxSpec(program=program, arguments=arguments, **fields)

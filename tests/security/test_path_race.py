@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from brokerd.grantstore import read_grant, resolve_paths
-from brokerd.policy import CallArguments, Grant, decide, path_arguments
+from brokerd.policy import CallArguments, Grant, decide, path_roots
 from brokerd.sandbox import SandboxSpec
 from brokerd.taint import CLEAN
 from bxcore.tools import ToolRequest
@@ -176,7 +176,7 @@ def decided(grant: Grant, number: int, tool: str, arguments: dict[str, str]) -> 
     request = ToolRequest(session="s-race", call=number, tool=tool, arguments=text)
     decision = decide(request, (grant,), arguments=CallArguments.parse(text),
                       now=datetime.now(UTC), taint=CLEAN, secrets={},
-                      resolved_paths=resolve_paths(arguments, path_arguments(tool, (grant,))))
+                      resolved_paths=resolve_paths(arguments, path_roots(tool, (grant,)))[0])
     assert decision.allowed, decision.record.reason
     return decision.authorize()
 

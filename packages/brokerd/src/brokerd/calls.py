@@ -31,9 +31,9 @@ from bxcore.util import sha256, text_sha256
 from .approvals import ApprovalDesk
 from .audit import AuditLog
 from .delegate import Children
-from .grantstore import GrantStore, path_lookups, resolve_paths
+from .grantstore import GrantStore, resolve_paths
 from .labels import Label
-from .policy import CallArguments, Decision, Grant, decide, path_arguments, settle
+from .policy import CallArguments, Decision, Grant, decide, path_roots, settle
 from .runner import Runner, raised_to
 from .sandbox import ToolSettings
 from .taint import Taint, TaintStore
@@ -185,11 +185,10 @@ class Broker:
 
     def _decide(self, request: ToolRequest, arguments: CallArguments, taint: Taint) -> Decision:
         grants = self.grants.current()
-        names = path_arguments(request.tool, grants)
+        resolved, read = resolve_paths(arguments.value or {}, path_roots(request.tool, grants))
         return decide(
             request, grants, arguments=arguments, now=self._clock(), taint=taint,
-            resolved_paths=resolve_paths(arguments.value or {}, names),
-            lookups=path_lookups(arguments.value or {}, names),
+            resolved_paths=resolved, lookups=read,
             secrets=self._secrets_for(request.tool, grants), configured=self._configured,
             labels=self._runner.mount_labels(),
         )

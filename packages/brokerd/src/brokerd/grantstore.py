@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ._files import read_text, toml_files
+from .beneath import Root, resolve_arguments
 from .errors import GrantError
 from .policy import Grant, parse_grant
 from .policy._protected import Protected, reaching
@@ -36,35 +37,6 @@ def real_path(path: str) -> str:
     """A path with symlinks and ``..`` resolved, as far as it exists (a file yet to be written
     resolves through its existing parent directories)."""
     return os.path.realpath(path)
-
-
-MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
-
-
-def lookups(path: str) -> list[str]:
-    """Every path whose directory entry resolving ``path`` reads, in order, the targets of the
-    symlinks it meets included: a symlink a call wrote under a labelled root decides where the
-    path leads, so the decision consults that root's label (brokerd.policy, rule 7). A
-    component that is not a symlink, or cannot be read, ends nothing; a loop stops the walk."""
-    found: list[str] = []
-    pending = [part for part in path.split("/") if part]
-    current, links = "/", 0
-    while pending and links <= MAX_LINKS:
-        part = pending.pop(0)
-        if part in (".", ".."):
-            current = current if part == "." else (os.path.dirname(current) or "/")
-            continue
-        candidate = os.path.join(current, part)
-        found.append(candidate)
-        try:
-            target = os.readlink(candidate)
-        except (OSError, ValueError):  # not a symlink, absent, or a name the host cannot take
-            current = candidate
-            continue
-        links += 1
-        current = "/" if target.startswith("/") else current
-        pending[:0] = [part for part in target.split("/") if part]
-    return found
 
 
 def home() -> Path:
@@ -182,23 +154,11 @@ class GrantStore:
         return tuple(signature)
 
 
-def path_lookups(arguments: Mapping[str, Any], names: frozenset[str]) -> dict[str, list[str]]:
-    """``lookups`` of each named argument that ``resolve_paths`` resolves."""
-    return {name: lookups(value) for name, value in arguments.items()
-            if name in names and isinstance(value, str) and value.startswith("/")
-            and "\0" not in value}
-
-
-def resolve_paths(arguments: Mapping[str, Any], names: frozenset[str]) -> dict[str, str]:
-    """The resolved form of each named argument that is an absolute path string; the rest are
-    left out, and a grant constraining them by path does not match. A path the host cannot
-    name (a NUL, text that is not Unicode) is left out too: resolving never raises."""
-    resolved = {}
-    for name in names:
-        value = arguments.get(name)
-        if isinstance(value, str) and value.startswith("/") and "\0" not in value:
-            try:
-                resolved[name] = real_path(value)
-            except (ValueError, OSError):  # UnicodeEncodeError is a ValueError
-                continue
-    return resolved
+def resolve_paths(arguments: Mapping[str, Any], roots: Mapping[str, tuple[Root, ...]]
+                  ) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """The named arguments resolved beneath their roots (``brokerd.beneath``, one walk each),
+    and every entry each walk read. A refused one is left out of the first, and a grant
+    constraining it by path does not match; its reads count all the same. Never raises."""
+    walks = resolve_arguments(arguments, roots)
+    return ({name: walk.path for name, walk in walks.items() if walk.path is not None},
+            {name: walk.read for name, walk in walks.items()})

@@ -13,6 +13,7 @@ from ._decide import (
     MEMORY_TOOLS,
     decide,
     path_arguments,
+    path_roots,
 )
 from ._decision import Decision
 from ._settle import settle
@@ -20,5 +21,6 @@ from .grants import Grant, parse_grant
 
 __all__ = [
     "CLOCK_GRANT", "MEMORY_GRANT", "MEMORY_TOOLS", "NOT_AN_OBJECT", "CallArguments", "Decision",
-    "Grant", "NotAuthorized", "decide", "parse_grant", "path_arguments", "settle",
+    "Grant", "NotAuthorized", "decide", "parse_grant", "path_arguments", "path_roots",
+    "settle",
 ]

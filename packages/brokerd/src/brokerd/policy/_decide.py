@@ -60,8 +60,8 @@ _VERDICT: dict[str, Verdict] = {"deny": "deny", "ask": "ask", "auto": "allow"}
 
 
 def path_arguments(tool: str, grants: tuple[Grant, ...]) -> frozenset[str]:
-    """Argument names that some grant for ``tool`` constrains by path: the shell resolves
-    exactly these before calling ``decide``."""
+    """Argument names that brokerd resolves for ``tool``: the one its sandbox opens, and
+    every one some grant for it constrains by path."""
     names: set[str] = set()
     if (opened := OPENED_ARGUMENT.get(tool)) is not None:
         names.add(opened)  # the sandbox opens it as resolved here (``_opened``)
@@ -69,6 +69,28 @@ def path_arguments(tool: str, grants: tuple[Grant, ...]) -> frozenset[str]:
         if grant.applies_to(tool):
             names |= grant.path_arguments
     return frozenset(names)
+
+
+def path_roots(tool: str, grants: tuple[Grant, ...]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Where each of ``path_arguments`` may be resolved (``brokerd.beneath``), as (how its
+    text begins, the real directory): beneath a mount of a grant for ``tool`` (its source, or
+    its target, which names the source), or the literal directory of a glob a grant for it
+    gives that argument. Nothing outside them is read to answer the call."""
+    applicable = [g for g in grants if g.applies_to(tool)]
+    mounts = {(text, str(m.source)) for g in applicable for m in g.mounts
+              for text in (str(m.source), m.target)}
+    return {name: tuple(sorted(mounts | {(_literal_part(glob),) * 2 for g in applicable
+                                         for c in g.arguments if c.name == name
+                                         for glob in c.globs}))
+            for name in path_arguments(tool, grants)}
+
+
+def _literal_part(glob: str) -> str:
+    """The directories of ``glob`` before its first wildcard: ``/n/**/*.md`` gives ``/n``."""
+    parts = glob.split("/")
+    wild = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")),
+                len(parts))
+    return "/".join(parts[:wild]) or "/"
 
 
 def decide(
@@ -198,6 +220,7 @@ def _consulted(applicable: list[Grant], first: list[str | None], arguments: Mapp
     it matches then depends on them). Each of them can have been raised, or not, by a session
     of a higher class, so whatever the decision answers carries them (rule 7)."""
     names = {c.name for g in applicable for c in g.arguments if c.paths is not None}
+    names |= set(lookups)  # every argument resolved, constrained or not (a file tool's path)
     paths = [posixpath.normpath(v) for n in names
              if isinstance(v := arguments.get(n), str) and v.startswith("/")]
     paths += [resolved[n] for n in names if n in resolved]
@@ -236,7 +259,8 @@ def _argument_miss(
     if constraint.paths is not None:
         path = resolved.get(name)
         if path is None:
-            return f"argument {name!r} is not an absolute path"
+            return (f"argument {name!r} is not resolved: it is not an absolute path beneath a "
+                    "mount or granted directory of this tool, or its symlinks leave it")
         if not any(glob.fullmatch(path) for glob in constraint.paths):
             # Never the resolved path: it can name what the model did not (brokerd's own
             # /proc/self/cwd, where a symlink points), only the text it gave.
@@ -274,4 +298,4 @@ def _spec(grant: Grant, request: ToolRequest, secrets: Mapping[str, Secret],
 
 
 __all__ = ["CLOCK_GRANT", "MEMORY_GRANT", "MEMORY_TOOLS", "CallArguments", "Decision", "decide",
-           "path_arguments"]
+           "path_arguments", "path_roots"]
