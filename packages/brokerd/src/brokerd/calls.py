@@ -31,6 +31,7 @@ from bxcore.util import sha256, text_sha256
 from .approvals import ApprovalDesk
 from .audit import AuditLog
 from .delegate import Children
+from .errors import CallReused
 from .grantstore import GrantStore, resolve_paths
 from .labels import Label
 from .policy import CallArguments, Decision, Grant, decide, path_roots, settle
@@ -123,6 +124,13 @@ class Broker:
         """Decide, audit, ask, run and label one call; ``children`` is the caller's way of
         running a delegate call's child session (loopd's connection). The arguments are parsed
         here, once: every step after takes the parsed value."""
+        if not self.audit.claim(request.session, request.call):
+            reason = (f"call {request.call} of session {request.session} was sent before; a "
+                      "call number is used once, so this request is refused and nothing ran")
+            await self.audit.refused(reason=reason, session=request.session, call=request.call,
+                                     tool=request.tool,
+                                     request_sha256=sha256(canonical_json(request.model_dump())))
+            raise CallReused(reason)
         taint = self.taints.get(request.session).seen_at_least(self.floor)
         arguments = CallArguments.parse(request.arguments)
         try:

@@ -8,6 +8,8 @@
     ├── TaintError          a session's taint file is unreadable or invalid (names the file)
     ├── EgressLogError      the egress log cannot be appended to or read (names the file,
     │                       line); an outbound call whose payload cannot be logged is not run
+    ├── CallReused          a tool request names a (session, call) brokerd has seen before; it
+    │                       is refused (audited) and nothing runs
     ├── LabelError          the mount labels (labels.jsonl) cannot be read or appended to
     │                       (names the file, line); a call whose raises cannot be written
     │                       does not run
@@ -90,3 +92,7 @@ class ApprovalExpired(ApprovalError):
 
 class NotAnApprover(ApprovalError):
     code = ErrorCode.DENIED
+
+
+class CallReused(BrokerError):
+    """A tool request's (session, call) was sent before: refused, audited, nothing ran."""

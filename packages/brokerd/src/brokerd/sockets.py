@@ -33,7 +33,7 @@ from bxcore.tools import ToolRequest
 
 from .approvals import local_approver
 from .calls import Broker
-from .errors import ApprovalError, AuditError, TaintError
+from .errors import ApprovalError, AuditError, CallReused, TaintError
 from .unfinished import FOUND_AT_START, STOPPED_BEFORE_END, Unfinished
 
 log = logging.getLogger("brokerd.sockets")
@@ -110,6 +110,10 @@ async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
     except (AuditError, TaintError) as exc:  # brokerd's state cannot be written (a full disk)
         log.error("call %s/%s (%s): %s", request.session, request.call, request.tool, exc)
         await stream.write(error_frame(ErrorCode.UNAVAILABLE, str(exc)))
+        return
+    except CallReused as exc:
+        log.error("call %s/%s (%s): %s", request.session, request.call, request.tool, exc)
+        await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
         return
     except Exception as exc:  # anything at all: the caller gets an answer, the log has the trace
         log.exception("call %s/%s (%s) failed", request.session, request.call, request.tool)

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from bxcore.ids import check_session_id
-from bxcore.records import EpochEnd, SessionStart, ToolResult, Usage
+from bxcore.records import Assistant, EpochEnd, SessionStart, ToolResult, Usage
 from bxcore.taint import CLEAN, Taint
 from bxcore.util import fsync_dir, sha256
 
@@ -270,8 +270,21 @@ def _epoch_start(
 
 
 def highest_call(records: list[Record], floor: int = FIRST_CALL - 1) -> int:
-    """The highest ``ToolResult.call`` in ``records``, or ``floor`` if none is higher."""
-    return max((r.call for r in records if isinstance(r, ToolResult)), default=floor)
+    """The highest call number ``records`` may have sent: their highest ``ToolResult.call`` (or
+    ``floor``), plus one for each tool call of an ``Assistant`` that has no result after it.
+    A call takes its number before it is sent and records it only with its result, so a loopd
+    that died while calls ran may have sent those numbers; brokerd refuses a number it has
+    seen, so a restart must not use them again (docs/decisions/answers-read-beneath-mounts.md).
+    """
+    highest = max((r.call for r in records if isinstance(r, ToolResult)), default=floor)
+    unanswered, waiting = 0, 0
+    for record in records:
+        if isinstance(record, Assistant):
+            unanswered += waiting
+            waiting = len(record.tool_calls or ())
+        elif isinstance(record, ToolResult):
+            waiting = max(waiting - 1, 0)
+    return max(highest, floor) + unanswered + waiting
 
 
 def taint_of(records: list[Record], taint: Taint = CLEAN) -> Taint:

@@ -142,9 +142,14 @@ class AuditLog:
         if tail.torn:
             self._repair(tail)
         newest = log_files(directory)[-1:]
-        self._durable_open = still_open(newest[0] if newest else None,
-                                        entries(directory, newest_only=True))
+        records = list(entries(directory, newest_only=True))
+        self._durable_open = still_open(newest[0] if newest else None, records)
         self._open = dict(self._durable_open)  # as chained, pending records included
+        # Every (session, call) decided in the newest file or open before it, and claimed in
+        # this life: a request naming one again is refused (``claim``).
+        self._claimed: set[Key] = set(self._open) | {
+            (e.decision.session, e.decision.call) for e in records
+            if isinstance(e, DecisionEntry)}
         self.unfinished = tuple(self._open.values())  # allowed, no result: a previous life's
         self._room.hold()
 
@@ -160,6 +165,16 @@ class AuditLog:
     def open_calls(self) -> list[OpenCall]:
         """The calls with an allowing decision and no result yet (audit.opencalls)."""
         return list(self._open.values())
+
+    def claim(self, session: str, call: int) -> bool:
+        """Take (``session``, ``call``) for one request: False when it was taken before (a call
+        decided in the newest file, open before it, or claimed in this life), so that one
+        number never has two decisions, nor one result close two calls. Synchronous: two
+        requests racing cannot both take it."""
+        if (session, call) in self._claimed:
+            return False
+        self._claimed.add((session, call))
+        return True
 
     def check_room(self, writable: Iterable[Path]) -> None:
         """Raise AuditError when a call that can write through one of ``writable`` (host paths)
