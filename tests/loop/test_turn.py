@@ -338,7 +338,7 @@ async def test_a_cancelled_turn_writes_nothing_more_and_the_next_answers_its_ope
     assert done.content == "Sorry, the echo was cut short."
     interrupted = results(reopened)[-1]
     assert (interrupted.tool_call_id, interrupted.content, interrupted.call) == (
-        "call-2", INTERRUPTED, 2)  # the counter, restored from the log, gives the number again
+        "call-2", INTERRUPTED, 3)  # call 2 may have reached brokerd: the restored counter skips it
     assert record_types(reopened)[-5:] == ["tool_result", "tool_result", "user", "assistant",
                                            "usage"]
     assert events.types() == ["tool_result"]  # the channel hears of the open call's result
