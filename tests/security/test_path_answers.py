@@ -8,8 +8,9 @@ Each example runs twice on a real ``brokerd serve`` (bubblewrap), in two worlds 
 in the secret sender's bit: the same layout under a fresh directory, the same grants (only that
 world's), a fresh receiver. In both the sender writes its secret-labelled mount (so its label is
 the same), and for bit 1 plants there a symlink, or a chain of links, to the public mount; a
-call of its stands in (cwd) and holds a file open in the public mount for bit 1, in its own for
-bit 0, while the receiver probes. Hypothesis chooses the receiver's grant (no argument
+call of its stands (cwd) in ``sec/x/y`` for bit 1, ``sec/x`` for bit 0, holding a file there
+open, while the receiver probes (its mounts are not the receiver's: a call running on a zone
+the receiver shares would label every answer secret, docs/decisions/flow-between-running-calls.md). Hypothesis chooses the receiver's grant (no argument
 constraint, a ``pattern``, ``paths``; its mounts with or without the secret one), the owner's
 links in the public mount (into the secret one, ``..``, a chain of 0-60 links) and the probes:
 fs.read, fs.list or fs.search on paths through all of these, ``..``, ``/proc/<pid>/cwd`` and
@@ -49,7 +50,8 @@ CONFIGURATIONS = ["bubblewrap"] + (["bubblewrap-unprivileged"] if by_profile(0, 
 SECRET = Label("secret")
 STARTED_WAIT = 300.0  # a guard against a holder that never starts, not a speed limit
 PROBES = ("{pub}/a", "{pub}/d", "{pub}/out/b", "{pub}/up/sec/b", "{pub}/../sec/b", "{sec}/b",
-          "{pub}/c0", "{pub}/k0", "/proc/{pid}/cwd/../../../pub/a", "/proc/{pid}/cwd", "/proc/{pid}/fd/3",
+          "{pub}/c0", "{pub}/k0", "/proc/{pid}/cwd/../../../pub/a", "/proc/{pid}/cwd",
+          "/proc/{pid}/fd/3",
           "{pub}/{to_root}/proc/{pid}/cwd/../../../pub/d", "/dev/fd/3", "{pub}/self/d")
 TOOLS = ("fs.read", "fs.list", "fs.search")
 
