@@ -39,7 +39,7 @@ def _parts(text: str) -> list[str]:
 
 
 def _magic(path: str) -> bool:
-    return any(covers_path(place, path) or covers_path(path, place) for place in _MAGIC)
+    return any(covers_path(place, path) for place in _MAGIC)
 
 
 Root = tuple[str, str]  # (how a path's text may begin, the real directory that names)
