@@ -61,6 +61,10 @@ def resolve_beneath(text: str, roots: Iterable[Root]) -> Resolution:
     target stands for its source), or refused, with every entry the walk read either way."""
     if not text.startswith("/") or "\0" in text:
         return Resolution(None, (), "it is not an absolute path")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return Resolution(None, (), "it is not a name the host can take")
     parts = _parts(text)
     found = _root_of(parts, roots)
     if found is None:
