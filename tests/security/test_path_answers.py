@@ -10,11 +10,12 @@ world's), a fresh receiver. In both the sender writes its secret-labelled mount 
 the same), and for bit 1 plants there a symlink, or a chain of links, to the public mount; a
 call of its stands (cwd) in ``sec/x/y`` for bit 1, ``sec/x`` for bit 0, holding a file there
 open, while the receiver probes (its mounts are not the receiver's: a call running on a zone
-the receiver shares would label every answer secret, docs/decisions/flow-between-running-calls.md). Hypothesis chooses the receiver's grant (no argument
-constraint, a ``pattern``, ``paths``; its mounts with or without the secret one), the owner's
-links in the public mount (into the secret one, ``..``, a chain of 0-60 links) and the probes:
-fs.read, fs.list or fs.search on paths through all of these, ``..``, ``/proc/<pid>/cwd`` and
-``/proc/<pid>/fd/N`` of the sender's process, ``/dev/fd``.
+the receiver shares would label every answer secret: flow-between-running-calls.md).
+Hypothesis chooses the receiver's grant (no argument constraint, a ``pattern``, ``paths``; its
+mounts with or without the secret one), the owner's links in the public mount (into the secret
+one, ``..``, a chain of 0-60 links) and the probes: fs.read, fs.list or fs.search on paths
+through all of these, ``..``, ``/proc/<pid>/cwd`` and ``/proc/<pid>/fd/N`` of the sender's
+process, ``/dev/fd``.
 
 The property: for every probe, the two worlds' answers (status, content with the world's
 directory and pid written alike, label) are equal, or both are labelled secret.
