@@ -28,8 +28,8 @@ resolution read (``lookups``), the mount labels, and the secrets the grants name
 7. A decision that depends on mount labels (the labelled roots its path arguments resolve
    through, every one resolved, constrained or not: ``brokerd.beneath`` reads only beneath
    the tool's mounts and returns every entry it read; the mounts of a grant with egress that
-   matches but for them) carries them (``Decision.consulted``): brokerd raises the session's taint and labels the answer with
-   them, whatever it is, since a session of a higher class can have raised them. A grant
+   matches but for them) carries them (``Decision.consulted``): brokerd raises the
+   session's taint and labels the answer with them, whatever it is, since a session of a higher class can have raised them. A grant
    with egress must then allow all of them, not only its own mounts' labels.
 """
 
