@@ -29,8 +29,9 @@ resolution read (``lookups``), the mount labels, and the secrets the grants name
    through, every one resolved, constrained or not: ``brokerd.beneath`` reads only beneath
    the tool's mounts and returns every entry it read; the mounts of a grant with egress that
    matches but for them) carries them (``Decision.consulted``): brokerd raises the
-   session's taint and labels the answer with them, whatever it is, since a session of a higher class can have raised them. A grant
-   with egress must then allow all of them, not only its own mounts' labels.
+   session's taint and labels the answer with them, whatever it is, since a session of a
+   higher class can have raised them. A grant with egress must then allow all of them, not
+   only its own mounts' labels.
 """
 
 from __future__ import annotations
