@@ -89,10 +89,10 @@ def test_an_ask_that_depended_on_labels_raises_the_session_when_it_is_asked(tmp_
 
 
 @pytest.mark.parametrize(("given", "resolved", "consults"), [
-    ("/work/link/x", "/elsewhere/x", True),  # through a labelled root: a symlink there decided
-    ("/elsewhere/x", "/work/x", True),  # to one
+    ("/lab/link/x", "/elsewhere/x", True),  # through a labelled root: a symlink there decided
+    ("/elsewhere/x", "/lab/x", True),  # to one
     ("/elsewhere/x", "/elsewhere/x", False),  # nowhere near one
-    ("/work", "/work", True),
+    ("/lab", "/lab", True),
     ("/", "/", False),  # above a labelled root: its content decides nothing
 ])
 def test_a_path_argument_consults_the_labels_of_the_roots_it_resolves_through(
@@ -104,7 +104,7 @@ def test_a_path_argument_consults_the_labels_of_the_roots_it_resolves_through(
     req = request("fs.read", json.dumps({"path": given}))
     decision = decide(req, (notes,), arguments=CallArguments.parse(req.arguments), now=NOW,
                       taint=CLEAN, secrets={}, resolved_paths={"path": resolved},
-                      labels={"/work": Label(DataClass.SECRET, False)})
+                      labels={"/lab": Label(DataClass.SECRET, False)})
     assert decision.record.verdict == "deny"
     assert decision.consulted == (Label(DataClass.SECRET, False) if consults else PLAIN)
 

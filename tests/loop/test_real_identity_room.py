@@ -31,7 +31,7 @@ from bxcore.framestream import SyncFrameSocket
 from bxcore.protocol import memory as wire
 from bxcore.protocol.loop import Turn
 from bxcore.tools import ToolRequest, ToolResponse, plain_response
-from faults.profile import LONG, fuzz_at_most, hang_guard
+from faults.profile import LONG, fuzz_at_most, hang_guard, long_only
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 from loopd.budget import BaselineBudget
@@ -169,6 +169,8 @@ short_profile = (lambda test: test) if LONG else settings(
     suppress_health_check=list(HealthCheck))
 
 
+@long_only("7 min beside other work (each example several turns of 3,000-token prompts); "
+           "tests/loop/test_baseline_budget.py checks the same rules offline in the short one")
 @fuzz_at_most(LONG_EXAMPLES)
 @hang_guard(LONG_EXAMPLES if LONG else 3, 900)
 @short_profile
