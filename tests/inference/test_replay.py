@@ -7,12 +7,13 @@ import json
 import random
 
 import pytest
+from bxcore.chat import FunctionCall, ToolCall
 from bxcore.config import InferenceSection
 from bxcore.protocol.loop import Content, Progress, Reasoning
 from bxcore.sse import END, NEED_DATA, Message, SSEParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loopd.inference import InferenceClient, SessionFull, cache_outcome
+from loopd.inference import Completion, InferenceClient, SessionFull, cache_outcome
 from loopd.inference.assembler import CompletionAssembler
 from loopd.inference.chunks import parse_chunk
 from loopd.inference.errors import BadStream
@@ -187,3 +188,20 @@ def test_any_count_in_a_stream_frame_is_a_count_or_a_bad_stream(part, value, dat
     assert min(completion.cache_n, completion.prompt_n, completion.predicted_n) >= 0
     assert all(min(e.total, e.cache, e.processed) >= 0 for e in events
                if isinstance(e, Progress))
+
+
+@given(content=st.one_of(st.none(), st.text(max_size=5)),
+       reasoning=st.one_of(st.none(), st.text(max_size=5)),
+       calls=st.integers(min_value=0, max_value=2))
+def test_a_completion_is_replayed_as_a_message_the_server_reads(content, reasoning, calls):
+    """A completion with neither content nor calls (one probe token of reasoning, or the end at
+    once) replays with empty content, as the session log's replay does: the server refuses an
+    assistant message with neither (HTTP 400). The self-test's slot_switch probe replays one."""
+    tool_calls = tuple(ToolCall(id=f"c{n}", function=FunctionCall(name="t", arguments="{}"))
+                       for n in range(calls)) or None
+    completion = Completion(content=content, reasoning_content=reasoning, tool_calls=tool_calls,
+                            cache_n=0, prompt_n=1, predicted_n=1, reasoning_tokens=0,
+                            thinking_capped=False)
+    message = completion.message()
+    assert message.content == ("" if content is None and not calls else content)
+    assert message.reasoning_content == reasoning and len(message.tool_calls or ()) == calls

@@ -27,6 +27,7 @@ from bxcore.chat import AssistantMessage, FunctionCall, ToolCall, ToolMessage, U
 from bxcore.records import Assistant, CacheLoss, EpochEnd, SessionStart, ToolResult, Usage, User
 
 from .baseline import Baseline, ChatMessage
+from .inference.api import readable_content
 from .log import Record
 from .readback import readable_arguments
 
@@ -47,11 +48,8 @@ def replay(record: Record) -> ChatMessage | None:
             return UserMessage(content=record.content)
         case Assistant():
             calls = None if record.tool_calls is None else [_readable(c) for c in record.tool_calls]
-            # The server refuses an assistant message with neither content nor calls (HTTP 400):
-            # a completion that wrote nothing, or only reasoning, goes with empty content.
-            content = "" if record.content is None and not calls else record.content
-            return AssistantMessage(content=content, reasoning_content=record.reasoning_content,
-                                    tool_calls=calls)
+            return AssistantMessage(content=readable_content(record.content, calls),
+                                    reasoning_content=record.reasoning_content, tool_calls=calls)
         case ToolResult():
             return ToolMessage(tool_call_id=record.tool_call_id, content=record.content)
         case SessionStart() | Usage() | CacheLoss() | EpochEnd():

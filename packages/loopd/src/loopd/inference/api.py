@@ -6,7 +6,7 @@ test fakes implement it. Everything here is plain data and pure functions.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -57,16 +57,22 @@ class Completion:
     finish_reason: str | None = None  # stop | length | tool_calls, as the server said
 
     def message(self) -> AssistantMessage:
-        """The assistant message to replay in the next request, exactly as the server sent it."""
+        """The assistant message to replay in the next request, as the server sent it, with the
+        replay's one rule for a message the server would refuse (``readable_content``)."""
         calls = list(self.tool_calls) if self.tool_calls is not None else None
-        return AssistantMessage(
-            content=self.content, reasoning_content=self.reasoning_content, tool_calls=calls
-        )
+        return AssistantMessage(content=readable_content(self.content, calls),
+                                reasoning_content=self.reasoning_content, tool_calls=calls)
 
     @property
     def slot_tokens(self) -> int:
         """Tokens in the slot after this completion: what the next request can reuse."""
         return self.cache_n + self.prompt_n + self.predicted_n
+
+
+def readable_content(content: str | None, calls: Sequence[object] | None) -> str | None:
+    """The server refuses an assistant message with neither content nor calls (HTTP 400): a
+    completion that wrote nothing, or only reasoning, goes with empty content."""
+    return "" if content is None and not calls else content
 
 
 class Inference(Protocol):
