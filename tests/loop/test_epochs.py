@@ -90,6 +90,9 @@ async def test_a_full_slot_compacts_before_the_next_turn_into_a_new_epoch(tmp_pa
     # The whole epoch so far (up to turn 2's answer), then the instruction: a strict extension.
     assert summary_request.messages[:4] == inference.requests[1].messages
     assert summary_request.tool_choice == "none" and summary_request.max_tokens == 99
+    # Asked without reasoning, whatever the turn asked: a reasoning model would spend the
+    # summary's cap thinking and return no summary (the third attack on issue 32).
+    assert inference.requests[1].thinking and not summary_request.thinking
     assert summary_request.tools == inference.requests[1].tools
     closed = (directory / "0.jsonl").read_bytes().splitlines()
     assert [line.split(b'"type":"')[1].split(b'"')[0] for line in closed][-4:] == [

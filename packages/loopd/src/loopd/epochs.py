@@ -207,11 +207,13 @@ def appended_since_completion(records: Sequence[Record]) -> int:
 
 async def close_epoch(
     loop: Loop, session: Session, events: EventSink, settings: EpochSettings, *,
-    thinking: bool = True, summary_cap: int | None = None,
+    summary_cap: int | None = None,
 ) -> bool:
     """Ask for the summary (at most ``summary_cap`` tokens, else ``summary_tokens``) and close
     the epoch with it. False (nothing appended) if the model server failed or the summary came
-    back empty."""
+    back empty. Asked without reasoning: a reasoning model would spend a small cap thinking and
+    return no summary, every time (the third attack on issue 32); the switch changes only what
+    follows the last message, so the session's cache is reused as before."""
     instruction = UserMessage(content=COMPACT_INSTRUCTION)
     opening = len(session.baseline.opening())
     for messages in fitting_views(session.messages, opening):
@@ -219,7 +221,7 @@ async def close_epoch(
             messages=(*messages, instruction), tools=tuple(session.baseline.tools),
             slot=session.slot, session=session.id,
             max_tokens=settings.summary_tokens if summary_cap is None else summary_cap,
-            tool_choice="none", thinking=thinking,
+            tool_choice="none", thinking=False,
         )
         try:
             completion = await loop.inference.chat(request, _progress_only(events))

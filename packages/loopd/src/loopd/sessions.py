@@ -104,7 +104,7 @@ class Sessions:
             earlier = taken(session.records, turn.origin) if turn.origin is not None else None
             if earlier is not None:  # before compaction could move its turn out of this epoch
                 return _taken_frame(turn, earlier, answer_taint(session))
-            session = await self._current_epoch(session, events, thinking=turn.thinking)
+            session = await self._current_epoch(session, events)
             done = await self._turn(session, turn, events, loop)
         except LoopError as exc:
             if not isinstance(exc, SessionBusy | SessionExists):
@@ -139,15 +139,13 @@ class Sessions:
         records = session.records[start:]
         self.memory.turn_finished(session.id, session.epoch, start + 1, records)
 
-    async def _current_epoch(self, session: Session, events: EventSink, *, thinking: bool
-                             ) -> Session:
+    async def _current_epoch(self, session: Session, events: EventSink) -> Session:
         """The session in the epoch the turn runs in: compacted first if it is due, and moved
         on to its next epoch if it is closed. The lock is held: no turn of it runs meanwhile."""
         if needs_compaction(session, self.epochs):
             start = len(session.records)
             cap = await self._summary_cap(session)
-            if await close_epoch(self.loop, session, events, self.epochs, thinking=thinking,
-                                 summary_cap=cap):
+            if await close_epoch(self.loop, session, events, self.epochs, summary_cap=cap):
                 self._report(session, start)
         if session.closed:
             self._kept.pop(session.id, None)
