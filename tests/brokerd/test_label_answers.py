@@ -88,6 +88,15 @@ def test_an_ask_that_depended_on_labels_raises_the_session_when_it_is_asked(tmp_
     assert DataClass.SECRET in TaintStore(rig.taint_dir).get("s1").classes
 
 
+
+def notes_grant():
+    """A public fs.read of /notes/**, its mount /notes."""
+    return parse_grant('tools = ["fs.read"]\nmode = "auto"\nclasses = ["public"]\n'
+                       'result_class = "public"\n[arguments.path]\npaths = ["/notes/**"]\n'
+                       '[sandbox]\nmounts = [{ path = "/notes" }]\n', "notes.toml",
+                       home=Path("/home/o"), resolve=lambda p: p)
+
+
 @pytest.mark.parametrize(("given", "resolved", "consults"), [
     ("/lab/link/x", "/elsewhere/x", True),  # through a labelled root: a symlink there decided
     ("/elsewhere/x", "/lab/x", True),  # to one
@@ -97,10 +106,7 @@ def test_an_ask_that_depended_on_labels_raises_the_session_when_it_is_asked(tmp_
 ])
 def test_a_path_argument_consults_the_labels_of_the_roots_it_resolves_through(
         given, resolved, consults):
-    notes = parse_grant('tools = ["fs.read"]\nmode = "auto"\nclasses = ["public"]\n'
-                        'result_class = "public"\n[arguments.path]\npaths = ["/notes/**"]\n'
-                        '[sandbox]\nmounts = [{ path = "/notes" }]\n', "notes.toml",
-                        home=Path("/home/o"), resolve=lambda p: p)
+    notes = notes_grant()
     req = request("fs.read", json.dumps({"path": given}))
     decision = decide(req, (notes,), arguments=CallArguments.parse(req.arguments), now=NOW,
                       taint=CLEAN, secrets={}, resolved_paths={"path": resolved},
@@ -122,10 +128,7 @@ def test_a_symlink_met_half_way_is_consulted_too(tmp_path):
     walk = resolve_beneath(given, [(str(tmp_path), str(tmp_path))])
     steps = walk.read
     assert str(labelled / "hop") in steps and walk.path == str(end / "x")
-    notes = parse_grant('tools = ["fs.read"]\nmode = "auto"\nclasses = ["public"]\n'
-                        'result_class = "public"\n[arguments.path]\npaths = ["/notes/**"]\n'
-                        '[sandbox]\nmounts = [{ path = "/notes" }]\n', "notes.toml",
-                        home=Path("/home/o"), resolve=lambda p: p)
+    notes = notes_grant()
     req = request("fs.read", json.dumps({"path": given}))
     decision = decide(req, (notes,), arguments=CallArguments.parse(req.arguments), now=NOW,
                       taint=CLEAN, secrets={}, resolved_paths={"path": str(end / "x")},

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from hypothesis import strategies as st
 
 from .flow_support import RANK, Brokerd, grant_text
 from .test_concurrent_flow import Sink, sink  # noqa: F401  (the fixture, by name)
-from .test_flow_property import configure_brokerd
+from .test_flow_property import serving_brokerd
 
 pytestmark = pytest.mark.sandbox
 
@@ -35,19 +33,10 @@ TOKEN = "tok-CANARY-secret-trusted-4242"
 
 @pytest.fixture
 def brokerd(request) -> Iterator[tuple[Brokerd, Path, int]]:
-    section, env, brokerd_uid, tool_uid = configure_brokerd(request, "bubblewrap")
-    root = Path(tempfile.mkdtemp(prefix="bx-egsec-"))
-    os.chmod(root, 0o755)
-    daemon = Brokerd(root / "broker", section + '[secrets.tok]\nbackend = "env"\n'
-                     'variable = "BX_TEST_TOKEN"\n', brokerd_uid, {**env, "BX_TEST_TOKEN": TOKEN})
-    daemon.start()
-    try:
-        yield daemon, root, tool_uid
-    finally:
-        daemon.stop()
-        ok, said = daemon.verify()
-        shutil.rmtree(root, ignore_errors=True)
-        assert ok, said
+    with serving_brokerd(request, "bubblewrap", "bx-egsec-",
+                         '[secrets.tok]\nbackend = "env"\nvariable = "BX_TEST_TOKEN"\n',
+                         {"BX_TEST_TOKEN": TOKEN}) as served:
+        yield served
 
 
 def directory(path: Path, uid: int) -> Path:

@@ -375,14 +375,17 @@ def configure_brokerd(request: pytest.FixtureRequest,
 
 
 @contextlib.contextmanager
-def serving_brokerd(request: pytest.FixtureRequest, configuration: str,
-                    prefix: str) -> Iterator[tuple[Brokerd, Path, int]]:
-    """A real ``brokerd serve`` in ``configuration`` under a fresh root: the brokerd, the root
-    and the uid its tools run as. At the end it is stopped and its audit log must verify."""
+def serving_brokerd(request: pytest.FixtureRequest, configuration: str, prefix: str,
+                    more_config: str = "", more_env: dict[str, str] | None = None
+                    ) -> Iterator[tuple[Brokerd, Path, int]]:
+    """A real ``brokerd serve`` in ``configuration`` under a fresh root (``more_config`` after
+    its [broker] section, ``more_env`` in its environment): the brokerd, the root and the uid
+    its tools run as. At the end it is stopped and its audit log must verify."""
     section, env, brokerd_uid, tool_uid = configure_brokerd(request, configuration)
     root = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(root, 0o755)
-    brokerd = Brokerd(root / "broker", section, brokerd_uid, env)
+    brokerd = Brokerd(root / "broker", section + more_config, brokerd_uid,
+                      {**env, **(more_env or {})})
     brokerd.start()
     try:
         yield brokerd, root, tool_uid

@@ -212,8 +212,8 @@ async def close_epoch(
     """Ask for the summary (at most ``summary_cap`` tokens, else ``summary_tokens``) and close
     the epoch with it. False (nothing appended) if the model server failed or the summary came
     back empty. Asked without reasoning: a reasoning model would spend a small cap thinking and
-    return no summary, every time (the third attack on issue 32); the switch changes only what
-    follows the last message, so the session's cache is reused as before."""
+    return no summary, every time (the third attack on issue 32). A template that renders
+    ``enable_thinking`` before the last message would cost this one request its cache."""
     instruction = UserMessage(content=COMPACT_INSTRUCTION)
     opening = len(session.baseline.opening())
     for messages in fitting_views(session.messages, opening):
