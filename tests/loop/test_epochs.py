@@ -4,7 +4,8 @@ model and a scripted memory (memoryd itself is in test_memory_link.py and the re
 Rules checked: a turn that leaves the slot at or above the limit makes the next turn compact
 first; the old log ends user (the instruction), assistant (the summary), usage, epoch_end and is
 kept; the new epoch opens with the baseline as it is now plus the summary, on the same slot;
-compaction that fails appends nothing; memoryd unreachable refuses the turn (``unavailable``) at
+compaction that fails appends nothing, and a model that writes no summary closes the epoch with
+a fixed notice; memoryd unreachable refuses the turn (``unavailable``) at
 session start and at epoch start, and the next turn finishes the change without a second summary;
 the identity is frozen for the epoch; finished turns are reported with their first line.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 from bxcore.config.inference import SlotSection
 from bxcore.protocol.loop import Content, Progress, Turn
-from bxcore.records import EpochEnd, SessionStart, User
+from bxcore.records import EpochEnd, SessionStart, User, parse_record
 from loopd.baseline import SUMMARY_HEADING, Baseline, Identity, IdentityPart
 from loopd.epochs import COMPACT_INSTRUCTION, Baselines, EpochSettings
 from loopd.errors import CorruptSession, EpochClosed, MemoryUnavailable
@@ -25,7 +26,16 @@ from loopd.log import encode_record
 from loopd.sessions import Sessions
 from loopd.store import SessionStore
 
-from .support import FIXED_TIME, Events, ScriptedInference, fake_registry, make_loop, say
+from .support import (
+    FIXED_TIME,
+    Events,
+    Reply,
+    ScriptedInference,
+    call,
+    fake_registry,
+    make_loop,
+    say,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -120,11 +130,8 @@ async def test_below_the_limit_nothing_is_compacted(tmp_path):
     assert all(r.messages[-1].content != COMPACT_INSTRUCTION for r in inference.requests)
 
 
-@pytest.mark.parametrize("failure", [Unavailable("the server is loading"), say("  ")])
-async def test_a_failed_compaction_appends_nothing_and_the_turn_runs_in_the_old_epoch(
-    tmp_path, failure
-):
-    inference = ScriptedInference([say("One."), failure, say("Two.")])
+async def test_a_failed_compaction_appends_nothing_and_the_turn_runs_in_the_old_epoch(tmp_path):
+    inference = ScriptedInference([say("One."), Unavailable("the server is loading"), say("Two.")])
     server = make_server(tmp_path, inference, ScriptedMemory(), limit=10)
     await server.run(turn("1", resume=False), Events())
     done = await server.run(turn("2"), Events())
@@ -134,6 +141,39 @@ async def test_a_failed_compaction_appends_nothing_and_the_turn_runs_in_the_old_
     assert types(session) == ["session_start", "user", "assistant", "usage", "user",
                               "assistant", "usage"]
     assert [r.content for r in session.records if isinstance(r, User)] == ["1", "2"]
+
+
+@pytest.mark.parametrize("no_summary", [
+    say("  "), Reply(reasoning="Let me think about what to keep."),
+    call(("clock", "{}")), call(("fs.read", "{"), content=""),
+], ids=["blank", "only-reasoning", "a-tool-call", "a-cut-call"])
+async def test_a_model_that_writes_no_summary_still_closes_the_epoch_with_a_notice(
+    tmp_path, no_summary
+):
+    """Whatever the model answers the compaction request with, the epoch closes: a full slot
+    is never ``session_full`` for good. The next opens with a fixed notice and the owner's
+    last messages; the closed log keeps what the model emitted."""
+    long = "x" * 2000
+    inference = ScriptedInference([say("One."), say("Two."), say("Three."), say("Four."),
+                                   no_summary, say("Five.")])
+    server = make_server(tmp_path, inference, ScriptedMemory(), limit=55)
+    for content in ("alpha", "beta", "gamma", long):
+        await server.run(turn(content, resume=content != "alpha"), Events())
+    done = await server.run(turn("delta"), Events())
+    assert done.kind == "turn_done" and done.body["content"] == "Five."
+
+    current = SessionStore(tmp_path).open("s1")
+    assert current.epoch == 1
+    notice = current.baseline.summary
+    assert notice.startswith("[compaction] The model wrote ")
+    assert "alpha" not in notice  # the last three of the owner's messages, the long one cut
+    assert "- beta\n- gamma\n" in notice
+    assert notice.endswith(f"{'x' * 500}[… cut: 2,000 characters]")
+    assert inference.requests[5].messages[1].content == f"{SUMMARY_HEADING}\n\n{notice}"
+    closed = (tmp_path / "sessions" / "s1" / "0.jsonl").read_bytes().splitlines()
+    assert [parse_record(line).type for line in closed][-4:] == [
+        "user", "assistant", "usage", "epoch_end"]
+    assert parse_record(closed[-1]).summary == notice
 
 
 async def test_memoryd_unreachable_at_session_start_refuses_the_turn_and_writes_nothing(

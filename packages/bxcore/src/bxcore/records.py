@@ -86,12 +86,17 @@ class CacheLoss(Model):
     got: Count
 
 
-class EpochEnd(Model):
-    """Closes an epoch's log; the session continues in ``next_epoch`` (compaction)."""
+class EpochEnd(OptionalKeys):
+    """Closes an epoch's log; the session continues in ``next_epoch`` (compaction). The next
+    epoch opens with the content of the assistant message before it, or with ``summary`` when
+    the model wrote none it could use (a fixed notice, loopd's epochs.py)."""
+
+    OMITTED_WHEN_NONE = ("summary",)
 
     type: Literal["epoch_end"] = "epoch_end"
     time: Time
     next_epoch: Count
+    summary: Text | None = None
 
 
 AnyRecord = SessionStart | User | Assistant | Usage | ToolResult | CacheLoss | EpochEnd

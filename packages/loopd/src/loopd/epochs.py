@@ -14,8 +14,11 @@ starts, while no turn runs (the server holds the session's lock):
    the tokens the next epoch's opening has room for (``Baselines.summary_cap``). If it gives a
    summary, the log gets ``User`` (the instruction), ``Assistant`` (the summary, exactly as
    returned), ``Usage`` and ``epoch_end``: the old epoch's replay stays exact, and its log is
-   kept. If it fails, nothing is appended and
-   the turn runs in the old epoch (compaction is tried again before the next one).
+   kept. If the model wrote no summary (nothing, only reasoning, or only a tool call), the
+   epoch closes all the same, its ``epoch_end`` carrying a fixed notice with the owner's last
+   messages in place of a summary: nothing a model emits keeps a full epoch open for good. If
+   the model server failed, nothing is appended and the turn runs in the old epoch
+   (compaction is tried again before the next one).
 2. ``open_epoch``: a new baseline, built now (system.md and the identity as they are now, from
    memoryd, fitted to the budget), plus the summary, cut if the opening would not fit under
    ``compact_at_tokens``, and the new epoch's files on the same slot. If memoryd cannot be
@@ -63,6 +66,8 @@ SMALLEST_RESULT_CAP = 512  # bytes: the cap the slot's room never takes a tool r
 SUMMARY_WRAPPING = 64  # tokens: SUMMARY_HEADING and the user message around the summary
 SMALLEST_SUMMARY = 16  # tokens: summary_tokens' own minimum ([loop] summary_tokens)
 SUMMARY_CUTS = 6  # tries at cutting a summary to fit before it is left out
+NOTICE_MESSAGES = 3  # the owner's last messages a notice in place of a summary repeats
+NOTICE_MESSAGE_CHARACTERS = 500  # of each
 
 BaselineSource = Callable[[str, int, "str | None"], Awaitable[Baseline]]
 
@@ -210,10 +215,11 @@ async def close_epoch(
     summary_cap: int | None = None,
 ) -> bool:
     """Ask for the summary (at most ``summary_cap`` tokens, else ``summary_tokens``) and close
-    the epoch with it. False (nothing appended) if the model server failed or the summary came
-    back empty. Asked without reasoning: a reasoning model would spend a small cap thinking and
-    return no summary, every time (the third attack on issue 32). A template that renders
-    ``enable_thinking`` before the last message would cost this one request its cache."""
+    the epoch with it, or with ``no_summary_notice`` if the model wrote none. False (nothing
+    appended) if the model server failed. Asked without reasoning: a reasoning model would
+    spend a small cap thinking and return no summary, every time (the third attack on issue
+    32). A template that renders ``enable_thinking`` before the last message would cost this
+    one request its cache."""
     instruction = UserMessage(content=COMPACT_INSTRUCTION)
     opening = len(session.baseline.opening())
     for messages in fitting_views(session.messages, opening):
@@ -238,18 +244,39 @@ async def close_epoch(
         log.warning("session %s: not even the baseline fits the slot; epoch %d goes on",
                     session.id, session.epoch)
         return False
-    if not (completion.content or "").strip() or completion.tool_calls:
-        log.warning("session %s: the compaction summary came back empty; epoch %d goes on",
-                    session.id, session.epoch)
-        return False
+    notice = None
+    if not (completion.content or "").strip():
+        wrote = "a tool call" if completion.tool_calls else "nothing"
+        log.warning("session %s: the model wrote %s as its compaction summary; epoch %d closes "
+                    "with a notice in its place", session.id, wrote, session.epoch)
+        notice = no_summary_notice(session.records, wrote)
     session.append(User(time=loop.now(), content=COMPACT_INSTRUCTION))
     await record_completion(loop, session, completion, _progress_only(events))
-    session.append(EpochEnd(time=loop.now(), next_epoch=session.epoch + 1))
+    session.append(EpochEnd(time=loop.now(), next_epoch=session.epoch + 1, summary=notice))
     return True
 
 
+def no_summary_notice(records: Sequence[Record], wrote: str) -> str:
+    """What the next epoch opens with when the model wrote no summary: a fixed notice and the
+    owner's last messages of the epoch (each cut), so it can carry on from what was asked."""
+    asked = [record.content for record in records if isinstance(record, User)]
+    shown = [text if len(text) <= NOTICE_MESSAGE_CHARACTERS
+             else f"{text[:NOTICE_MESSAGE_CHARACTERS]}[… cut: {len(text):,} characters]"
+             for text in asked[-NOTICE_MESSAGES:]]
+    lines = [f"[compaction] The model wrote {wrote} when asked to summarise the conversation "
+             "before this point, so there is no summary; recall finds its details."]
+    if shown:
+        lines.append("The owner's last messages before it, oldest first:")
+        lines.extend(f"- {text}" for text in shown)
+    return "\n".join(lines)
+
+
 def summary_of(closed: Session) -> str:
-    """The summary a closed epoch ends with: its last assistant message's content."""
+    """The summary a closed epoch ends with: its ``epoch_end``'s notice, else its last
+    assistant message's content."""
+    end = closed.records[-1]
+    if isinstance(end, EpochEnd) and end.summary is not None:
+        return end.summary
     last = next((r for r in reversed(closed.records) if isinstance(r, Assistant)), None)
     if last is None or not (last.content or "").strip():
         raise CorruptSession(f"{closed.log_path}: closed without a summary before epoch_end")
