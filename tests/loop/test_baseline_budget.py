@@ -25,9 +25,10 @@ from bxcore.canonical import canonical_json
 from bxcore.chat import ChatMessage, ToolSchema
 from bxcore.config.inference import SlotSection
 from bxcore.protocol.loop import Turn
+from bxcore.protocol.memory import join_entries, split_entries
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loopd.baseline import SUMMARY_HEADING, Identity
+from loopd.baseline import SUMMARY_HEADING, Identity, IdentityPart
 from loopd.budget import BaselineBudget
 from loopd.epochs import Baselines, EpochSettings, cut_summary
 from loopd.identity_writes import ENTRY_TOKENS, IdentityWrites
@@ -258,6 +259,61 @@ def test_a_memory_write_that_would_put_the_baseline_over_is_not_sent(tmp_path):
         assert f"over its budget of {now + room:,}" in refusal
         assert await writes.refusal("memory", {**over, "action": "remove"}) is None
         assert await writes.refusal("recall", over) is None
+
+    anyio.run(check)
+
+
+@dataclasses.dataclass
+class EntriesMemory:
+    """memory.md as memoryd gives it: its entries, and the text the baseline shows."""
+
+    entries: list[str]
+
+    async def identity(self, session: str, epoch: int) -> Identity:
+        text = join_entries(self.entries)
+        return Identity((IdentityPart(name="memory.md", text=text, model_written=True,
+                                      entries=tuple(split_entries(text))),))
+
+
+edits = st.lists(st.sampled_from(["kept", "rewritten", "moved", "dropped"]), min_size=1,
+                 max_size=6)
+
+
+@settings(max_examples=60)
+@given(sizes=st.lists(st.integers(1, 400), min_size=1, max_size=6), fates=edits,
+       new_size=st.integers(1, 600), over=st.integers(-200, 600))
+def test_a_write_that_shortens_its_file_is_never_refused(sizes, fates, new_size, over):
+    """A ``replace`` or ``consolidate`` is refused only if it would leave the baseline over the
+    budget and takes out less than it adds: a file the budget withholds can always be made
+    shorter, the way it comes back into the prompt (the third attack on issue 32)."""
+    entries = [f"{i}: " + "word " * size for i, size in enumerate(sizes)]
+    plan = [{"entry": i, "fate": fate, **({"text": "n" * new_size} if fate == "rewritten" else {})}
+            for i, fate in zip(range(len(entries)), fates, strict=False)]
+    plan += [{"entry": i, "fate": "kept"} for i in range(len(plan), len(entries))]
+    target = entries[0]
+
+    async def check() -> None:
+        counter = ByteTokens()
+        with tempfile.TemporaryDirectory() as home:
+            built = dataclasses.replace(baselines(Path(home), 1, counter),
+                                        memory=EntriesMemory(entries))
+            baseline, _ = await built.build("probe", 0, None)
+            now = await counter.baseline(baseline.system, tuple(baseline.tools))
+            writes = IdentityWrites(dataclasses.replace(
+                built, budget=BaselineBudget(counter=counter, limit=now - over)))
+            for call, out in (
+                ({"action": "replace", "old_text": target, "text": "n" * new_size}, [target]),
+                ({"action": "consolidate", "plan": plan},
+                 [entries[step["entry"]] for step in plan if step["fate"] != "kept"]),
+            ):
+                added = [step["text"] for step in call.get("plan", [call]) if "text" in step]
+                if not added:
+                    continue
+                grows = len("\n".join(added).encode()) > len("\n".join(out).encode())
+                after = (now + len("\n".join(added).encode()) + ENTRY_TOKENS
+                         - len("\n".join(out).encode()))
+                refusal = await writes.refusal("memory", {**call, "file": "memory.md"})
+                assert (refusal is not None) == (grows and after > now - over), (call, refusal)
 
     anyio.run(check)
 

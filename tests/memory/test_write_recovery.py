@@ -15,10 +15,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from bxcore.protocol.memory import split_entries
 from hypothesis import given
 from hypothesis import strategies as st
 from memoryd.errors import CommandRefused, StoreError, WriteRefused
-from memoryd.layout import Layout, read_text, split_entries
+from memoryd.layout import Layout, read_text
 
 from .crashpoints import (
     ARGS,

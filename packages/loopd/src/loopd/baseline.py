@@ -102,6 +102,7 @@ class IdentityPart:
     text: str
     model_written: bool = False  # memoryd's memory.md and user.md: the memory tool writes them
     withheld: bool = False  # the baseline budget left it out (budget.py)
+    entries: tuple[str, ...] = ()  # memoryd's entries of the file, as ``text`` shows them
 
 
 @dataclass(frozen=True)

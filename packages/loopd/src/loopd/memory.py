@@ -29,6 +29,7 @@ from bxcore.protocol.memory import (
     IdentitySnapshot,
     TurnFinished,
     render_identity_file,
+    split_entries,
 )
 from bxcore.sanitizer import Refused, check
 
@@ -94,7 +95,8 @@ class MemoryLink:
         if names != IDENTITY_ORDER:
             raise MemoryUnavailable(f"memoryd's snapshot lists {names}, not {IDENTITY_ORDER}")
         return Identity(tuple(IdentityPart(name=file.name, text=render_identity_file(file),
-                                           model_written=file.name in MODEL_WRITTEN)
+                                           model_written=file.name in MODEL_WRITTEN,
+                                           entries=tuple(split_entries(file.text)))
                               for file in checked(snapshot).files))
 
     def turn_finished(self, session: str, epoch: int, first_line: int,

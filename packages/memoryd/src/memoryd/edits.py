@@ -12,17 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bxcore.protocol.memory import (
+    ENTRY_SEPARATOR,
     IDENTITY_LIMITS,
     AddArgs,
     ConsolidateArgs,
     RemoveArgs,
     ReplaceArgs,
+    join_entries,
+    split_entries,
 )
 from bxcore.sanitizer import Refused, check
 
 from .errors import WriteRefused
 from .journal import PendingNote
-from .layout import ENTRY_SEPARATOR, join_entries, split_entries
 
 IdentityArgs = AddArgs | ReplaceArgs | RemoveArgs | ConsolidateArgs
 

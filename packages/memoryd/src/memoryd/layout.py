@@ -17,8 +17,6 @@ from pathlib import Path
 
 from bxcore.protocol.memory import IDENTITY_LIMITS
 
-ENTRY_SEPARATOR = "§"  # a line holding only this separates the entries of an identity file
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -68,26 +66,6 @@ class Layout:
             directory.mkdir(mode=0o750, parents=True, exist_ok=True)
             if directory.stat().st_uid == os.geteuid():
                 os.chmod(directory, 0o750)
-
-
-def split_entries(text: str) -> list[str]:
-    """The entries of an identity file: blocks separated by a line holding only ``§``."""
-    entries: list[str] = []
-    current: list[str] = []
-    for line in text.splitlines():
-        if line.strip() == ENTRY_SEPARATOR:
-            entries.append("\n".join(current).strip())
-            current = []
-        else:
-            current.append(line)
-    entries.append("\n".join(current).strip())
-    return [entry for entry in entries if entry]
-
-
-def join_entries(entries: list[str]) -> str:
-    if not entries:
-        return ""
-    return f"\n{ENTRY_SEPARATOR}\n".join(entries) + "\n"
 
 
 def read_text(path: Path) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from bxcore.protocol.memory import IDENTITY_LIMITS, AddArgs, MemoryArgs, NoteArgs
+from bxcore.protocol.memory import IDENTITY_LIMITS, AddArgs, MemoryArgs, NoteArgs, split_entries
 from bxcore.tools import DataClass
 from bxcore.util import now_rfc3339
 
@@ -27,7 +27,7 @@ from .edits import IdentityChange, plan_identity_edit, sanitized
 from .errors import CommandRefused, TaintRefused
 from .intent import commit, recover, writer_lock
 from .journal import Edit, Journal, PendingNote, text_hash
-from .layout import Layout, read_text, split_entries
+from .layout import Layout, read_text
 from .notes import Note, read_notes
 
 

@@ -107,6 +107,29 @@ def render_identity_file(file: IdentityFile) -> str:
     return f"{heading}\n{body}" if body else heading
 
 
+ENTRY_SEPARATOR = "§"  # a line holding only this separates the entries of an identity file
+
+
+def split_entries(text: str) -> list[str]:
+    """The entries of an identity file: blocks separated by a line holding only ``§``."""
+    entries: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines():
+        if line.strip() == ENTRY_SEPARATOR:
+            entries.append("\n".join(current).strip())
+            current = []
+        else:
+            current.append(line)
+    entries.append("\n".join(current).strip())
+    return [entry for entry in entries if entry]
+
+
+def join_entries(entries: list[str]) -> str:
+    if not entries:
+        return ""
+    return f"\n{ENTRY_SEPARATOR}\n".join(entries) + "\n"
+
+
 class MemoryCall(Model):
     """A memory tool call brokerd has decided (built-in policy ``auto``), with the session's
     taint as brokerd knows it."""
