@@ -13,7 +13,7 @@ import os
 import posixpath
 from pathlib import Path
 
-from brokerd.beneath import MAX_LINKS, resolve_beneath
+from brokerd.beneath import MAX_LINKS, PATH_MAX, resolve_beneath
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,3 +87,23 @@ def test_over_forty_links_proc_and_dot_dot_above_the_root_are_refused(tmp_path):
     assert resolve_beneath(f"{tmp_path}/..", [(str(tmp_path), str(tmp_path))]).path is None
     assert resolve_beneath(posixpath.join(str(tmp_path), "n40", ".."),
                            [(str(tmp_path), str(tmp_path))]).path == str(tmp_path)
+
+
+@settings(max_examples=30, deadline=None)
+@given(length=st.integers(1, 9000), through_link=st.booleans())
+def test_a_path_the_kernel_could_not_open_is_refused_before_anything_runs(tmp_path_factory,
+                                                                         length, through_link):
+    """Longer than PATH_MAX, as given or where a symlink on it leads, the path is refused with
+    its length; it never reaches a sandbox's command line (the fourth attack on issue 31:
+    200,000 characters failed the spawn with E2BIG, answered as a bug in brokerd)."""
+    root = tmp_path_factory.mktemp("long")
+    tail = "/".join(["d" * 200] * (length // 201 + 1))[:length].rstrip("/") or "d"
+    head = "/".join(["h" * 200] * 15)  # 3,014 bytes: one symlink's target can hold it
+    (root / "link").symlink_to(head)
+    text = f"{root}/link/{tail}" if through_link else f"{root}/{tail}"
+    leads_to = f"{root}/{head}/{tail}" if through_link else text
+    walk = resolve_beneath(text, [(str(root), str(root))])
+    kernel_could = max(len(os.fsencode(text)), len(os.fsencode(leads_to))) < PATH_MAX
+    assert (walk.path is not None) == kernel_could, walk.refused
+    if not kernel_could:
+        assert "longer than" in (walk.refused or ""), walk.refused

@@ -82,3 +82,20 @@ def test_the_code_paths_are_this_brokerds_environment_and_every_roles_package(tm
     # podman's hooks, runtimes and policies run on the host for every container
     for path in ("/etc/containers", "/usr/share/containers", "~/.config/containers"):
         assert found[os.path.realpath(os.path.expanduser(path))].what.startswith("podman's")
+
+
+@pytest.mark.parametrize("path", [
+    # the fourth attack on issue 31: each loaded as a writable mount
+    f"/usr/lib/python{sys.version_info.major}.{sys.version_info.minor}", "/usr/lib",
+    "/usr/lib/x86_64-linux-gnu", "/usr/lib/python3/dist-packages", "/usr/libexec", "/usr/sbin",
+    "/usr/local/lib", "/etc/ld.so.conf.d", "/etc", "/lib", "/bin",
+])
+def test_the_systems_programs_and_libraries_are_never_mounted_writable(path):
+    """Every bubblewrap sandbox runs the host's python3 and its standard library, and a root
+    brokerd's bwrap loads its libraries as root: none of it may be a writable mount."""
+    text = grant(f'mounts = [{{ path = "{path}", write = true }}]')
+    code = code_paths(None)
+    why = reaching(parse_grant(text, "g.toml", home=HOME, resolve=os.path.realpath), code)
+    assert why is not None, path
+    assert reaching(parse_grant(text.replace(", write = true", ""), "g.toml", home=HOME,
+                                resolve=os.path.realpath), code) is None

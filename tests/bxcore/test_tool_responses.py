@@ -5,12 +5,21 @@
 - ``cap_text(text, cap)``: a result whose UTF-8 passes ``cap`` bytes is cut at a character
   boundary and ends in TRUNCATED_MARK, the whole within ``cap``; loopd caps what the model reads,
   brokerd what a tool returns.
+- ``valid_unicode(text)``: what a tool returned that is not Unicode (a file name that is not
+  UTF-8, read with surrogateescape) is shown escaped, so it can be capped, audited and sent.
 """
 
 from __future__ import annotations
 
 import pytest
-from bxcore.tools import TRUNCATED_MARK, DataClass, ToolResponse, cap_text, plain_response
+from bxcore.tools import (
+    TRUNCATED_MARK,
+    DataClass,
+    ToolResponse,
+    cap_text,
+    plain_response,
+    valid_unicode,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -54,3 +63,21 @@ def test_the_cap_cuts_at_a_character_boundary_and_stays_within_it(text, cap):
         assert text.startswith(capped.removesuffix(TRUNCATED_MARK))
     else:
         assert capped == text
+
+
+@given(st.text(st.characters() | st.integers(0xD800, 0xDFFF).map(chr)))  # lone surrogates too
+def test_text_that_is_not_unicode_is_shown_escaped_and_unicode_is_kept(text):
+    shown = valid_unicode(text)
+    shown.encode("utf-8")  # never raises
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        assert shown != text
+    else:
+        assert shown is text
+
+
+@given(st.binary(max_size=40))
+def test_a_name_that_is_not_utf8_shows_its_bytes_as_python_escapes_them(name):
+    assert valid_unicode(name.decode("utf-8", "surrogateescape")) == name.decode(
+        "utf-8", "backslashreplace")

@@ -22,6 +22,7 @@ from typing import Any
 from .labels import covers_path
 
 MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
+PATH_MAX = 4096  # bytes, with the NUL: the kernel opens no longer path (ENAMETOOLONG)
 _MAGIC = ("/proc", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr")
 
 
@@ -62,9 +63,12 @@ def resolve_beneath(text: str, roots: Iterable[Root]) -> Resolution:
     if not text.startswith("/") or "\0" in text:
         return Resolution(None, (), "it is not an absolute path")
     try:
-        os.fsencode(text)
+        size = len(os.fsencode(text))
     except UnicodeEncodeError:
         return Resolution(None, (), "it is not a name the host can take")
+    if size >= PATH_MAX:
+        return Resolution(None, (), f"it is {size:,} bytes, longer than a path can be "
+                                    f"({PATH_MAX - 1:,})")
     parts = _parts(text)
     found = _root_of(parts, roots)
     if found is None:
@@ -100,6 +104,9 @@ def resolve_beneath(text: str, roots: Iterable[Root]) -> Resolution:
             current, pending[:0] = root, inside[len(_parts(root)):]
         else:
             pending[:0] = _parts(target)
+    if len(os.fsencode(current)) >= PATH_MAX:
+        return Resolution(None, tuple(read), f"it leads to a path longer than {PATH_MAX - 1:,} "
+                                             "bytes")
     return Resolution(current, tuple(read))
 
 

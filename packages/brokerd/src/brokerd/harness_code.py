@@ -30,13 +30,18 @@ BACKEND_PROGRAMS = ("bwrap", "podman")
 # podman's configuration: its hooks, runtimes and policies run code on the host for every
 # container (the second attack on issue 31: writable grants over these loaded).
 PODMAN_CONFIG = ("/etc/containers", "/usr/share/containers", "~/.config/containers")
+# The system's programs, libraries and their configuration: bwrap (as root, for a root
+# brokerd) loads its shared libraries from here and reads /etc/ld.so.*, and every bubblewrap
+# sandbox runs the host's python3 with its standard library (the fourth attack on issue 31:
+# writable grants over /usr/lib/python3.11 and /usr/lib/x86_64-linux-gnu loaded).
+SYSTEM_CODE = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
 
 def code_paths(toolkit_dir: Path | None) -> tuple[Protected, ...]:
     """The harness's code, resolved: the toolkit the sandboxes run (``[broker] toolkit_dir``,
     or the installed one), every role's package, the Python environment and installation the
-    roles run from, the interpreter's directory, the sandbox programs' directories, and podman's
-    configuration."""
+    roles run from, the interpreter's directory, the sandbox programs' directories, podman's
+    configuration, and the system's programs and libraries."""
     found: list[tuple[str, str]] = []
     if toolkit_dir is not None:
         found.append((str(toolkit_dir), "the toolkit the sandboxes run ([broker] toolkit_dir)"))
@@ -55,6 +60,8 @@ def code_paths(toolkit_dir: Path | None) -> tuple[Protected, ...]:
                           f"the directory of the sandbox program {program}"))
     found += [(os.path.expanduser(path), "podman's configuration, which runs code on the host")
               for path in PODMAN_CONFIG]
+    found += [(path, "the system's programs and libraries, which sandboxes and bwrap run")
+              for path in SYSTEM_CODE if os.path.exists(path)]
     unique = {os.path.realpath(path): what for path, what in reversed(found)}
     # A Python installed with prefix / would protect every path: the packages found above, and
     # the sandbox's refusal to mount over /usr, /bin and /lib, cover its code there instead.

@@ -40,7 +40,15 @@ from typing import Protocol
 from bxcore.errors import BoxmakerError
 from bxcore.protocol.delegate import DELEGATE
 from bxcore.protocol.memory import MEMORY_TOOLS
-from bxcore.tools import CLOCK, DataClass, ToolRequest, ToolResponse, cap_text, plain_response
+from bxcore.tools import (
+    CLOCK,
+    DataClass,
+    ToolRequest,
+    ToolResponse,
+    cap_text,
+    plain_response,
+    valid_unicode,
+)
 from bxcore.util import format_rfc3339, sha256
 
 from .audit import AuditLog
@@ -194,7 +202,9 @@ class Runner:
 
     async def _finish(self, request: ToolRequest, answer: ToolResponse,
                       reason: str | None = None) -> ToolResponse:
-        content, cut = cap_text(answer.content, self._cap)
+        # A tool's answer may hold what is not Unicode (a file name that is not UTF-8): shown
+        # escaped, so the answer can be measured, audited and sent (issue 31, class 4).
+        content, cut = cap_text(valid_unicode(answer.content), self._cap)
         response = answer.model_copy(update={"content": content,
                                              "truncated": answer.truncated or cut})
         try:

@@ -95,6 +95,24 @@ def plain_response(status: Status, content: str) -> ToolResponse:
                         untrusted=False, truncated=False)
 
 
+def valid_unicode(text: str) -> str:
+    """``text`` with each lone surrogate written out as an escape, so it is text every UTF-8
+    encoder takes: ``\\xff`` for a byte that was not UTF-8 (a file name Python decoded with
+    surrogateescape), ``\\ud800`` for any other. The same object when there is none."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(_escaped(character) for character in text)
+    return text
+
+
+def _escaped(character: str) -> str:
+    code = ord(character)
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}" if 0xD800 <= code <= 0xDFFF else character
+
+
 def cap_text(text: str, cap: int) -> tuple[str, bool]:
     """``text`` if its UTF-8 fits in ``cap`` bytes; otherwise as much as fits, cut at a
     character boundary, with TRUNCATED_MARK appended (the whole stays within ``cap``), and
