@@ -14,9 +14,12 @@ from loopd.inference.chunks import BadStream, parse_chunk
 from loopd.readback import DROPPED_KEY, MAX_DEPTH, arguments_problem, readable_arguments
 from loopd.replay import replay
 
+# Numbers the server writes back as they are: int64, and doubles of 6 significant digits.
+shown_as_they_are = (st.integers(-2**63, 2**63 - 1)
+                     | st.floats(allow_nan=False, allow_infinity=False).map(
+                         lambda x: float(f"{x:.6g}")))
 json_object = st.dictionaries(
-    st.text(), st.recursive(st.none() | st.booleans() | st.integers() | st.text()
-                            | st.floats(allow_nan=False, allow_infinity=False),
+    st.text(), st.recursive(st.none() | st.booleans() | shown_as_they_are | st.text(),
                             lambda inner: st.lists(inner, max_size=3)
                             | st.dictionaries(st.text(), inner, max_size=3), max_leaves=10))
 
@@ -55,6 +58,12 @@ def test_anything_else_becomes_one_fixed_object_a_strict_parser_reads(text):
     ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), f"nested deeper than {MAX_DEPTH} levels"),
     ('{"a":' * 5000 + "1" + "}" * 5000, f"nested deeper than {MAX_DEPTH} levels"),
     ("\ud800", "a lone surrogate character at offset 0"),
+    # the third attack on issue 32: numbers the server writes back as others
+    ('{"n": 9223372036854775808}', "shown back to you as -9223372036854775808"),
+    ('{"n": 18446744073709551615}', "shown back to you as -1"),
+    ('{"n": -9223372036854775809}', "shown back to you as -9.22337e+18"),
+    ('{"n": 1234567.89}', "shown back to you as 1.23457e+06"),
+    ('{"n": [0.30000000000000004]}', "shown back to you as 0.3"),
 ])
 def test_the_reason_says_what_and_where(text, reason):
     problem = arguments_problem(text)
@@ -63,6 +72,9 @@ def test_the_reason_says_what_and_where(text, reason):
 
 def test_a_surrogate_pair_and_deep_but_allowed_nesting_pass():
     assert arguments_problem('{"p": "\\ud83d\\ude00"}') is None
+    for same in ("9223372036854775807", "-9223372036854775808", "1e20", "100000000000000000000",
+                 "2.0", "0.1", "-0.0", "1e-07"):  # written back as the same value
+        assert arguments_problem(f'{{"n": {same}}}') is None, same
     depth = MAX_DEPTH - 1
     assert arguments_problem('{"a":' + "[" * depth + "]" * depth + "}") is None
 

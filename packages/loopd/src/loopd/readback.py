@@ -7,6 +7,9 @@ all of Boxmaker's do). That parser is strict RFC 8259: a lone surrogate escape, 
 character in a string, NaN, a number too large for a double (an integer of 310 digits too:
 past 64 bits it is read as a double), or text after the value fails the
 whole request with HTTP 500, and so does every later request that replays the same message.
+A number it reads, it may write back as another: an integer from 2^63 to 2^64 - 1 as a
+negative one, any other number past int64 or with a fraction to 6 significant digits
+(``1234567.89`` as ``1.23457e+06``); the model would see a value the tool did not run on.
 
 So the log keeps exactly what the model emitted, and the replay (replay.py) sends, in place of
 arguments the server could not read back, ``readable_arguments``: a JSON object that says what
@@ -32,6 +35,7 @@ from bxcore.util import sha256
 # and Python's parser recurse per level (Python's json raises RecursionError near 1,000);
 # real tool arguments nest a few levels.
 MAX_DEPTH = 64
+SIGNED_64 = 2**63  # the template engine's integers are int64
 DROPPED_KEY = "unreadable_arguments"  # the one key of the form sent in place of the arguments
 # An escape of a high surrogate with no low one after it, or of a low one with no high before.
 _LONE_ESCAPE = re.compile(
@@ -96,15 +100,44 @@ def _check(value: Any, text: str, depth: int) -> None:
             _check(item, text, depth + 1)
     elif isinstance(value, str):
         _check_string(value, text)
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise _Unreadable("not valid JSON: a number too large for a double")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Unreadable("not valid JSON: a number too large for a double")
+        _check_shown(value, _as_shown(value))
     elif isinstance(value, int) and not isinstance(value, bool):
-        # nlohmann reads an integer past (u)int64 with strtod, and refuses it if that gives
-        # infinity; float() rounds the same way (to nearest) and overflows exactly then.
-        try:
-            float(value)
-        except OverflowError:
-            raise _Unreadable("not valid JSON: a number too large for a double") from None
+        _check_shown(value, _int_as_shown(value))
+
+
+def _as_shown(value: float) -> float:
+    """A double as the template engine writes it back: 6 significant digits (C's ``%g``)."""
+    return float(f"{value:.6g}")
+
+
+def _int_as_shown(value: int) -> int | float:
+    """An integer as the server writes it back: within int64 as it is; up to 2^64 as nlohmann's
+    unsigned, which the template engine takes as int64 (wrapped negative); beyond, read with
+    strtod (refused when that gives infinity, where Python's ``float`` overflows too), a
+    double."""
+    if -SIGNED_64 <= value < SIGNED_64:
+        return value
+    if SIGNED_64 <= value < 2 * SIGNED_64:
+        return value - 2 * SIGNED_64
+    try:
+        return _as_shown(float(value))
+    except OverflowError:
+        raise _Unreadable("not valid JSON: a number too large for a double") from None
+
+
+def _check_shown(value: int | float, shown: int | float) -> None:
+    """The model must see the value the tool runs on (docs/decisions/
+    replay-what-the-server-reads.md): a number the server writes back as another is refused."""
+    if shown != value:
+        digits = repr(value)
+        digits = digits if len(digits) <= 40 else f"{digits[:30]}… ({len(digits):,} characters)"
+        written = str(shown) if isinstance(shown, int) else f"{shown:.6g}"
+        raise _Unreadable(f"the number {digits} would be shown back to you as {written}: the "
+                          "model server keeps integers within 64 bits and other numbers to 6 "
+                          "significant digits; send it with fewer digits, or as a string")
 
 
 def _check_string(value: str, text: str) -> None:
