@@ -29,6 +29,7 @@ from loopd.inference import (
     Stalled,
     StreamCut,
     Unavailable,
+    UnreadableOutput,
 )
 from loopd.inference.request import session_marker
 from loopd.inference.retry import backoff_delay
@@ -227,6 +228,22 @@ async def test_an_error_event_mid_stream_carries_the_servers_message():
     error = {"error": {"code": 500, "message": "slot crashed", "type": "server_error"}}
     fake = FakeServer([Reply.stream([*completion(content="a b")[:3], sse(error)])])
     with pytest.raises(ServerStreamError, match="slot crashed"):
+        await chat(fake)
+    assert len(fake.chat_bodies) == 1
+
+
+# Measured from the real server (docs/decisions/replay-what-the-server-reads.md): its tool-call
+# parser refusing the model's own output, as an HTTP 500 (not streamed) or an error event.
+REFUSED_OUTPUT = {"error": {"code": 500, "message": "The model produced output that does not "
+                            "match the expected peg-native format", "type": "server_error"}}
+
+
+@pytest.mark.parametrize("where", ["status", "stream"])
+async def test_output_the_servers_parser_refuses_is_unreadable_output(where):
+    reply = (Reply.error(500, json.dumps(REFUSED_OUTPUT).encode()) if where == "status"
+             else Reply.stream([*completion(content="a")[:1], sse(REFUSED_OUTPUT)]))
+    fake = FakeServer([reply])
+    with pytest.raises(UnreadableOutput, match="does not match the expected peg-native"):
         await chat(fake)
     assert len(fake.chat_bodies) == 1
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import pairwise
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
+from bxcore.chat import ToolSchema
 from bxcore.config import InferenceSection
 from bxcore.config.inference import SamplingSection
 from bxcore.records import Assistant, CacheLoss, ToolResult, Usage
@@ -148,12 +149,12 @@ class Trial:
     """One session on the real server: its turns, and the log read back as a restart would."""
 
     def __init__(self, home: Path, server: LlamaServer, identity: str = "",
-                 summary: str | None = None):
+                 summary: str | None = None, tools: Sequence[ToolSchema] | None = None):
         self.store = SessionStore(home)
         self.server = server
         self.id = f"rb-{secrets.token_hex(6)}"
         baseline = Baseline(system=f"{nonce()} You are terse.\n\n{identity}",
-                            tools=fake_registry().core_schemas(), summary=summary)
+                            tools=list(tools or fake_registry().core_schemas()), summary=summary)
         self.session = self.store.create(self.id, baseline, slot=0, time="2026-12-03T00:00:00Z")
 
     def turn(self, content: str, injected: list[bytes] | None = None,
@@ -277,4 +278,23 @@ def test_what_the_real_model_emits_leaves_a_session_the_server_answers(
     calls = [c for r in trial.session.records if isinstance(r, Assistant)
              for c in r.tool_calls or ()]
     print(f"the real model emitted: {[(c.function.name, c.function.arguments) for c in calls]}")
+    check_session_survives(trial, injected=False)
+
+
+def test_a_call_the_servers_parser_refuses_is_answered_without_tools(server, tmp_path):
+    """With tools on (``auto``), a real call cut at 12 tokens is refused by the server's own
+    parser (an error event "does not match the expected peg-native format", measured with this
+    tool and prompt), every time for the same prompt: the turn asks once more without tools and
+    is answered, and the session goes on
+    (the third attack on issue 32 found identity text that made the tiny model do this on
+    every turn)."""
+    fs_write = ToolSchema(name="fs_write", description="write a file", core=True, parameters={
+        "type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+        "required": ["path", "text"]})
+    trial = Trial(tmp_path, server, tools=[fs_write])
+    outcome = trial.turn("Write a long poem about the sea to /tmp/sea.txt using fs_write.", None,
+                         ("auto", "none", "none"), max_tokens=12)
+    assert outcome == "done", (outcome, trial.server.log()[-2000:])
+    answers = [r for r in trial.session.records if isinstance(r, Assistant)]
+    assert len(answers) == 1 and answers[0].tool_calls is None and answers[0].content, answers
     check_session_survives(trial, injected=False)

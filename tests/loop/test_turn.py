@@ -13,7 +13,7 @@ from bxcore.records import ToolResult, User
 from loopd.epochs import EpochSettings, needs_compaction
 from loopd.errors import TurnEnded
 from loopd.inference.api import ChatRequest
-from loopd.inference.errors import ServerRejected, SessionFull, Unavailable
+from loopd.inference.errors import ServerRejected, SessionFull, Unavailable, UnreadableOutput
 from loopd.store import SessionStore
 from loopd.turn import INTERRUPTED, REPEATED, STOPPED, record_completion, run_turn
 from support.fake_tools import FakeTools
@@ -236,6 +236,36 @@ async def test_a_failed_request_leaves_no_trace(tmp_path, error, code):
     with pytest.raises(TurnEnded) as ended:
         await run_turn(make_loop(ScriptedInference([error])), session, "go", Events())
     assert ended.value.code is code
+    assert record_types(session) == ["session_start", "user"]
+
+
+UNREADABLE = UnreadableOutput("the model produced output that does not match the expected "
+                              "peg-native format")
+
+
+@pytest.mark.parametrize("choice", [(), ("required",), ("auto",)])
+async def test_output_the_servers_parser_refuses_is_asked_for_again_without_tools(tmp_path,
+                                                                                  choice):
+    session = new_session(tmp_path)
+    inference = ScriptedInference([UNREADABLE, say("Here is the poem.")])
+    done = await run_turn(make_loop(inference), session, "go", Events(), choice)
+    assert done.content == "Here is the poem."
+    assert [r.tool_choice for r in inference.requests] == [choice[0] if choice else None, "none"]
+    assert inference.requests[0].messages == inference.requests[1].messages
+    assert record_types(session) == ["session_start", "user", "assistant", "usage"]
+
+
+@pytest.mark.parametrize(("script", "choice"), [
+    ([UNREADABLE, UNREADABLE], ()),  # asked again once, not more
+    ([UNREADABLE, say("never asked")], ("none",)),  # already without tools
+])
+async def test_output_refused_again_ends_the_turn_leaving_no_trace(tmp_path, script, choice):
+    session = new_session(tmp_path)
+    inference = ScriptedInference(script)
+    with pytest.raises(TurnEnded) as ended:
+        await run_turn(make_loop(inference), session, "go", Events(), choice)
+    assert ended.value.code is ErrorCode.INFERENCE
+    assert len(inference.requests) == (2 if not choice else 1)
     assert record_types(session) == ["session_start", "user"]
 
 

@@ -18,6 +18,7 @@ from .errors import (
     Stalled,
     StreamCut,
     Unavailable,
+    UnreadableOutput,
 )
 from .gate import SlotGate
 from .retry import chat_with_retry
@@ -43,6 +44,7 @@ __all__ = [
     "Stalled",
     "StreamCut",
     "Unavailable",
+    "UnreadableOutput",
     "cache_outcome",
     "chat_with_retry",
     "check_budget",

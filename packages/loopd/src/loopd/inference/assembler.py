@@ -19,7 +19,13 @@ from bxcore.protocol.loop import Content, Progress, Reasoning, TurnEventBody
 
 from .api import Completion
 from .chunks import ChunkItem, Done, ServerChunk, ServerErrorBody, Timings, ToolCallDelta
-from .errors import BadStream, ServerStreamError, StreamCut
+from .errors import (
+    UNREADABLE_OUTPUT,
+    BadStream,
+    ServerStreamError,
+    StreamCut,
+    UnreadableOutput,
+)
 
 
 @dataclass
@@ -46,6 +52,9 @@ class CompletionAssembler:
         if self.done:
             raise BadStream("the server sent data after [DONE]")
         if isinstance(item, ServerErrorBody):
+            if UNREADABLE_OUTPUT in item.message:
+                raise UnreadableOutput(f"the server could not read the model's output "
+                                       f"mid-stream: {item.message}")
             raise ServerStreamError(f"the server failed mid-stream: {item.message}")
         if isinstance(item, Done):
             self.done = True

@@ -30,6 +30,7 @@ from .api import ChatRequest, Completion, EventSink
 from .assembler import CompletionAssembler
 from .chunks import parse_chunk, parse_error_body
 from .errors import (
+    UNREADABLE_OUTPUT,
     BadStream,
     InferenceError,
     ServerRejected,
@@ -37,6 +38,7 @@ from .errors import (
     Stalled,
     StreamCut,
     Unavailable,
+    UnreadableOutput,
 )
 from .gate import SlotGate
 from .request import CHAT_PATH, CONTROL_PATH, reasoning_end_body, request_body
@@ -220,6 +222,9 @@ class InferenceClient:
                               prompt_tokens=error.n_prompt_tokens)
         if status == 503:
             raise Unavailable(f"the server is not ready (HTTP 503): {message}")
+        if UNREADABLE_OUTPUT in message:
+            raise UnreadableOutput(f"the server could not read the model's output (HTTP "
+                                   f"{status}): {message}")
         raise ServerRejected(
             f"the server refused the request (HTTP {status}): {message}", status=status
         )

@@ -11,6 +11,9 @@
     ├── ServerRejected        any other HTTP error status, with the server's message; not retried
     ├── ServerStreamError     an error event in the middle of the stream, with the server's
     │                         message; not retried
+    ├── UnreadableOutput      the server's tool-call parser refused what the model wrote ("does
+    │                         not match the expected ... format"), as an HTTP error or mid-stream;
+    │                         the turn asks once more without tools (turn/shell.py)
     ├── BadStream             the server sent something that is not its SSE format (the peer did
     │                         it wrong): malformed lines, JSON or chunk shapes; not retried
     └── OverBudget            the baseline has more tokens than ``[inference].baseline_budget``
@@ -53,6 +56,15 @@ class ServerRejected(InferenceError):
 
 class ServerStreamError(InferenceError):
     pass
+
+
+class UnreadableOutput(InferenceError):
+    pass
+
+
+# What llama-server says when its tool-call parser cannot read the model's output
+# (common/chat.cpp: "The model produced output that does not match the expected <f> format").
+UNREADABLE_OUTPUT = "output that does not match the expected"
 
 
 class BadStream(InferenceError):

@@ -27,6 +27,7 @@ session stays usable. A cancelled turn writes nothing more (``Abandon``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from bxcore.util import now_rfc3339
 
 from ..errors import TurnEnded
 from ..inference.api import ChatRequest, Completion, EventSink, Inference, cache_outcome
-from ..inference.errors import InferenceError, SessionFull, Unavailable
+from ..inference.errors import InferenceError, SessionFull, Unavailable, UnreadableOutput
 from ..store import Session
 from ..tools.dispatch import ToolOutcome, ToolRunner, cap_text, not_run_outcome
 from .core import TurnCore, open_calls
@@ -141,7 +142,7 @@ class _Shell:
             reasoning_spent=action.reasoning_spent,
         )
         try:
-            completion = await self._loop.inference.chat(request, self._events)
+            completion = await self._chat(request)
         except InferenceError as exc:
             self.failure = exc
             if isinstance(exc, SessionFull) and exc.prompt_tokens is not None:
@@ -156,6 +157,20 @@ class _Shell:
                          "came back as text, which answers the turn", session.id)
         self.last = completion
         return completed(completion.tool_calls, completion.reasoning_tokens)
+
+    async def _chat(self, request: ChatRequest) -> Completion:
+        """The completion; asked once more without tools if the server's tool-call parser
+        could not read what the model wrote. Nothing of the refused output reached loopd, so
+        the log holds only the answer, and the session goes on: a model that writes a broken
+        call every time still answers every turn (issue 32)."""
+        try:
+            return await self._loop.inference.chat(request, self._events)
+        except UnreadableOutput as exc:
+            if request.tool_choice == "none":
+                raise
+            _log.warning("session %s: %s; asking again without tools", request.session, exc)
+            return await self._loop.inference.chat(
+                dataclasses.replace(request, tool_choice="none"), self._events)
 
     async def _tool(self, call: ToolCall, refusal: str | None) -> ToolRecorded:
         """Run the call (``refusal`` None) or answer it with ``refusal``; append its result."""
