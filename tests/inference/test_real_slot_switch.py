@@ -91,6 +91,9 @@ def raw_chat(server: LlamaServer, system: str, user: str) -> dict[str, Any]:
     return response.json()["timings"]
 
 
+@long_only("23 s in CI; it measures the server's own behaviour without the marker (raw "
+           "requests), which the marker exists for; loopd's keeping of sessions is checked by "
+           "the two tests below and tests/loop/test_real_slot_switch.py")
 async def test_the_shared_baseline_made_the_server_drop_a_session_the_marker_keeps_it(
     llama_router: LlamaServer, llama_router_proxy: Path
 ):
