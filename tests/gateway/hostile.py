@@ -36,6 +36,11 @@ FORMS: dict[str, Form] = {
     "bare_url": lambda u, w: f"{w} {u}",
     "bare_www": lambda u, w: f"www.attacker.example/{w}",
     "bare_email": lambda u, w: f"{w}@attacker.com",
+    # the fourth attack on issue 31: Mattermost's e-mail autolinker takes these local parts and
+    # a domain that starts with a dot
+    "bare_email_symbols": lambda u, w: f"{w}#%@attacker.com",
+    "bare_email_quoted": lambda u, w: f'"{w}"@attacker.com',
+    "bare_email_dot_domain": lambda u, w: f"{w}@.attacker.com",
     "html_img": lambda u, w: f'<img src="{u}" alt="{w}">',
     "html_a": lambda u, w: f'<a href="{u}">{w}</a>',
     "html_block": lambda u, w: f"<div>\n<img src={u}>\n</div>\n\n{w}",
@@ -60,6 +65,12 @@ OTHER_FORMS: dict[str, Form] = {
     # marked opens a fence at "```a`b" (CommonMark does not) and closes it mid-line later
     "backtick_info_then_fence": lambda u, w: f"```a`b\n{w}\n\n```\nx ```\n![{w}]({u})\n```",
     "fence_in_quote": lambda u, w: f"> ```\n> ![{w}]({u})\n> ```\n![{w}]({u})",
+    # A fence only the renderer sees (a carriage return ends its line; an inline run of
+    # backticks a cut puts at a post's start) swallowing gatewayd's own fence up to a line of
+    # its code that closes it: what follows in that code would be live (the fourth attack).
+    "fence_after_carriage_return": lambda u, w: f"{w}\r```\n\n````\n```\n\n![{w}]({u})\n````",
+    "tilde_fence_after_carriage_return": lambda u, w: f"{w}\r~~~\n\n```\n~~~\n![{w}]({u})\n```",
+    "inline_fence_run": lambda u, w: f"{w} ```x{w}\n\n````\n```\n\n![{w}]({u})\n````",
     "latex_href": lambda u, w: f"$\\href{{{u}}}{{{w}}}$",
     "data_uri": lambda u, w: f"![{w}](data:image/png;base64,iVBORw0KGgo=)",
     "mention_and_channel": lambda u, w: f"@{w} ~{w} #{w}{w} :{w}:",
@@ -86,7 +97,7 @@ WRAPPERS: list[Form] = [
 
 _SCHEMES = ["https://", "http://", "ftp://", "//", "HTTPS://", "mailto:", "javascript:",
             "web+x://", "data:text/html,"]
-_SEPARATORS = ["\n\n", "\n", " ", "", "\n\n\n"]
+_SEPARATORS = ["\n\n", "\n", " ", "", "\n\n\n", "\r", "\r\n", "\r\r"]
 
 
 @st.composite

@@ -95,6 +95,19 @@ def test_the_streamed_placeholder_is_inert(judge, answer, tool):
         _assert_inert(judge, [view.text()])
 
 
+@settings(max_examples=30)
+@given(answer=hostile_answers(), filler=st.integers(0, 400), mark=st.sampled_from(["", "x ", "\r"]))
+def test_the_placeholder_of_an_answer_longer_than_a_post_is_inert(judge, answer, filler, mark):
+    """The placeholder shows the tail of a long answer after a cut mark: whatever the tail
+    starts with (a fence, code, a run of backticks) the mark unmakes nothing (the fourth attack
+    on issue 31: "…" prefixed to a fence line set the code block's image free)."""
+    text, _ = answer
+    view = TurnView()
+    view.apply(Content(text="A" * (MAX_POST_RUNES - filler) + f"\n\n{mark}```\n{text}\n```\n"
+                       + text))
+    _assert_inert(judge, [view.text()])
+
+
 @settings(max_examples=50)  # each example renders up to 40,000 characters
 @given(fill=st.text(alphabet="`~ \n{}ab[](:/.", min_size=0, max_size=60),
        length=st.sampled_from([10, 5_000, 17_000, 40_000]))

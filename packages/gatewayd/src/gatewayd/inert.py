@@ -1,4 +1,4 @@
-"""Model text made inert for Mattermost: pure functions, no I/O.
+r"""Model text made inert for Mattermost: pure functions, no I/O.
 
 A post's Markdown is rendered by the owner's client, and the server reads it for link previews:
 an image, a link or an autolink in a model's answer makes the client or the server fetch a URL
@@ -13,9 +13,15 @@ where code begins and ends (docs/decisions/output-channels.md):
 - everything else is prose, changed character by character, so that no reading, code span or
   not, finds active syntax in it: ``<`` is ``&lt;`` (no HTML, no ``<autolink>``); a ``]`` before
   ``(``, ``[`` or ``:`` is ``&#93;`` (no inline link, image, reference or definition); a URL
-  scheme's colon, a ``www.``, a domain's dot before a path and an e-mail's ``@`` are shown as
-  ``⟨:⟩``, ``⟨.⟩``, ``⟨@⟩`` (no autolink of any kind). Mentions, ~channels and #hashtags are
-  left alone: they link only inside the owner's own server.
+  scheme's colon, a ``www.``, a domain's dot before a path and an ``@`` with anything before it
+  and a dot after are shown as ``⟨:⟩``, ``⟨.⟩``, ``⟨@⟩`` (no autolink of any kind). Mentions,
+  ~channels and #hashtags are left alone: they link only inside the owner's own server.
+- prose holds no fence: every run of three or more backticks or tildes is written with each
+  character escaped (``\`\`\```), so no cut, prefix or reading of line ends makes a fence of it
+  that would swallow gatewayd's own fences and set their content free as Markdown (the fourth
+  attack on issue 31);
+- a lone carriage return and CRLF end a line for every renderer: they are made ``\n`` first,
+  so gatewayd sees the lines the renderer sees.
 
 Posts are cut at most ``limit`` runes long: prose at a paragraph, line or space break, a code
 block into several blocks each with its own fence, so every part is inert on its own.
@@ -39,7 +45,10 @@ _BACKTICK_RUN = re.compile(r"`+")
 _SCHEME_COLON = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):(?=[/\w%])")
 _WWW_DOT = re.compile(r"(?i)(www\d{0,3})\.")
 _DOMAIN_DOT = re.compile(r"(?<=[\w.\-])\.(?=[^\W\d_]{2,63}/)")
-_EMAIL_AT = re.compile(r"(?<=[\w.+\-])@(?=[\w\-]+\.)")
+# Any local part (Mattermost's e-mail autolinker takes !#$%&'*/=?^`{|}~ and quoted ones) and
+# any domain with a dot, even first: only an @ at the start of a word (a mention) is left.
+_EMAIL_AT = re.compile(r"(?<=\S)@(?=[^\s@]*\.)")
+_FENCE_RUN = re.compile(r"`{3,}|~{3,}")
 _BRACKET_BEFORE = re.compile(r"\](?=[(\[:])")
 
 
@@ -62,6 +71,7 @@ def inert_prose(text: str) -> str:
     text = _WWW_DOT.sub(r"\1⟨.⟩", text)
     text = _DOMAIN_DOT.sub("⟨.⟩", text)
     text = _EMAIL_AT.sub("⟨@⟩", text)
+    text = _FENCE_RUN.sub(lambda run: "".join(f"\\{c}" for c in run.group()), text)
     return _BRACKET_BEFORE.sub("&#93;", text)
 
 
@@ -77,7 +87,7 @@ def code_block(lines: list[str] | tuple[str, ...], language: str = "text") -> st
 def inert_posts(text: str, limit: int = MAX_POST_RUNES) -> list[str]:
     """``text`` made inert and cut into posts of at most ``limit`` runes (none for "")."""
     chunks: list[str] = []
-    for block in _blocks(text):
+    for block in _blocks(text.replace("\r\n", "\n").replace("\r", "\n")):
         if isinstance(block, _Code):
             chunks += code_blocks(block.lines, block.language, limit)
         elif block.text.strip():
@@ -165,7 +175,8 @@ def split_message(text: str, limit: int = MAX_POST_RUNES) -> list[str]:
 
 def _cut(text: str, limit: int) -> list[str]:
     """Inert prose cut like a post (``split_message``), leaving out pieces of white space only; a
-    hard cut is safe too (a piece of an entity or of a ``⟨.⟩`` forms nothing), only less pretty."""
+    hard cut is safe too (a piece of an entity, of a ``⟨.⟩`` or of an escaped backtick run forms
+    nothing), only less pretty."""
     return [piece for piece in split_message(text, limit) if piece.strip()]
 
 

@@ -40,6 +40,7 @@ from .inert import code_blocks, inert_posts, split_message
 from .models import MAX_POST_RUNES
 
 PLACEHOLDER = "…"
+CUT_MARK = "…\n\n"  # before the placeholder's content when its start is not shown
 NO_ANSWER = "_(no answer)_"
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_.:\-]")
 
@@ -110,11 +111,13 @@ class TurnView:
         lines = [f"_⚙ {tools}_"] if tools else []
         if self.status:
             lines.append(f"_{self.status}_")
-        room = MAX_POST_RUNES - sum(len(line) + 2 for line in lines) - 1
+        room = MAX_POST_RUNES - sum(len(line) + 2 for line in lines) - len(CUT_MARK)
         parts = inert_posts(self.content[-room:], room)
         if parts:
-            lines.insert(0, ("…" if len(parts) > 1 or len(self.content) > room else "")
-                         + parts[-1])
+            # The mark is a paragraph of its own: prefixed to a fence line it would unmake the
+            # fence and set the code free as Markdown (the fourth attack on issue 31).
+            cut = len(parts) > 1 or len(self.content) > room
+            lines.insert(0, (CUT_MARK if cut else "") + parts[-1])
         return "\n\n".join(lines) or PLACEHOLDER
 
 
