@@ -12,6 +12,7 @@ the call's memory limit (issue 17, item 12). Each must fail, and what the tool c
 from __future__ import annotations
 
 import json
+import stat
 
 from brokerd.sandbox import SandboxLimits
 from sandbox.helpers import python, rw, shell, spec
@@ -112,3 +113,59 @@ def test_what_the_tool_wrote_belongs_to_an_unprivileged_host_uid(caller, granted
     # nothing outside the grant changed: the granted directory holds only that file
     assert sorted(p.name for p in granted.iterdir()) == ["made-by-tool"]
 
+
+
+SET_ID = r"""
+import ctypes, errno, json, os, stat
+libc = ctypes.CDLL(None, use_errno=True)
+results = {}
+
+def attempt(name, action):
+    try:
+        action()
+        results[name] = "DONE"
+    except OSError as exc:
+        results[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+
+def raw(number, *args):
+    def call():
+        if libc.syscall(number, *args) < 0:
+            raise OSError(ctypes.get_errno(), "refused")
+    return call
+
+here = os.getcwd()
+for bits in (0o4755, 0o2755, 0o6755):
+    name = f"f{bits:o}"
+    open(name, "w").close()
+    attempt(f"chmod {bits:o}", lambda: os.chmod(name, bits))
+    fd = os.open(name, os.O_RDONLY)
+    attempt(f"fchmod {bits:o}", lambda: os.fchmod(fd, bits))
+    os.close(fd)
+    attempt(f"fchmodat2 {bits:o}", raw(452, -100, name.encode(), bits, 0))
+    flags = os.O_CREAT | os.O_WRONLY
+    attempt(f"open {bits:o}", lambda: os.close(os.open(f"o{bits:o}", flags, bits)))
+    attempt(f"mkdir {bits:o}", lambda: os.mkdir(f"d{bits:o}", bits))
+    attempt(f"mknod {bits:o}", lambda: os.mknod(f"n{bits:o}", stat.S_IFREG | bits))
+    how = ctypes.create_string_buffer(24)  # struct open_how: flags, mode, resolve
+    fields = flags.to_bytes(8, "little") + bits.to_bytes(8, "little") + bytes(8)
+    ctypes.memmove(how, fields, 24)
+    attempt(f"openat2 {bits:o}", raw(437, -100, f"t{bits:o}".encode(), how, 24))
+print("REPORT " + json.dumps(results))
+"""
+
+
+def test_no_file_a_tool_leaves_has_a_set_id_bit(caller, granted):
+    """Whatever way a tool sets a mode (chmod, fchmod, fchmodat2, open, mkdir, mknod, openat2),
+    nothing it leaves in its granted directory is set-user-ID or set-group-ID: such a program
+    would run with the tool's uid for whoever executes it on the host (the fourth attack on
+    issue 31), and an unprivileged brokerd's tools run as brokerd's own uid."""
+    call = spec("shell.run", shell(python(SET_ID), str(granted)), mounts=(rw(granted),),
+                limits=SandboxLimits(memory_mb=256, timeout_s=60.0))
+    result: Result = caller.call(call)
+    assert result.ok, result.text
+    report = json.loads(next(row for row in result.text.splitlines()
+                             if row.startswith("REPORT ")).removeprefix("REPORT "))
+    set_id = [(path.name, oct(path.lstat().st_mode)) for path in granted.rglob("*")
+              if path.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID)]
+    assert set_id == [], (set_id, report)
+    assert any(value == "EPERM" for value in report.values()), report  # the filter said no

@@ -12,7 +12,11 @@ should never do at all: the mount API, joining namespaces, the kernel keyring, t
 and making a user namespace (``unshare``/``clone`` with ``CLONE_NEWUSER``; ``clone3`` passes its
 flags in memory a filter cannot read, so it fails with ENOSYS and the C library falls back to
 ``clone``). bwrap's ``--disable-userns`` closes user namespaces too; the filter does not rely on
-it being there.
+it being there. And no file gets a set-user-ID or set-group-ID bit (``SET_ID_MODE``: a mode
+argument holding either is refused; ``openat2`` passes its mode in memory, so it fails with
+ENOSYS and the toolkit opens component by component): a program a tool left set-ID in a granted
+directory would run with the tool's uid for whoever on the host executes it (the fourth attack
+on issue 31), and an unprivileged brokerd's tools run as brokerd's own uid.
 
 A refused call fails with EPERM; the filter's default is to allow. Syscalls of another
 architecture (x32, i386) kill the process: libseccomp's default for a filter made for the
@@ -30,6 +34,7 @@ import ctypes.util
 import errno
 import os
 import platform
+import stat
 from typing import Any
 
 from .errors import SandboxUnavailable
@@ -51,6 +56,11 @@ ALSO_REFUSED = (
     "reboot",
 )  # fmt: skip
 CLONE_NEWUSER = 0x10000000
+SET_ID_BITS = (stat.S_ISUID, stat.S_ISGID)
+# The calls that set a file's mode, and which argument holds it (x86_64 and aarch64 alike).
+SET_ID_MODE = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "open": 2, "openat": 3,
+               "creat": 1, "mknod": 1, "mknodat": 2, "mkdir": 1, "mkdirat": 2}
+MODE_IN_MEMORY = ("openat2",)
 NEW_USER_NAMESPACE = ("unshare", "clone")  # flags in argument 0 on x86_64
 
 _ALLOW = 0x7FFF0000
@@ -97,6 +107,12 @@ def compile_filter() -> bytes:
         for name in NEW_USER_NAMESPACE:
             _add(lib, context, _errno_action(errno.EPERM), name, new_user)
         _add(lib, context, _errno_action(errno.ENOSYS), "clone3")
+        for name, index in SET_ID_MODE.items():
+            for bit in SET_ID_BITS:
+                _add(lib, context, _errno_action(errno.EPERM), name,
+                     (_ArgCmp * 1)(_ArgCmp(index, _CMP_MASKED_EQ, bit, bit)))
+        for name in MODE_IN_MEMORY:
+            _add(lib, context, _errno_action(errno.ENOSYS), name)
         return _export(lib, context)
     finally:
         lib.seccomp_release(context)
@@ -120,7 +136,11 @@ def oci_profile(machine: str | None = None) -> dict[str, Any]:
         "syscalls": [
             {"names": sorted({*PODMAN_REFUSES, *ALSO_REFUSED}), **eperm},
             {"names": list(NEW_USER_NAMESPACE), **eperm, "args": [new_user]},
-            {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},
+            {"names": ["clone3", *MODE_IN_MEMORY], "action": "SCMP_ACT_ERRNO",
+             "errnoRet": errno.ENOSYS},
+            *({"names": [name], **eperm, "args": [{"index": index, "value": bit,
+                                                   "valueTwo": bit, "op": "SCMP_CMP_MASKED_EQ"}]}
+              for name, index in SET_ID_MODE.items() for bit in SET_ID_BITS),
         ],
     }
 
