@@ -3,7 +3,9 @@
 loopd is the only role that talks to the model, so loopd runs the child's turn; brokerd decides
 the call, starts the child with the parent's taint, and labels the answer (bxcore.protocol.
 delegate). The child inherits the parent's taint before its first call, written to the audit log
-as result records of the child's session (so ``brokerd taint rebuild`` gives the same file): a
+as result records of the child's session numbered ``INHERITED`` (0: the child's own calls number
+from 1, so no call of its has a second result; the fourth attack on issue 31 found the parent's
+call number used there), so ``brokerd taint rebuild`` gives the same file: a
 session cannot shed its taint by handing its work to a fresh one. Every call the child makes is
 decided by brokerd against that taint, so the child's taint file is brokerd's own record of what
 it saw; the answer carries its highest class and its untrusted flag, and the parent's taint rises
@@ -33,6 +35,8 @@ from .policy import NOT_AN_OBJECT, CallArguments
 from .taint import Taint, TaintStore
 
 log = logging.getLogger("brokerd.delegate")
+
+INHERITED = 0  # the call number of a child's inherited taint: no call of the child has it
 
 
 class Children(Protocol):
@@ -82,7 +86,7 @@ async def run_delegate(request: ToolRequest, arguments: CallArguments, parent: T
         return plain_response("failed", "Not run: this caller cannot run a subagent.")
     digest = sha256(order.task.encode("utf-8"))
     for data_class in sorted(parent.classes):  # the child starts where the parent is
-        await audit.result(session=order.session, call=request.call, tool=DELEGATE, status="ok",
+        await audit.result(session=order.session, call=INHERITED, tool=DELEGATE, status="ok",
                      untrusted=parent.untrusted, truncated=False, content_sha256=digest,
                      **{"class": data_class})
         taints.record(order.session, data_class, parent.untrusted)
