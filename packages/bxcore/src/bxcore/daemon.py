@@ -29,6 +29,13 @@ Every connection ``listening`` (or ``accepting``) takes is checked against its p
 the overflow uid the socket's directory gates). A refused peer is logged and closed before the
 role's handler sees it.
 
+Answering (``answering``): the one connection runner every role's frame socket serves with. It
+reads the request frame, makes one call on the role's answerer, and maps the outcome once: an
+answer frame is sent; the peer's fault (RemoteProtocolError: ``bad_frame``) and a ``Refused``
+request (its code) are answered and logged as the peer's; anything else (a bug, a
+LocalProtocolError) is answered ``internal`` and logged as ours with its traceback; a peer that
+went away gets nothing. Then the connection is closed.
+
 Stopping (``run_until_signalled``): the first SIGTERM or SIGINT cancels the role's main
 coroutine, whose ``finally`` blocks and ``async with`` exits then run (close the listener, remove
 the socket, flush state); a second signal while that runs is only logged. Signals do nothing
@@ -45,15 +52,24 @@ import os
 import signal
 import socket
 import stat
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-import sdnotify  # type: ignore[import-untyped]
-
 from .activation import inherited_socket, is_passed
-from .errors import DaemonError
-from .peers import Listener, Peer, PeerPolicy, check_peer, listener
+from .errors import (
+    DaemonError,
+    ErrorCode,
+    LocalProtocolError,
+    Refused,
+    RemoteProtocolError,
+    StreamEnded,
+    StreamTimeout,
+)
+from .frames import ERROR, Frame, Kinds, error_frame
+from .framestream import FrameStream
+from .peers import Listener, Peer, PeerPolicy, check_peer, listener, peer_of
+from .systemd import Notifier, watchdog_interval
 
 log = logging.getLogger("bxcore.daemon")
 
@@ -61,6 +77,7 @@ DEFAULT_MODE = 0o600  # the owner only: a single-user local stack
 BACKLOG = 128
 ACCEPT_RETRY = 1.0  # seconds to pause accepting after EMFILE and the like, as asyncio does
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+REQUEST_TIMEOUT = 30.0  # seconds for a peer to send its request frame once connected
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
 
@@ -321,53 +338,99 @@ def _unlink_if_same(path: Path, identity: os.stat_result) -> None:
             path.unlink()
 
 
-# --- systemd ----------------------------------------------------------------------------------
+# --- one connection: a request in, one answer out ------------------------------------------
 
 
-class Notifier:
-    """sd_notify messages (READY=1, STATUS=, STOPPING=1, WATCHDOG=1); each is a no-op when the
-    process was not started with a NOTIFY_SOCKET."""
+class Connection:
+    """One accepted connection as an answerer sees it: the peer the kernel reports, and the
+    frames exchanged before the answer (a notice out, a question and its reply)."""
 
-    def __init__(self, send: Callable[[str], None] | None = None):
-        self._send = send or sdnotify.SystemdNotifier().notify
+    def __init__(self, stream: FrameStream, writer: asyncio.StreamWriter):
+        self._stream = stream
+        self._writer = writer
 
-    def ready(self, status: str | None = None) -> None:
-        self._send("READY=1" if status is None else f"READY=1\nSTATUS={_one_line(status)}")
+    def peer(self) -> Peer:
+        return peer_of(self._writer.get_extra_info("socket"))
 
-    def status(self, text: str) -> None:
-        self._send(f"STATUS={_one_line(text)}")
+    async def send(self, frame: Frame, timeout: float | None = 30) -> None:
+        """A frame before the answer (``final`` False)."""
+        await self._stream.write(frame, timeout)
 
-    def stopping(self, status: str | None = None) -> None:
-        self._send("STOPPING=1" if status is None else f"STOPPING=1\nSTATUS={_one_line(status)}")
-
-    def watchdog(self) -> None:
-        self._send("WATCHDOG=1")
-
-    async def keep_watchdog(self, environ: Mapping[str, str] | None = None) -> None:
-        """Send WATCHDOG=1 at half the interval systemd asks for, until cancelled; returns at
-        once when systemd asks for none (no WATCHDOG_USEC, or one meant for another pid)."""
-        interval = watchdog_interval(os.environ if environ is None else environ)
-        if interval is None:
-            return
-        while True:
-            self.watchdog()
-            await asyncio.sleep(interval / 2)
+    async def read(self, timeout: float | None = None) -> Frame:
+        return await self._stream.read(timeout)
 
 
-def watchdog_interval(environ: Mapping[str, str]) -> float | None:
-    """Seconds of systemd's watchdog (WATCHDOG_USEC), if it is meant for this process."""
-    usec = environ.get("WATCHDOG_USEC", "")
-    pid = environ.get("WATCHDOG_PID", "")
-    if not usec.isdigit() or int(usec) == 0:
+Answerer = Callable[[Frame, Connection], Coroutine[Any, Any, Frame]]
+"""A socket's one call on its role's logic: the request frame in, the final frame out."""
+
+
+def answering(
+    answer: Answerer, *, receives: Kinds, sends: Kinds, log: logging.Logger,
+    timeout: float = REQUEST_TIMEOUT,
+    unreadable: Callable[[RemoteProtocolError], Coroutine[Any, Any, None]] | None = None,
+) -> Handler:
+    """The handler of a socket whose peer sends one request (within ``timeout``) and reads
+    one final frame: ``answer``'s, or the error its failure maps to (module docstring), logged
+    on ``log``. ``unreadable`` hears of a request that could not be read, before it is
+    answered (brokerd audits it)."""
+
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = FrameStream(reader, writer, receives, sends=sends)
+        try:
+            final = await _outcome(stream, Connection(stream, writer), answer, log, timeout,
+                                   unreadable)
+            if final is not None:
+                await _answer(stream, final, log)
+        finally:
+            await stream.close()
+
+    return one
+
+
+async def _outcome(
+    stream: FrameStream, conn: Connection, answer: Answerer, log: logging.Logger,
+    timeout: float, unreadable: Callable[[RemoteProtocolError], Coroutine[Any, Any, None]] | None,
+) -> Frame | None:
+    """The final frame for the request, or None when the peer went away."""
+    try:
+        try:
+            request = await stream.read(timeout)
+        except RemoteProtocolError as exc:
+            if unreadable is not None:
+                await unreadable(exc)
+            raise
+        return await answer(request, conn)
+    except (StreamEnded, StreamTimeout) as exc:
+        log.info("the peer went away: %s", exc)
         return None
-    if pid and pid != str(os.getpid()):
-        return None
-    return int(usec) / 1_000_000
+    except RemoteProtocolError as exc:
+        log.warning("the peer's fault: %s", exc)
+        return error_frame(ErrorCode.BAD_FRAME, str(exc))
+    except Refused as exc:
+        ours = exc.code in (ErrorCode.INTERNAL, ErrorCode.UNAVAILABLE)
+        log.log(logging.ERROR if ours else logging.WARNING, "refused (%s): %s", exc.code, exc)
+        return error_frame(exc.code, str(exc))
+    except Exception as exc:  # a bug (LocalProtocolError among them), never the peer's fault
+        return _our_bug(exc, log)
 
 
-def _one_line(text: str) -> str:
-    # A newline would start another assignment in the notification.
-    return " ".join(text.splitlines())
+async def _answer(stream: FrameStream, final: Frame, log: logging.Logger) -> None:
+    """Send ``final``; one that may not go out is our bug, answered ``internal`` instead."""
+    try:
+        try:
+            await stream.write(final)
+        except LocalProtocolError as exc:  # nothing of it was written
+            internal = _our_bug(exc, log)
+            if stream.may_send(ERROR):
+                await stream.write(internal)
+    except (StreamEnded, StreamTimeout) as exc:
+        log.info("the peer went away before its answer: %s", exc)
+
+
+def _our_bug(exc: Exception, log: logging.Logger) -> Frame:
+    log.error("our bug, not the peer's: %s", exc, exc_info=exc)
+    return error_frame(ErrorCode.INTERNAL, f"a failure on this side ({type(exc).__name__}); "
+                                           "its log has the details")
 
 
 # --- stopping ---------------------------------------------------------------------------------
@@ -424,18 +487,8 @@ async def wait_forever() -> NoReturn:
 
 
 __all__ = [
-    "BACKLOG",
-    "DEFAULT_MODE",
-    "Notifier",
-    "accepting",
-    "bind_unix_socket",
-    "check_inherited",
-    "check_socket_directory",
-    "gate_peers",
-    "listening",
-    "remove_stale_socket",
-    "resolve_group",
-    "run_until_signalled",
-    "wait_forever",
-    "watchdog_interval",
+    "BACKLOG", "DEFAULT_MODE", "REQUEST_TIMEOUT", "Answerer", "Connection", "Notifier",
+    "accepting", "answering", "bind_unix_socket", "check_inherited", "check_socket_directory",
+    "gate_peers", "listening", "remove_stale_socket", "resolve_group", "run_until_signalled",
+    "wait_forever", "watchdog_interval"
 ]

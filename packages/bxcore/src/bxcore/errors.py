@@ -20,6 +20,8 @@ the network) absorbs it. The h11 split: the peer's fault is ``RemoteProtocolErro
     │   └── StreamBroken    the connection broke (reset, broken pipe, any socket error)
     ├── StreamTimeout       a frame was not read or written whole within its deadline
     ├── PeerUnavailable     a role's socket cannot be reached (missing, refused, timed out)
+    ├── Refused             a request this side will not or cannot do: the peer is answered
+    │                       with the error's ``code`` and message (bxcore.daemon's runner)
     ├── TaintFileError      a session's taint file is unreadable or invalid; names the file
     ├── ConfigError         a config file is unreadable or invalid; names the file and key
     ├── SchemaError         a database was made by a newer release, or a migration failed
@@ -124,6 +126,21 @@ class ErrorCode(StrEnum):
     EXPIRED = "expired"  # an approval or a grant ran out of time
     UNKNOWN_APPROVAL = "unknown_approval"  # an approval id that is unknown or already used
     UNTRUSTED_SESSION = "untrusted_session"  # the session's taint forbids the operation
+
+
+class Refused(BoxmakerError):
+    """A request this side answers with an error instead of its result: the peer asked for what
+    it may not have (``bad_request``, ``denied``, ``session_busy``...), or what it asked for
+    cannot be done now (``unavailable``, ``session_full``). ``bxcore.daemon.answering`` sends
+    the peer ``code`` and the message, so the message is written for the peer to read. A role's
+    errors that always cross its socket so may subclass it with their own ``code``."""
+
+    code: ErrorCode = ErrorCode.BAD_REQUEST
+
+    def __init__(self, message: str, code: ErrorCode | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
 
 
 class WireError(Model):
