@@ -50,19 +50,21 @@ def schema(path: Path) -> list[tuple[str, str, str]]:
 def test_migrating_an_empty_database_gives_exactly_this_schema(tmp_path):
     RecallIndex(tmp_path / "r.sqlite", tmp_path / "sessions", ceiling=DataClass.PRIVATE).close()
     names = [(kind, name) for kind, name, _ in schema(tmp_path / "r.sqlite")]
-    assert names == [
+    tables = ["fts_public", "fts_public_untrusted", "fts_private", "fts_private_untrusted",
+              "fts_secret", "fts_secret_untrusted"]  # one per label (recall-per-label.md)
+    assert names == sorted([
         ("index", "documents_session"),
-        ("table", "documents"), ("table", "documents_fts"), ("table", "documents_fts_config"),
-        ("table", "documents_fts_data"), ("table", "documents_fts_docsize"),
-        ("table", "documents_fts_idx"), ("table", "ingested"), ("table", "migrations"),
+        ("table", "documents"), ("table", "ingested"), ("table", "migrations"),
         ("table", "sessions"),
-        ("trigger", "documents_ad"), ("trigger", "documents_ai"), ("trigger", "documents_au"),
-    ]
+        *[("table", f"{t}{part}") for t in tables
+          for part in ("", "_config", "_data", "_docsize", "_idx")],
+        *[("trigger", f"{t}_{event}") for t in tables for event in ("ad", "ai")],
+    ])
     sql = dict((name, text) for _, name, text in schema(tmp_path / "r.sqlite"))
-    assert "fts5(text, content='documents', content_rowid='id'" in sql["documents_fts"]
+    assert all("fts5(text, content='documents', content_rowid='id'" in sql[t] for t in tables)
     conn = sqlite3.connect(tmp_path / "r.sqlite")
     assert [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY name")] == [
-        "m001_documents", "m002_sessions"]
+        "m001_documents", "m002_sessions", "m003_label_tables"]
     conn.close()
     StateDb(tmp_path / "s.sqlite").close()
     assert [(k, n) for k, n, _ in schema(tmp_path / "s.sqlite")] == [
@@ -74,8 +76,40 @@ def test_migrating_twice_changes_nothing(tmp_path):
     for _ in range(2):
         RecallIndex(tmp_path / "r.sqlite", tmp_path / "sessions", ceiling=DataClass.PRIVATE).close()
     conn = sqlite3.connect(tmp_path / "r.sqlite")
-    assert conn.execute("SELECT count(*) FROM migrations").fetchone()[0] == 2
+    assert conn.execute("SELECT count(*) FROM migrations").fetchone()[0] == 3
     conn.close()
+
+
+def test_an_index_of_one_fts5_table_is_migrated_to_one_per_label(tmp_path, caplog):
+    """An index made before recall-per-label.md: its rows move to their labels' tables, a log
+    record's taking its session's (as search used to at read time), and answer from there."""
+    from memoryd.index.migrations import connect
+    from memoryd.index.schema import RECALL_MIGRATIONS
+    from memoryd.taint import SessionTaint
+
+    path = tmp_path / "r.sqlite"
+    conn = connect(path, RECALL_MIGRATIONS[:2], wal=False)
+    conn.execute("INSERT INTO sessions VALUES ('p', 'private', 0, 0)")
+    conn.executemany(
+        "INSERT INTO documents (origin, kind, session, note, data_class, untrusted, time, text) "
+        "VALUES (?, ?, ?, ?, ?, ?, 't', ?)",
+        [("session:p/0#1", "user", "p", None, "public", 0, "walnut question"),
+         ("note:1", "note", None, 1, "public", 0, "walnut note"),
+         ("note:2", "note", None, 2, "public", 1, "walnut rumour")])
+    conn.close()
+    with caplog.at_level("INFO", logger="memoryd"):
+        index = RecallIndex(path, tmp_path / "sessions", ceiling=DataClass.PRIVATE)
+    assert "one FTS5 table per label" in caplog.text and "3 rows" in caplog.text
+    try:
+        def found(taint: SessionTaint) -> list[tuple[str, str, bool]]:
+            return [(r.origin, r.data_class.value, r.untrusted)
+                    for r in index.search("walnut", 5, taint)]
+        assert found(SessionTaint()) == [("note:1", "public", False)]
+        assert sorted(found(SessionTaint(DataClass.PRIVATE, untrusted=True))) == [
+            ("note:1", "public", False), ("note:2", "public", True),
+            ("session:p/0#1", "private", False)]
+    finally:
+        index.close()
 
 
 def test_a_finished_turn_is_found_by_recall_with_its_source_origin_and_class(service, home):
@@ -90,28 +124,38 @@ def test_a_hit_from_an_untrusted_session_is_memory_tainted_and_marks_the_result(
     run(turn(service, home, "web", [user("read the page"), calling(),
                                     result("the gizmo costs 5", untrusted=True),
                                     answer("The gizmo costs 5.")]))
-    response = run(call(service, "recall", {"query": "gizmo"}))
+    response = run(call(service, "recall", {"query": "gizmo"}, untrusted=True))
     hits = recalled(response)
     assert hits and {h["source"] for h in hits} == {"memory-tainted"}
     assert response.untrusted is True
+    # A trusted session is answered from trusted documents only (recall-per-label.md).
+    assert recalled(run(call(service, "recall", {"query": "gizmo"}))) == []
 
 
-def test_recall_taints_with_the_highest_class_of_its_hits(service, home):
+def test_recall_is_labelled_with_the_highest_class_of_its_hits(service, home):
     run(turn(service, home, "p", [user("salary question"), calling(),
                                   result("salary is 10", data_class="private"),
                                   answer("ok salary noted")]))
-    response = run(call(service, "recall", {"query": "salary"}))
+    response = run(call(service, "recall", {"query": "salary"}, data_class="private"))
     assert response.data_class.value == "private" and not response.untrusted
+    # A public session is answered from public documents only: the question, asked before the
+    # session read anything private (recall-per-label.md).
+    response = run(call(service, "recall", {"query": "salary"}))
+    assert [h["origin"] for h in recalled(response)] == ["session:p/0#1"]
+    assert response.data_class.value == "public"
 
 
-def test_sessions_above_the_ceiling_are_not_indexed(service, home):
+def test_sessions_above_the_ceiling_are_not_indexed_from_then_on(service, home):
+    """What was indexed before stays, at the label it had: removing it would show a public
+    session that this one read something secret (recall-per-label.md)."""
     run(turn(service, home, "s9", [user("the launch code topic"), answer("noted launch")]))
-    assert recalled(run(call(service, "recall", {"query": "launch"})))
+    before = run(call(service, "recall", {"query": "launch"}))
+    assert len(recalled(before)) == 2
     run(turn(service, home, "s9", [user("more"), calling(), result("launch code 1234", "secret"),
                                    answer("launch secret seen")]))
-    assert recalled(run(call(service, "recall", {"query": "launch"}))) == []
+    assert run(call(service, "recall", {"query": "launch"})) == before
     run(turn(service, home, "s9", [user("launch again"), answer("launch")]))
-    assert recalled(run(call(service, "recall", {"query": "launch"}))) == []
+    assert run(call(service, "recall", {"query": "launch"}, data_class="secret")) == before
 
 
 def test_a_staging_directory_of_loopd_is_no_session(service, home):
@@ -143,7 +187,8 @@ def test_notes_are_recalled_with_their_own_trust(service, home):
     run(call(service, "memory", {"action": "note", "text": "trusted tulip"}))
     run(call(service, "memory", {"action": "note", "text": "tainted tulip"}, untrusted=True))
     hits = {h["text"]: h["source"] for h in recalled(run(call(service, "recall",
-                                                               {"query": "tulip"})))}
+                                                               {"query": "tulip"},
+                                                               untrusted=True)))}
     assert hits == {"trusted tulip": "memory", "tainted tulip": "memory-tainted"}
 
 
@@ -180,11 +225,12 @@ def test_reindex_rebuilds_from_the_files_and_gives_the_same_answers(service, hom
     run(turn(service, home, "a", [user("more kiwi")], epoch=1))
     run(call(service, "memory", {"action": "note", "text": "kiwi note"}))
     queries = ["kiwi", "mango", "green season", "note"]
-    before = [run(call(service, "recall", {"query": q, "k": 10})) for q in queries]
+    wide = {"data_class": "private", "untrusted": True}
+    before = [run(call(service, "recall", {"query": q, "k": 10}, **wide)) for q in queries]
     result_ = CliRunner(env={"BOXMAKER_HOME": str(home)}).invoke(main, ["reindex"])
     assert result_.exit_code == 0, result_.output
     assert service.index.reopen_if_replaced() is True
-    after = [run(call(service, "recall", {"query": q, "k": 10})) for q in queries]
+    after = [run(call(service, "recall", {"query": q, "k": 10}, **wide)) for q in queries]
     assert after == before
     assert any(recalled(r) for r in after)
 

@@ -139,7 +139,7 @@ class MemoryService:
             return failed(f"{request.tool}: the arguments are not JSON")
         try:
             if request.tool == "recall":
-                return self._recall(proto.RecallArgs.model_validate(arguments))
+                return self._recall(proto.RecallArgs.model_validate(arguments), caller)
             if request.tool == "ask_memory":
                 return await self._ask(proto.AskMemoryArgs.model_validate(arguments), caller)
             if request.tool == "memory":
@@ -148,9 +148,10 @@ class MemoryService:
             return failed(f"{request.tool}: bad arguments: {describe_validation(exc)}")
         raise FrameError(f"frame 'memory_call': {request.tool!r} is not a memory tool")
 
-    def _recall(self, args: proto.RecallArgs) -> ToolResponse:
+    def _recall(self, args: proto.RecallArgs, caller: Caller) -> ToolResponse:
         self.catch_up()
-        hits = self.retriever.recall(args.query, min(args.k, self.settings.recall_max_k))
+        hits = self.retriever.recall(args.query, min(args.k, self.settings.recall_max_k),
+                                     SessionTaint(caller.data_class, caller.untrusted))
         return recall_response(hits)
 
     def _write(self, args: proto.MemoryArgs, caller: Caller) -> ToolResponse:

@@ -2,8 +2,12 @@
 
 Disposable. ``reindex`` builds a fresh database beside the old one from the files alone and
 renames it into place, so a crash mid-build leaves the old index, and a running memoryd notices
-the new file and reopens it. Sessions whose taint is above the ceiling are not indexed: their
-rows are deleted the moment the log or brokerd's taint file shows it, and later turns are skipped.
+the new file and reopens it. A session's records are indexed while its taint is at or below the
+ceiling; from the first one above it (in the log or brokerd's taint file) on, nothing more of it.
+
+Each label (class, and whether untrusted) has its own FTS5 table, and a search reads only the
+tables at or below the asking session's taint: bm25's statistics are per table, so nothing above
+the session moves its answer (docs/decisions/recall-per-label.md).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +28,15 @@ from pydantic import ValidationError
 from ..errors import IndexCorrupt, StoreError
 from ..notes import Note
 from ..taint import SessionTaint
-from .documents import Document, document_from_note, documents_from_records, taint_of_records
+from .documents import (
+    Document,
+    document_from_note,
+    documents_from_records,
+    log_origin,
+    taint_of_records,
+)
 from .migrations import connect, transaction
-from .schema import RECALL_MIGRATIONS
+from .schema import LABELS, RECALL_MIGRATIONS, label_table
 
 TaintLookup = Callable[[str], SessionTaint]
 # SQLite's page cache for the recall index, in KiB: ranking reads the doclists of the query's
@@ -77,25 +87,41 @@ class RecallIndex:
 
     def add_records(self, session: str, epoch: int, first_line: int,
                     records: Sequence[LogRecord], broker_taint: SessionTaint) -> int:
-        """Index the records of lines ``first_line``...; returns how many documents were added."""
+        """Index the records of lines ``first_line``...; returns how many documents were added.
+
+        Each record is labelled with its session's taint when it is indexed: what the index
+        had, brokerd's taint file now, and the tool results up to and including it. That label
+        never changes: a session that rises later leaves its earlier rows where they are, since
+        moving or deleting them would show a session below what the higher read was. From the
+        first record above the ceiling on, the session is excluded and nothing more of it is
+        indexed."""
         source = f"{session}/{epoch}.jsonl"
         last_line = first_line + len(records) - 1
         with transaction(self._conn):
-            taint = self._session_taint(session) | broker_taint | taint_of_records(records)
-            excluded = taint.data_class > self._ceiling
+            known = self._conn.execute(
+                "SELECT data_class, untrusted, excluded FROM sessions WHERE id = ?", (session,)
+            ).fetchone()
+            taint = SessionTaint(DataClass(known[0]), bool(known[1])) if known else SessionTaint()
+            excluded = bool(known[2]) if known else False
+            documents = {d.origin: d for d in
+                         documents_from_records(session, epoch, first_line, records)}
+            kept: list[Document] = []
+            taint = taint | broker_taint
+            for offset, record in enumerate(records):
+                taint = taint | taint_of_records([record])
+                excluded = excluded or taint.data_class > self._ceiling
+                document = documents.get(log_origin(session, epoch, first_line + offset))
+                if document is not None and not excluded:
+                    kept.append(replace(document, data_class=taint.data_class,
+                                        untrusted=taint.untrusted))
+            excluded = excluded or taint.data_class > self._ceiling
             self._conn.execute(
                 "INSERT INTO sessions (id, data_class, untrusted, excluded) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (id) DO UPDATE SET data_class = excluded.data_class, "
                 "untrusted = excluded.untrusted, excluded = excluded.excluded",
                 (session, taint.data_class.value, int(taint.untrusted), int(excluded)),
             )
-            added = 0
-            if excluded:
-                self._conn.execute(
-                    "DELETE FROM documents WHERE session = ? AND note IS NULL", (session,)
-                )
-            else:
-                added = self._insert(documents_from_records(session, epoch, first_line, records))
+            added = self._insert(kept)
             self._conn.execute(
                 "INSERT INTO ingested (source, upto) VALUES (?, ?) ON CONFLICT (source) "
                 "DO UPDATE SET upto = max(upto, excluded.upto)",
@@ -119,12 +145,6 @@ class RecallIndex:
             )
         return added
 
-    def _session_taint(self, session: str) -> SessionTaint:
-        row = self._conn.execute(
-            "SELECT data_class, untrusted FROM sessions WHERE id = ?", (session,)
-        ).fetchone()
-        return SessionTaint(DataClass(row[0]), bool(row[1])) if row else SessionTaint()
-
     def _insert(self, documents: list[Document]) -> int:
         cursor = self._conn.executemany(
             "INSERT OR IGNORE INTO documents (origin, kind, session, note, data_class, "
@@ -147,35 +167,47 @@ class RecallIndex:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def search(self, query: str, k: int, snippet_tokens: int = 48) -> list[Row]:
-        """The ``k`` best documents for ``query``: bm25 ascending, then origin, dropped notes
-        left out. FTS5 ranks every match, but only ``k`` rows are joined and get a snippet."""
+    def search(self, query: str, k: int, taint: SessionTaint,
+               snippet_tokens: int = 48) -> list[Row]:
+        """The ``k`` best documents for ``query`` among those at or below ``taint`` (the asking
+        session's): bm25 ascending, then origin, dropped notes left out.
+
+        Each label has its own FTS5 table, whose bm25 statistics cover its own rows only, and
+        only the tables at or below ``taint`` are read, so the answer (hits, order, scores,
+        emptiness) depends on nothing above it. FTS5 ranks every match of each table, but only
+        the ``k`` rows kept are joined and get a snippet."""
         match = fts_query(query)
         if match is None or k <= 0:
             return []
+        reach = min(taint.data_class, self._ceiling)  # nothing above the ceiling is indexed
+        tables = [label_table(data_class, untrusted) for data_class, untrusted in LABELS
+                  if DataClass(data_class) <= reach and untrusted <= taint.untrusted]
         try:
-            chosen = self._best(match, k)
+            chosen = sorted((best for table in tables for best in self._best(table, match, k)),
+                            key=lambda best: (best[1], best[2]))[:k]
             rows: list[tuple[Any, ...]] = [
-                self._conn.execute(_DETAIL, (snippet_tokens, match, rowid)).fetchone()
-                for rowid, _, _ in chosen
+                self._conn.execute(_DETAIL.format(table=table),
+                                   (snippet_tokens, match, rowid)).fetchone()
+                for rowid, _, _, table in chosen
             ]
         except sqlite3.Error as exc:
             raise IndexCorrupt(f"{self.path}: search failed: {exc}") from exc
-        return [_row(row, score) for row, (_, score, _) in zip(rows, chosen, strict=True)]
+        return [_row(row, score) for row, (_, score, _, _) in zip(rows, chosen, strict=True)]
 
-    def _best(self, match: str, k: int) -> list[tuple[int, float, str]]:
-        """(rowid, score, origin) of the ``k`` best, in order. FTS5's ``ORDER BY rank LIMIT``
-        takes the first ``limit`` by bm25; the limit grows while dropped notes leave fewer than
-        ``k``, or while the k-th score ties the last one fetched (the tie is broken by origin,
-        so every row of that score must be seen)."""
+    def _best(self, table: str, match: str, k: int) -> list[tuple[int, float, str, str]]:
+        """(rowid, score, origin, table) of the ``k`` best of one label's table, in order.
+        FTS5's ``ORDER BY rank LIMIT`` takes the first ``limit`` by bm25; the limit grows while
+        dropped notes leave fewer than ``k``, or while the k-th score ties the last one fetched
+        (the tie is broken by origin, so every row of that score must be seen)."""
         limit = max(4 * k, 32)
+        ranked = _RANKED.format(table=table)
         while True:
-            fetched = self._conn.execute(_RANKED, (match, limit)).fetchall()
+            fetched = self._conn.execute(ranked, (match, limit)).fetchall()
             kept = sorted((row for row in fetched if row[3] != "dropped"),
                           key=lambda row: (row[1], row[2]))[:k]
             exhausted = len(fetched) < limit
             if exhausted or (len(kept) == k and kept[-1][1] < max(row[1] for row in fetched)):
-                return [(rowid, score, origin) for rowid, score, origin, _ in kept]
+                return [(rowid, score, origin, table) for rowid, score, origin, _ in kept]
             limit *= 4
 
     def counts(self) -> dict[str, int]:
@@ -188,26 +220,19 @@ class RecallIndex:
 # The ranking pass: FTS5 scores every match with bm25 (``rank``) and keeps the best ``limit``;
 # only those are joined, for the origin (the tie-break) and the kind (dropped notes).
 _RANKED = """SELECT f.rowid, round(f.rank, 6), d.origin, d.kind
-    FROM (SELECT rowid, rank FROM documents_fts WHERE documents_fts MATCH ?
+    FROM (SELECT rowid, rank FROM {table} WHERE {table} MATCH ?
           ORDER BY rank LIMIT ?) AS f
     JOIN documents d ON d.id = f.rowid"""
-# One chosen row with its snippet and its session's taint.
-_DETAIL = """SELECT d.origin, d.kind, d.session, d.note, d.data_class, d.untrusted, d.time,
-        snippet(documents_fts, 0, '', '', '…', ?), s.data_class, s.untrusted
-    FROM documents_fts
-    JOIN documents d ON d.id = documents_fts.rowid
-    LEFT JOIN sessions s ON s.id = d.session AND d.note IS NULL
-    WHERE documents_fts MATCH ? AND documents_fts.rowid = ?"""
+# One chosen row with its snippet; its label is its table's (a log record's is its session's).
+_DETAIL = """SELECT d.origin, d.kind, d.session, d.data_class, d.untrusted, d.time,
+        snippet({table}, 0, '', '', '…', ?)
+    FROM {table} JOIN documents d ON d.id = {table}.rowid
+    WHERE {table} MATCH ? AND {table}.rowid = ?"""
 
 
 def _row(detail: tuple[Any, ...], score: float) -> Row:
     """A result from one ``_DETAIL`` row and its bm25 score."""
-    (origin, kind, session, note, data_class, untrusted, time, snippet, session_class,
-     session_untrusted) = detail
-    if note is None and session_class is not None:
-        # A log record is as sensitive, and as untrusted, as its whole session.
-        data_class = max(DataClass(data_class), DataClass(session_class)).value
-        untrusted = int(bool(untrusted) or bool(session_untrusted))
+    origin, kind, session, data_class, untrusted, time, snippet = detail
     return Row(origin=origin, kind=kind, session=session, data_class=DataClass(data_class),
                untrusted=bool(untrusted), time=time, snippet=snippet, score=score)
 

@@ -1,0 +1,187 @@
+"""Recall answers a session from what is at or below its taint, and from nothing else
+(docs/decisions/recall-per-label.md; attack 31e, M1).
+
+The property: two worlds that differ only in documents above the asking session's taint (their
+texts, how many, their classes and trust; in sessions of their own, or appended to a session
+after the point where it rose above the asker) give that session the same recall answer for
+every query and k: the same hits in the same order with the same scores, the same emptiness,
+the same label. Through memoryd's own request handling (``MemoryService.handle``) and its real
+FTS5 index, and at the index itself for the scores, which the tool's answer does not carry.
+
+Notes above the asker are written after every note at or below it: note ids are one counter
+over notes.md, so a higher note written earlier shifts the lower ones' ``note:<id>`` origins.
+That counter is a channel of its own, stated in the decision record and left open there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from bxcore.tools import DataClass
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from memoryd.taint import SessionTaint
+from memoryd.wiring import build
+
+from .support import T, answer, call, calling, config, result, turn, user, write_taint
+
+CLASSES = [DataClass.PUBLIC, DataClass.PRIVATE, DataClass.SECRET]
+LABELS = [(c, u) for c in CLASSES for u in (False, True)]
+WORDS = ["zebra", "yak", "heron", "kiwi", "mango", "tulip", "plan", "the"]
+
+words = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
+# A record of a log: a user message, an answer, or a tool call and its result of some label.
+record = st.one_of(
+    st.tuples(st.just("user"), words), st.tuples(st.just("answer"), words),
+    st.tuples(st.just("result"), words, st.sampled_from(LABELS)),
+)
+turns = st.lists(st.lists(record, min_size=1, max_size=4), min_size=1, max_size=3)
+
+
+def at_or_below(label: tuple[DataClass, bool], taint: tuple[DataClass, bool]) -> bool:
+    return label[0] <= taint[0] and label[1] <= taint[1]
+
+
+def records_of(items: list[Any]) -> list[Any]:
+    out = []
+    for item in items:
+        if item[0] == "user":
+            out.append(user(item[1]))
+        elif item[0] == "answer":
+            out.append(answer(item[1]))
+        else:
+            (data_class, untrusted) = item[2]
+            out += [calling(), result(item[1], data_class.value, untrusted)]
+    return out
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> dict[str, Any]:
+    asker = draw(st.sampled_from(LABELS))
+    low = [label for label in LABELS if at_or_below(label, asker)]
+    high = [label for label in LABELS if not at_or_below(label, asker)]
+
+    def lowered(session_turns: list[list[Any]]) -> list[list[Any]]:
+        # A base session reads nothing above the asker: its results are relabelled into range.
+        return [[(*item[:2], draw(st.sampled_from(low))) if item[0] == "result" else item
+                 for item in one] for one in session_turns]
+
+    base = {f"b{i}": lowered(draw(turns)) for i in range(draw(st.integers(0, 4)))}
+    base_notes = [(draw(words), draw(st.sampled_from(low)))
+                  for _ in range(draw(st.integers(0, 3)))]
+    extra: dict[str, Any] = {}
+    tails: dict[str, Any] = {}
+    extra_notes: list[Any] = []
+    if high:
+        # A session of its own that is above the asker from its first record on: by a result
+        # above it, or by brokerd's taint file alone.
+        for i in range(draw(st.integers(0, 4))):
+            first = ("result", draw(words), draw(st.sampled_from(high)))
+            by_file = draw(st.booleans())
+            extra[f"x{i}"] = (draw(turns), first[2] if by_file else None,
+                              [] if by_file else [first])
+        # A base session that rises above the asker after its last base turn.
+        for session in base:
+            if draw(st.booleans()):
+                head = ("result", draw(words), draw(st.sampled_from(high)))
+                tails[session] = [[head, *one] for one in draw(turns)]
+        extra_notes = [(draw(words), draw(st.sampled_from(high)))
+                       for _ in range(draw(st.integers(0, 3)))]
+    order = draw(st.permutations([*base, *extra]))
+    queries = draw(st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3)
+                                      .map(" ".join), st.integers(1, 12)),
+                            min_size=1, max_size=4))
+    return dict(asker=asker, base=base, base_notes=base_notes, extra=extra, tails=tails,
+                extra_notes=extra_notes, order=order, queries=queries)
+
+
+def fixed_clock() -> str:
+    return T
+
+
+def service_at(home: Path, extra: str = "") -> Any:
+    """memoryd's service, its note times fixed (the worlds are built at different moments)."""
+    service = build(config(home, extra))
+    service.writer._clock = fixed_clock
+    return service
+
+
+async def build_world(home: Path, world: dict[str, Any], with_extra: bool) -> Any:
+    service = service_at(home, '[memory]\nceiling = "secret"\n')
+    for session in world["order"]:
+        if session in world["base"]:
+            for one in world["base"][session]:
+                await turn(service, home, session, records_of(one))
+            for one in world["tails"].get(session, []) if with_extra else []:
+                await turn(service, home, session, records_of(one))
+        elif with_extra:
+            session_turns, file_label, first = world["extra"][session]
+            if file_label is not None:
+                write_taint(home, session, [file_label[0].value], file_label[1])
+            for n, one in enumerate(session_turns):
+                await turn(service, home, session, records_of((first if n == 0 else []) + one))
+    notes = world["base_notes"] + (world["extra_notes"] if with_extra else [])
+    for n, (text, (data_class, untrusted)) in enumerate(notes):
+        written = await call(service, "memory", {"action": "note", "text": text},
+                             session=f"n{n}", data_class=data_class.value, untrusted=untrusted)
+        assert written.status == "ok", written
+    return service
+
+
+async def answers(service: Any, world: dict[str, Any]) -> list[Any]:
+    data_class, untrusted = world["asker"]
+    taint = SessionTaint(data_class, untrusted)
+    out = []
+    for query, k in world["queries"]:
+        response = await call(service, "recall", {"query": query, "k": k}, session="asker",
+                              data_class=data_class.value, untrusted=untrusted)
+        rows = service.index.search(query, k, taint)
+        out.append((response, [(r.origin, r.score, r.data_class, r.untrusted) for r in rows]))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds())
+def test_what_is_above_the_asker_never_changes_its_recall(tmp_path_factory, world):
+    async def both() -> tuple[list[Any], list[Any]]:
+        results = []
+        for with_extra in (False, True):
+            home = tmp_path_factory.mktemp("world") / "home"
+            service = await build_world(home, world, with_extra)
+            try:
+                results.append(await answers(service, world))
+            finally:
+                await service.aclose()
+        return results[0], results[1]
+
+    alone, beside_higher = asyncio.run(both())
+    assert beside_higher == alone
+    for response, _ in alone:
+        assert at_or_below((response.data_class, response.untrusted), world["asker"])
+
+
+def test_attack_31e_m1_two_public_notes_beside_private_ones(tmp_path):
+    """The attack's own case: which public note ranks first must not depend on private text."""
+    firsts = []
+    for bit in (0, 1):
+        home = tmp_path / str(bit) / "home"
+
+        async def one(home: Path = home, bit: int = bit) -> Any:
+            service = service_at(home)
+            try:
+                for text in ("zebra zebra zebra", "yak yak yak"):
+                    await call(service, "memory", {"action": "note", "text": text})
+                word = "zebra" if bit else "okapi"
+                for i in range(6):
+                    await turn(service, home, f"priv{i}", [
+                        calling(), result("private", "private"),
+                        answer(f"the private plan mentions {word} in a long sentence {i}")])
+                return await call(service, "recall", {"query": "zebra yak", "k": 1})
+            finally:
+                await service.aclose()
+
+        firsts.append(asyncio.run(one()))
+    assert firsts[0] == firsts[1]
+    assert firsts[0].data_class == DataClass.PUBLIC
