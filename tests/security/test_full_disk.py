@@ -8,9 +8,8 @@ bubblewrap, over broker.sock:
 - the fill through a tool: a granted ``shell.run`` with a writable mount on that tmpfs writes
   until the disk is full. Every later call is refused with a clear error and does not run; the
   log verifies (the real ``brokerd audit verify``); once space is freed the next call runs and
-  is recorded by the same brokerd, with no restart; and brokerd restarts on the log. (While the
-  disk is still full brokerd does not start when a session's taint must be raised from the log:
-  it says so, and starts once there is room; docs/decisions/audit-log-bounds.md);
+  is recorded by the same brokerd, with no restart; and brokerd restarts on the log (on a
+  full disk too: a taint it cannot write is owed, docs/decisions/state-disk-room.md);
 - the fill from the test, to less than ``[broker] audit_reserve_bytes`` free: a call that can
   write to that filesystem is refused before it runs ("failed", audited), a call that cannot
   (a read elsewhere) runs, and freeing space lets the writing call run.

@@ -31,7 +31,7 @@ from bxcore.util import sha256, text_sha256
 from .approvals import ApprovalDesk
 from .audit import AuditLog
 from .delegate import Children
-from .errors import CallReused
+from .errors import CallReused, TaintError
 from .grantstore import GrantStore, resolve_paths
 from .labels import Label
 from .policy import CallArguments, Decision, Grant, decide, path_roots, settle
@@ -131,6 +131,7 @@ class Broker:
                                      tool=request.tool,
                                      request_sha256=sha256(canonical_json(request.model_dump())))
             raise CallReused(reason)
+        await self._settled(request)
         taint = self.taints.get(request.session).seen_at_least(self.floor)
         arguments = CallArguments.parse(request.arguments)
         try:
@@ -155,7 +156,13 @@ class Broker:
             assert record.grant is not None
             approval = self.desk.open(request, record.grant)
             await self.audit.decision(decision=record, approval=approval.id, **marks)
-            taint = self._learned(request.session, consulted, taint)
+            try:
+                taint = self._learned(request.session, consulted, taint)
+            except TaintError as exc:  # the ask ends here, denied, before anyone is asked
+                self.desk.book.close(approval.id)
+                gone = settle(decision, approved=False, reason=str(exc))
+                await self.audit.decision(decision=gone.record, approval=approval.id)
+                raise
             asked = asyncio.get_running_loop().time()
 
             async def pending(approval: approval_wire.ApprovalRequest) -> None:
@@ -175,13 +182,40 @@ class Broker:
                                       by=outcome.by)
         else:
             await self.audit.decision(decision=record, **marks)
-            taint = self._learned(request.session, consulted, taint)
+            try:
+                taint = self._learned(request.session, consulted, taint)
+            except TaintError as exc:
+                if decision.allowed:  # not run, and closed: an allowed call has one result
+                    await self._not_run(request, consulted, str(exc))
+                raise
         _log_decision(decision.record)
         if not decision.allowed:
             return raised_to(denied(decision.record.reason), consulted)
         run = self._runner.run(decision, request, arguments=arguments, taint=taint,
                                children=children)
         return raised_to(await while_running(run, self.desk.interval, on_waiting), consulted)
+
+    async def _settled(self, request: ToolRequest) -> None:
+        """Write the session's owed taint (a full disk kept it from its file, brokerd.taint)
+        before any of its calls runs; while it cannot be, the request is refused (audited)
+        and TaintError says why. Once the disk takes it, the call goes on, with no restart."""
+        try:
+            self.taints.settle(request.session)
+        except TaintError as exc:
+            await self.audit.refused(reason=str(exc), session=request.session,
+                                     call=request.call, tool=request.tool,
+                                     request_sha256=sha256(canonical_json(request.model_dump())))
+            raise
+
+    async def _not_run(self, request: ToolRequest, label: Label, why: str) -> None:
+        """The result of an allowed call that does not run because its session's taint cannot
+        be written: failed, labelled ``label`` (so the log still holds what the taint owes).
+        Its taint is owed already; the write is not tried again here."""
+        await self.audit.result(
+            session=request.session, call=request.call, tool=request.tool, status="failed",
+            untrusted=label.untrusted, truncated=False,
+            content_sha256=sha256(why.encode("utf-8")), reason=why,
+            **{"class": label.data_class})
 
     def _learned(self, session: str, consulted: Label, taint: Taint) -> Taint:
         """The session's taint once it has heard a decision that depended on ``consulted``

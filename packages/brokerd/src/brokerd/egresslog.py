@@ -7,7 +7,11 @@ brokerd is its only writer; nothing in it is ever rewritten. A record says when,
 session and call, under which grant, to which endpoint, with which model and temperature, and
 the call's arguments exactly as the program receives them: the question and the attachments,
 the only fields the payload is built from (docs/egress.md shows the body). The record is
-written first; if it cannot be written, nothing is sent.
+written first; if it cannot be written, nothing is sent. It is written to brokerd's state
+filesystem, so it is inside the audit log's reserve: a consult call is not run while the
+record would leave less than the reserves free there (brokerd.runner). A write that fails is
+cut back to the last whole record, and a torn end a crash left is cut aside (kept beside the
+log) before the next record, as the audit log does (brokerd.audit.log).
 
 ``ConsultEgress`` also turns ``[consult]`` into the ``ToolSettings`` brokerd's policy and the
 toolkit's ``consult`` program read: the endpoint's settings, the one egress host a consult grant
@@ -17,6 +21,7 @@ must name, and the API key's secret.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +37,8 @@ from pydantic import StrictFloat, StrictInt, ValidationError
 from .errors import EgressLogError
 from .policy import NOT_AN_OBJECT, CallArguments
 from .sandbox import ToolSettings
+
+log = logging.getLogger("brokerd.egress")
 
 CONSULT: Final = "consult"
 LOG_NAME = "consult.jsonl"
@@ -95,32 +102,102 @@ class ConsultEgress:
         self._append(record.canonical() + b"\n")
         return record
 
+    def where(self) -> Path:
+        """The nearest directory of the log that exists: the filesystem its next record goes
+        to, for the reserve check before a consult call (brokerd.audit.space)."""
+        for each in (self.path.parent, *self.path.parent.parents):
+            if each.is_dir():
+                return each
+        return self.path.parent
+
     def _append(self, line: bytes) -> None:
+        """Append one record, fsynced. A torn end left by a crash is cut aside first
+        (``repair``); a write that fails is cut back to the last whole record, so the log never
+        keeps a torn line or a record whose payload was not sent."""
         directory = self.path.parent
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o750)
             created = not self.path.exists()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(line)  # one write: a record is never interleaved or split
-                handle.flush()
-                os.fsync(handle.fileno())
-            if created:
-                fsync_dir(directory)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
         except OSError as exc:
             raise EgressLogError(f"{self.path}: cannot append: {exc.strerror}") from None
+        try:
+            size = self._repair(fd)
+            try:
+                view = memoryview(line)
+                while view:  # one record per call; a short write goes on, a failed one is cut
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+                if created:
+                    fsync_dir(directory)
+            except OSError as exc:
+                self._cut(fd, size)
+                raise EgressLogError(f"{self.path}: cannot append: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+
+    def _cut(self, fd: int, size: int) -> None:
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        except OSError as exc:  # left torn: the next append cuts it aside first
+            log.error("%s: a failed append cannot be cut back (%s)", self.path, exc.strerror)
+
+    def _repair(self, fd: int) -> int:
+        """The log's length once whatever follows its last newline (a write a crash or a
+        failed cut back left torn; never sent) is kept beside it, in ``consult.jsonl.torn-<at>``,
+        and cut off, logged. EgressLogError when that cannot be done: nothing is sent."""
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return size
+        at = _last_newline(fd, size)
+        torn = os.pread(fd, size - at, at)
+        kept = self.path.with_name(f"{self.path.name}.torn-{at}")
+        try:
+            keep = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+            try:
+                os.write(keep, torn)
+                os.fsync(keep)
+            finally:
+                os.close(keep)
+            fsync_dir(self.path.parent)
+            os.ftruncate(fd, at)
+            os.fsync(fd)
+        except OSError as exc:
+            raise EgressLogError(f"{self.path}: ends in {len(torn)} torn bytes that cannot be "
+                                 f"kept aside ({exc.strerror})") from None
+        log.warning("%s: %d torn bytes at its end (a write cut short, never sent) moved to %s",
+                    self.path, len(torn), kept.name)
+        return at
+
+
+def _last_newline(fd: int, size: int) -> int:
+    """The offset just after the last newline before ``size`` (0 when there is none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
 
 
 def read_egress_log(path: Path) -> list[EgressRecord]:
-    """Every record in order; EgressLogError names the first line that is not one."""
+    """Every record in order; EgressLogError names the first line that is not one. A last line
+    with no newline is a torn end (a write a crash cut short: never sent, and cut aside at the
+    next append) and is left out, logged."""
     try:
-        lines = path.read_bytes().splitlines()
+        data = path.read_bytes()
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise EgressLogError(f"{path}: cannot read: {exc.strerror}") from None
+    lines = data.split(b"\n")
+    if lines[-1]:
+        log.warning("%s: %d torn bytes at its end (never sent) left out", path, len(lines[-1]))
     records = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines[:-1], start=1):
         try:
             records.append(EgressRecord.model_validate_json(line))
         except ValidationError as exc:

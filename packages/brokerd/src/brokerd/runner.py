@@ -9,7 +9,8 @@ grant's (the spec carries it), or memoryd's for memory tools.
 
 ``consult`` sends a payload off the owner's hosts: its payload goes to the egress log
 (``brokerd.egresslog``) before it runs, and it does not run when that record cannot be
-written or consult is not configured. Its answer is labelled at least the session's highest
+written, would leave the state filesystem below the audit log's reserves, or consult is not
+configured. Its answer is labelled at least the session's highest
 class, since whatever was attached came from the session.
 
 ``delegate`` runs a child session through the caller (``brokerd.delegate``); its answer is
@@ -54,7 +55,7 @@ from bxcore.util import format_rfc3339, sha256
 from .audit import AuditLog
 from .delegate import Children, run_delegate
 from .egresslog import CONSULT, ConsultEgress
-from .errors import EgressLogError, FlowRefused, LabelError
+from .errors import AuditError, EgressLogError, FlowRefused, LabelError
 from .labels import Label, Reach, seen
 from .labelstore import LabelStore
 from .policy import CallArguments, Decision
@@ -189,6 +190,13 @@ class Runner:
                            arguments: CallArguments, taint: Taint) -> ToolResponse:
         if self._consult is None:
             return not_run("consult is not configured: brokerd's config has no [consult]")
+        try:  # the record goes to the state filesystem: inside the audit log's reserve
+            self._audit.check_room([self._consult.where()], needed=len(request.arguments),
+                                   what="its payload would be written to the egress log, on "
+                                        "the filesystem that holds brokerd's audit log")
+        except AuditError as exc:
+            log.error("consult call %s/%s not sent: %s", request.session, request.call, exc)
+            return not_run(f"Nothing was sent: {exc}")
         try:
             self._consult.record(request, arguments, decision.record.grant)
         except EgressLogError as exc:

@@ -20,6 +20,7 @@ from bxcore.util import sha256
 
 from .audit import AuditLog
 from .audit.opencalls import OpenCall
+from .errors import AuditError, TaintError
 from .grantstore import GrantStore
 from .labels import Label, seen
 from .taint import TaintStore
@@ -49,7 +50,12 @@ class Unfinished:
         return Label(grant.result_class, bool(grant.hosts)).join(seen(self._labels(), mounts))
 
     async def close(self, calls: Iterable[OpenCall], why: str) -> int:
-        """A failed result for each of ``calls``, and its session's taint raised; how many."""
+        """A failed result for each of ``calls``, and its session's taint raised; how many.
+
+        A full disk does not stop brokerd from starting or stopping: a result that cannot be
+        audited leaves its call open (the next start, or stop, closes it), and a taint that
+        cannot be written is owed (brokerd.taint: no call of that session runs until it is
+        written, and the audited result lets the next start raise it); each is logged."""
         closed = 0
         for call in calls:
             label = self.label_of(call)
@@ -61,7 +67,16 @@ class Unfinished:
                     untrusted=label.untrusted, truncated=False,
                     content_sha256=sha256(why.encode("utf-8")), reason=why,
                     **{"class": label.data_class})
-            finally:
-                self._taints.record(call.session, label.data_class, label.untrusted)
+            except AuditError as exc:
+                log.error("call %s/%s stays open: %s", call.session, call.call, exc)
+                self._owe(call.session, label)
+                continue
+            self._owe(call.session, label)
             closed += 1
         return closed
+
+    def _owe(self, session: str, label: Label) -> None:
+        try:
+            self._taints.record(session, label.data_class, label.untrusted)
+        except TaintError as exc:
+            log.error("%s; no call of session %s runs until it can be", exc, session)

@@ -130,7 +130,8 @@ def build_serving(config: Config, backend: Sandbox) -> tuple[Broker, Unfinished]
     secrets = SecretStore(config.secrets)
     secrets.warn_plaintext()
     audit = AuditLog(audit_dir(config), rotate_bytes=section.audit_rotate_bytes,
-                     reserve_bytes=section.audit_reserve_bytes)
+                     reserve_bytes=section.audit_reserve_bytes,
+                     reserve_inodes=section.audit_reserve_inodes)
     taints = TaintStore(taint_dir(config))
     logged = taint_marks(entries(audit_dir(config), newest_only=True))
     for session in reconcile(logged, taints):

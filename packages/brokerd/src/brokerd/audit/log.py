@@ -47,7 +47,7 @@ from .records import (
     line_of,
     parse_line,
 )
-from .space import HeldRoom, refuse_when_low
+from .space import WRITER, HeldRoom, refuse_when_low
 from .tail import End, Tail, find_tail
 from .verify import BadLink, Head, Line, check, diagnose
 
@@ -117,16 +117,18 @@ class AuditLog:
     """Appends records; the only writer of the audit directory. ``fsyncs`` counts the fsyncs
     made (files and the directory), so a test or a benchmark can set them against records.
 
-    ``reserve_bytes``: a call that can write to the audit directory's filesystem is not run
-    while less than this is free there (``check_room``), and the log holds room of its own
-    there for when a tool fills it anyway (audit.space.HeldRoom). 0: neither."""
+    ``reserve_bytes``, ``reserve_inodes``: a call that can write to the audit directory's
+    filesystem is not run while less than these are free there (``check_room``), and the log
+    holds room of its own there for when a tool fills it anyway (audit.space.HeldRoom). 0:
+    neither."""
 
     def __init__(self, directory: Path, *, rotate_bytes: int = 64 * 1024 * 1024,
-                 reserve_bytes: int = 0,
+                 reserve_bytes: int = 0, reserve_inodes: int = 0,
                  clock: Callable[[], str] = now_rfc3339):
         self.directory = directory
         self._rotate = rotate_bytes
         self._reserve = reserve_bytes
+        self._reserve_inodes = reserve_inodes
         self._clock = clock
         self.fsyncs = 0
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
@@ -137,7 +139,7 @@ class AuditLog:
         self._torn: list[tuple[Path, int]] = []  # files to cut back to a length before writing
         self._pending: list[_Pending] = []
         self._writer: asyncio.Task[None] | None = None
-        self._room = HeldRoom(directory, reserve_bytes)
+        self._room = HeldRoom(directory, reserve_bytes, reserve_inodes)
         self._durable_open: dict[Key, OpenCall] = {}  # as on disk; the writer thread's
         if tail.torn:
             self._repair(tail)
@@ -176,11 +178,14 @@ class AuditLog:
         self._claimed.add((session, call))
         return True
 
-    def check_room(self, writable: Iterable[Path]) -> None:
+    def check_room(self, writable: Iterable[Path], *, needed: int = 0,
+                   what: str = WRITER) -> None:
         """Raise AuditError when a call that can write through one of ``writable`` (host paths)
-        would write to the filesystem of the audit log with less than the reserve free there:
-        the call is refused before it runs, so that a tool cannot take the log's last bytes."""
-        refuse_when_low(self.directory, writable, self._reserve)
+        would write to the filesystem of the audit log with less than the reserves (bytes, and
+        inodes) free there, ``needed`` bytes of its own write beside them: the call is refused
+        before it runs, so that a tool cannot take the log's last bytes or inodes."""
+        refuse_when_low(self.directory, writable, self._reserve, self._reserve_inodes,
+                        needed=needed, what=what)
 
     async def decision(self, **fields: Any) -> DecisionEntry:
         entry = await self._append(DecisionEntry, fields)

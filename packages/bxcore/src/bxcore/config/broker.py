@@ -85,6 +85,9 @@ class BrokerSection(Section):
     # there, and the log holds up to 4 MiB of it for itself (0: neither);
     # docs/decisions/audit-log-bounds.md
     audit_reserve_bytes: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
+    # The same for free inodes (a tool that makes empty files until none is left): a call that
+    # can write there is not run with fewer free, and the log holds up to 64 (0: neither).
+    audit_reserve_inodes: Annotated[int, Field(ge=0)] = 4096
 
     def grants_dir(self) -> Path:
         return self.grants or Path("/etc/boxmaker/grants")
