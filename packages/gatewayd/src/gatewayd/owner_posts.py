@@ -10,16 +10,15 @@ text is posted in the session's thread (the same one).
 A notice's text (a job's answer) is posted inert, whatever its session: the notice does not say
 the session's taint (docs/decisions/output-channels.md).
 
-What cannot be posted is a ``Refusal``, the error code and message gateway.sock answers with.
+What cannot be posted is ``Refused``, with the error code and message gateway.sock answers with.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
-from bxcore.errors import ErrorCode
+from bxcore.errors import ErrorCode, Refused
 from bxcore.protocol.approval import ApprovalRequest, NoticePosted, OwnerNotice
 
 from .approvals import PostedApproval, PostedApprovals
@@ -34,12 +33,6 @@ log = logging.getLogger("gatewayd.approvals")
 Say = Callable[[str, str, str], Awaitable[None]]  # (channel id, thread root, text)
 
 
-@dataclass(frozen=True)
-class Refusal:
-    code: ErrorCode
-    message: str
-
-
 class OwnerPosts:
     def __init__(self, book: PostedApprovals, rest: MattermostClient, say: Say, *,
                  threads: OwnerThreads):
@@ -48,16 +41,16 @@ class OwnerPosts:
         self._threads = threads
         self._say = say
 
-    async def approval(self, request: ApprovalRequest) -> PostedApproval | Refusal:
+    async def approval(self, request: ApprovalRequest) -> PostedApproval:
         """Post ``request`` in its session's thread; the pending approval waits for its answer."""
         try:
             thread = await self._threads.thread_for(request.session)
             root, channel_id = thread.root_id, thread.channel_id
             pending = self._book.add(request, root, channel_id)
         except (ValueError, NoOwnerThread) as exc:
-            return Refusal(ErrorCode.BAD_REQUEST, str(exc))
+            raise Refused(str(exc), ErrorCode.BAD_REQUEST) from exc
         except MattermostError as exc:
-            return Refusal(ErrorCode.UNAVAILABLE, f"cannot reach Mattermost: {exc}")
+            raise Refused(f"cannot reach Mattermost: {exc}", ErrorCode.UNAVAILABLE) from exc
         try:
             parts = approval_posts(request.id, request.tool, request.arguments, request.grant,
                                    request.expires)
@@ -66,7 +59,7 @@ class OwnerPosts:
                                              pending_post_id=f"approval:{request.id}:{number}")
         except MattermostError as exc:
             self._book.close(request.id)
-            return Refusal(ErrorCode.UNAVAILABLE, f"cannot post the approval: {exc}")
+            raise Refused(f"cannot post the approval: {exc}", ErrorCode.UNAVAILABLE) from exc
         log.info("approval %s posted in thread %s", request.id, root)
         return pending
 
@@ -78,7 +71,7 @@ class OwnerPosts:
         await self._say(pending.channel_id, pending.root_id,
                         f"_Approval `{request.id}` expired; the call was not run._")
 
-    async def notice(self, notice: OwnerNotice) -> NoticePosted | Refusal:
+    async def notice(self, notice: OwnerNotice) -> NoticePosted:
         """Post ``notice`` in its session's thread (opened in the owner's DM if need be)."""
         try:
             thread = await self._threads.thread_for(notice.session)
@@ -86,8 +79,8 @@ class OwnerPosts:
                                                   inert=True)
                      for part in inert_posts(notice.text)]
         except NoOwnerThread as exc:
-            return Refusal(ErrorCode.BAD_REQUEST, str(exc))
+            raise Refused(str(exc), ErrorCode.BAD_REQUEST) from exc
         except MattermostError as exc:
-            return Refusal(ErrorCode.UNAVAILABLE, f"cannot post the notice: {exc}")
+            raise Refused(f"cannot post the notice: {exc}", ErrorCode.UNAVAILABLE) from exc
         log.info("notice for session %s posted in thread %s", notice.session, thread.root_id)
         return NoticePosted(root_id=thread.root_id, post_id=posts[0].id)

@@ -18,19 +18,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bxcore.daemon import DEFAULT_MODE, Notifier, listening, run_until_signalled
-from bxcore.errors import (
-    ErrorCode,
-    FrameError,
-    LocalProtocolError,
-    StreamEnded,
-    StreamTimeout,
+from bxcore.daemon import (
+    DEFAULT_MODE,
+    Connection,
+    Notifier,
+    answering,
+    listening,
+    run_until_signalled,
 )
-from bxcore.frames import Frame, error_frame
-from bxcore.framestream import FrameStream, answer_our_bug
+from bxcore.errors import StreamClosed
+from bxcore.frames import Frame
 from bxcore.protocol.approval import (
     APPROVAL_ANSWER,
-    APPROVAL_REQUEST,
     FROM_GATEWAYD,
     NOTICE_POSTED,
     OWNER_NOTICE,
@@ -40,7 +39,7 @@ from bxcore.protocol.approval import (
 )
 
 from .gateway import Gateway
-from .owner_posts import OwnerPosts, Refusal
+from .owner_posts import OwnerPosts
 
 log = logging.getLogger("gatewayd.approvals")
 
@@ -59,41 +58,22 @@ class ApprovalServer:
 
     async def start(self) -> None:
         """Bind the socket with its mode and group (bxcore.daemon: a stale file is replaced)."""
+        handler = answering(self._answer, receives=TO_GATEWAYD, sends=FROM_GATEWAYD, log=log,
+                            timeout=self._timeout)
         await self._listener.enter_async_context(
-            listening(self.path, self._handle, mode=self._mode, group=self._group))
+            listening(self.path, handler, mode=self._mode, group=self._group))
 
     async def close(self) -> None:
         """Stop accepting and remove the socket file."""
         await self._listener.aclose()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        stream = FrameStream(reader, writer, kinds=TO_GATEWAYD, sends=FROM_GATEWAYD)
-        try:
-            await self._serve(stream)
-        except LocalProtocolError as exc:  # ours: logged as a bug, the peer told ``internal``
-            await answer_our_bug(stream, exc, log)
-        except StreamEnded as exc:
-            log.info("gateway.sock: peer went away: %s", exc)
-        finally:
-            await stream.close()
-
-    async def _serve(self, stream: FrameStream) -> None:
-        try:
-            frame = await stream.read(timeout=self._timeout)
-            if frame.kind == OWNER_NOTICE:
-                await self._notice(stream, frame.parse(OwnerNotice))
-                return
-            if frame.kind != APPROVAL_REQUEST:
-                raise FrameError(f"expected {APPROVAL_REQUEST!r}, got {frame.kind!r}")
-            request = frame.parse(ApprovalRequest)
-        except (FrameError, StreamTimeout) as exc:
-            await _error(stream, ErrorCode.BAD_FRAME, str(exc) or "no request in time")
-            return
+    async def _answer(self, frame: Frame, conn: Connection) -> Frame:
+        if frame.kind == OWNER_NOTICE:
+            posted = await self._posts.notice(frame.parse(OwnerNotice))
+            return Frame.of(NOTICE_POSTED, posted, final=True)
+        request = frame.parse(ApprovalRequest)  # the only other kind gateway.sock takes
         pending = await self._posts.approval(request)
-        if isinstance(pending, Refusal):
-            await _error(stream, pending.code, pending.message)
-            return
-        gone = asyncio.ensure_future(stream.read())  # brokerd closes on expiry
+        gone = asyncio.ensure_future(conn.read())  # brokerd closes on expiry
         try:
             waiting: set[asyncio.Future[Any]] = {pending.answer, gone}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
@@ -101,25 +81,12 @@ class ApprovalServer:
             gone.cancel()
             with contextlib.suppress(BaseException):
                 await gone
-        if pending.answer.done():
-            answer = pending.answer.result()
-            await stream.write(Frame.of(APPROVAL_ANSWER, answer, final=True))
-            log.info("approval %s: %s by %s", request.id, answer.verdict, answer.by)
-            return
-        await self._posts.expired(pending)
-
-    async def _notice(self, stream: FrameStream, notice: OwnerNotice) -> None:
-        posted = await self._posts.notice(notice)
-        if isinstance(posted, Refusal):
-            await _error(stream, posted.code, posted.message)
-            return
-        await stream.write(Frame.of(NOTICE_POSTED, posted, final=True))
-
-
-async def _error(stream: FrameStream, code: ErrorCode, message: str) -> None:
-    log.warning("gateway.sock: %s: %s", code.value, message)
-    with contextlib.suppress(StreamEnded):
-        await stream.write(error_frame(code, message))
+        if not pending.answer.done():
+            await self._posts.expired(pending)
+            raise StreamClosed("brokerd closed the connection: the approval expired")
+        answer = pending.answer.result()
+        log.info("approval %s: %s by %s", request.id, answer.verdict, answer.by)
+        return Frame.of(APPROVAL_ANSWER, answer, final=True)
 
 
 async def run(gateway: Gateway, ready: Callable[[], None] = lambda: None) -> None:
