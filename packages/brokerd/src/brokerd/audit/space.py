@@ -70,7 +70,7 @@ def refuse_when_low(state: Path, writable: Iterable[Path], reserve: int, inodes:
     if reserve > 0 and room.bytes < reserve + needed:
         short.append(f"{_mib(room.bytes)} free, less than the {_mib(reserve)} kept for the log "
                      "([broker] audit_reserve_bytes)" +
-                     (f" beside the {_mib(needed)} this call writes" if needed else ""))
+                     (f" plus the {_mib(needed)} this call writes" if needed else ""))
     if inodes > 0 and room.counted and room.inodes < inodes:
         short.append(f"{room.inodes} free inodes (files), fewer than the {inodes} kept for the "
                      "log ([broker] audit_reserve_inodes)")
