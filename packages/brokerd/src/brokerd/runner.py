@@ -55,7 +55,7 @@ from bxcore.util import format_rfc3339, sha256
 from .audit import AuditLog
 from .delegate import Children, run_delegate
 from .egresslog import CONSULT, ConsultEgress
-from .errors import AuditError, EgressLogError, FlowRefused, LabelError
+from .errors import AuditError, EgressLogError, FlowRefused, LabelError, TaintError
 from .labels import Label, Reach, seen
 from .labelstore import LabelStore
 from .policy import CallArguments, Decision
@@ -124,6 +124,9 @@ class Runner:
             raise BoxmakerError("the Decision was made for another call")
         try:
             answer = await self._dispatch(decision, request, arguments, taint, children)
+        except TaintError as exc:  # a full disk (a delegate's child taint): not a bug
+            log.error("call %s/%s (%s): %s", request.session, request.call, request.tool, exc)
+            answer = not_run(f"The call could not go on: {exc}")
         except Exception as exc:  # whatever broke, the allowed call gets its audited result
             log.exception("call %s/%s (%s) failed inside brokerd: a bug in brokerd",
                           request.session, request.call, request.tool)
