@@ -6,7 +6,8 @@ texts, how many, their classes and trust; in sessions of their own, or appended 
 after the point where it rose above the asker) give that session the same recall answer for
 every query and k: the same hits in the same order with the same scores, the same emptiness,
 the same label. Through memoryd's own request handling (``MemoryService.handle``) and its real
-FTS5 index, and at the index itself for the scores, which the tool's answer does not carry.
+FTS5 index, and at the index itself for the scores, which the tool's answer does not carry;
+then (a few examples) against ``memoryd serve`` over its socket, before and after a reindex.
 
 Notes above the asker are written after every note at or below it: note ids are one counter
 over notes.md, so a higher note written earlier shifts the lower ones' ``note:<id>`` origins.
@@ -16,16 +17,39 @@ That counter is a channel of its own, stated in the decision record and left ope
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bxcore.tools import DataClass
+from bxcore.frames import Frame
+from bxcore.framestream import SyncFrameSocket
+from bxcore.protocol import memory as proto
+from bxcore.tools import DataClass, ToolResponse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memoryd.taint import SessionTaint
 from memoryd.wiring import build
 
-from .support import T, answer, call, calling, config, result, turn, user, write_taint
+from .support import (
+    T,
+    answer,
+    append_log,
+    call,
+    call_frame,
+    calling,
+    config,
+    result,
+    turn,
+    user,
+    write_taint,
+)
 
 CLASSES = [DataClass.PUBLIC, DataClass.PRIVATE, DataClass.SECRET]
 LABELS = [(c, u) for c in CLASSES for u in (False, True)]
@@ -185,3 +209,98 @@ def test_attack_31e_m1_two_public_notes_beside_private_ones(tmp_path):
         firsts.append(asyncio.run(one()))
     assert firsts[0] == firsts[1]
     assert firsts[0].data_class == DataClass.PUBLIC
+
+
+# -- the same property against the real daemon ------------------------------------------------
+
+
+@contextlib.contextmanager
+def serving(directory: Path) -> Iterator[tuple[Path, Path]]:
+    """``memoryd serve`` over a fresh home (ceiling secret): (memory.sock, home)."""
+    home, run_dir = directory / "home", directory / "run"
+    run_dir.mkdir(parents=True)
+    (directory / "config.toml").write_text(
+        f'[paths]\nhome = "{home}"\nrun = "{run_dir}"\n[memory]\nceiling = "secret"\n')
+    notify_path = directory / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(notify_path))
+        notify.settimeout(60)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "memoryd", "serve", "--config", str(directory / "config.toml")],
+            env={**os.environ, "NOTIFY_SOCKET": str(notify_path)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert notify.recv(256) == b"READY=1"
+            yield run_dir / "memory.sock", home
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+
+
+def ask(path: Path, frame: Frame) -> Frame:
+    with SyncFrameSocket.connect(path, kinds=proto.FROM_MEMORYD) as sock:
+        sock.write(frame)
+        return sock.read(timeout=60)
+
+
+def feed(path: Path, home: Path, world: dict[str, Any], with_extra: bool) -> None:
+    """The world through memory.sock, as loopd (turns) and brokerd (notes) send it."""
+    def send_turn(session: str, items: list[Any]) -> None:
+        records = records_of(items)
+        first = append_log(home, session, 0, records)
+        body = proto.TurnFinished(session=session, epoch=0, first_line=first, records=records)
+        assert ask(path, Frame.of(proto.TURN_FINISHED, body, final=False)).kind == \
+            proto.TURN_RECORDED
+
+    for session in world["order"]:
+        if session in world["base"]:
+            for one in world["base"][session]:
+                send_turn(session, one)
+            for one in world["tails"].get(session, []) if with_extra else []:
+                send_turn(session, one)
+        elif with_extra:
+            session_turns, file_label, first = world["extra"][session]
+            if file_label is not None:
+                write_taint(home, session, [file_label[0].value], file_label[1])
+            for n, one in enumerate(session_turns):
+                send_turn(session, (first if n == 0 else []) + one)
+    notes = world["base_notes"] + (world["extra_notes"] if with_extra else [])
+    for n, (text, (data_class, untrusted)) in enumerate(notes):
+        frame = call_frame("memory", {"action": "note", "text": text}, session=f"n{n}",
+                           data_class=data_class.value, untrusted=untrusted)
+        assert ask(path, frame).parse(ToolResponse).status == "ok"
+
+
+def asked(path: Path, world: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The asker's recall answers; a note's time (the daemon's clock when it was written) is
+    the one thing the two worlds cannot share, so it is left out."""
+    data_class, untrusted = world["asker"]
+    out = []
+    for query, k in world["queries"]:
+        frame = call_frame("recall", {"query": query, "k": k}, session="asker",
+                           data_class=data_class.value, untrusted=untrusted)
+        response = ask(path, frame).parse(ToolResponse)
+        hits = [{**hit, "time": None if hit["origin"].startswith("note:") else hit["time"]}
+                for hit in json.loads(response.content)["results"]]
+        out.append((response.status, response.data_class, response.untrusted, hits))
+    return out
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds())
+def test_the_serving_daemon_answers_alike_before_and_after_a_reindex(tmp_path_factory, world):
+    results = []
+    for with_extra in (False, True):
+        directory = tmp_path_factory.mktemp("daemon")
+        with serving(directory) as (path, home):
+            feed(path, home, world, with_extra)
+            live = asked(path, world)
+            reindexed = subprocess.run(
+                [sys.executable, "-m", "memoryd", "reindex", "--config",
+                 str(directory / "config.toml")],
+                capture_output=True, text=True, timeout=120, check=False)
+            assert reindexed.returncode == 0, reindexed.stderr
+            results.append((live, asked(path, world)))
+    (alone, alone_rebuilt), (beside_higher, beside_higher_rebuilt) = results
+    assert beside_higher == alone
+    assert beside_higher_rebuilt == alone_rebuilt == alone
