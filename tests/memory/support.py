@@ -70,16 +70,15 @@ def call_frame(tool: str, args: dict[str, Any], session: str = "s1", data_class:
 
 
 async def call(service: Any, tool: str, args: dict[str, Any], **taint: Any) -> ToolResponse:
-    frame = await service.handle(call_frame(tool, args, **taint))
-    assert frame.kind == proto.TOOL_RESPONSE, frame.body
-    return frame.parse(ToolResponse)
+    return await service.memory_call(call_frame(tool, args, **taint).parse(proto.MemoryCall))
 
 
-async def turn(service: Any, home: Path, session: str, records: list[Any], epoch: int = 0) -> Frame:
+async def turn(service: Any, home: Path, session: str, records: list[Any], epoch: int = 0
+               ) -> proto.TurnRecorded:
     """What loopd does after a turn: append to the log, then send turn_finished."""
     first = append_log(home, session, epoch, records)
     body = proto.TurnFinished(session=session, epoch=epoch, first_line=first, records=records)
-    return await service.handle(Frame.of(proto.TURN_FINISHED, body, final=False))
+    return service.turn_finished(body)
 
 
 def recalled(response: ToolResponse) -> list[dict[str, Any]]:

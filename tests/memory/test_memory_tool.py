@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from bxcore.frames import Frame
 from bxcore.protocol import memory as proto
 from click.testing import CliRunner
 from memoryd.cli import main
@@ -145,8 +144,7 @@ def test_soul_md_cannot_be_written_by_the_tool(service):
 
 def identity(service, session: str, epoch: int) -> proto.IdentitySnapshot:
     body = proto.IdentityRequest(session=session, epoch=epoch)
-    frame = run(service.handle(Frame.of(proto.IDENTITY_REQUEST, body, final=False)))
-    return frame.parse(proto.IdentitySnapshot)
+    return service.identity(body)
 
 
 def test_a_write_takes_effect_at_the_next_epoch_never_mid_session(service, home):

@@ -5,7 +5,7 @@ The property: two worlds that differ only in documents above the asking session'
 texts, how many, their classes and trust; in sessions of their own, or appended to a session
 after the point where it rose above the asker) give that session the same recall answer for
 every query and k: the same hits in the same order with the same scores, the same emptiness,
-the same label. Through memoryd's own request handling (``MemoryService.handle``) and its real
+the same label. Through memoryd's own request handling (``MemoryService.memory_call``) and its real
 FTS5 index, and at the index itself for the scores, which the tool's answer does not carry;
 then (a few examples) against ``memoryd serve`` over its socket, before and after a reindex.
 

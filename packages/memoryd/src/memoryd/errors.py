@@ -1,6 +1,9 @@
 """Errors of memoryd.
 
-    MemorydError (a bxcore BoxmakerError)
+One that reaches memory.sock's answer crosses it as ``internal`` with its message, logged as
+memoryd's failure (bxcore.daemon.answering); on memory-owner.sock, as ``bad_request``.
+
+    MemorydError (a bxcore Refused)
     ├── WriteRefused        the memory rules refuse a write (sanitizer, limit, no such entry,
     │   │                   bad plan); the message is meant for the model and the owner
     │   └── TaintRefused    an identity edit from a session that has read untrusted content
@@ -20,11 +23,13 @@
 
 from __future__ import annotations
 
-from bxcore.errors import BoxmakerError
+from bxcore.errors import ErrorCode, Refused
 
 
-class MemorydError(BoxmakerError):
+class MemorydError(Refused):
     """Base class of every error memoryd raises on purpose."""
+
+    code = ErrorCode.INTERNAL
 
 
 class WriteRefused(MemorydError):
@@ -40,7 +45,7 @@ class StoreError(MemorydError):
 
 
 class CommandRefused(StoreError):
-    pass
+    code = ErrorCode.BAD_REQUEST
 
 
 class SessionTaintUnreadable(MemorydError):

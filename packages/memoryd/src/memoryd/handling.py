@@ -1,6 +1,7 @@
-"""memoryd's request handling: one frame in, one final frame out, and the Honcho sync loop. No
-sockets here (sockets.py has them) and no building from the config (wiring.py), so tests drive it
-with frames alone."""
+"""memoryd's request handling: one request in, its answer out (a domain value; a refusal is a
+MemorydError, which carries its wire code), and the Honcho sync loop. No sockets or frames here
+(sockets.py has them) and no building from the config (wiring.py), so tests drive it with the
+requests alone."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import json
 import logging
 
 from bxcore.config import Config
-from bxcore.errors import BoxmakerError, ErrorCode, FrameError
-from bxcore.frames import Frame, describe_validation, error_frame
+from bxcore.errors import BoxmakerError, FrameError, Refused
+from bxcore.frames import describe_validation
 from bxcore.protocol import memory as proto
 from bxcore.tools import ToolResponse, plain_response
 from pydantic import TypeAdapter, ValidationError
@@ -22,7 +23,7 @@ from .identity import SnapshotCache
 from .index import RecallIndex, StateDb
 from .layout import Layout
 from .notes import read_notes
-from .owner import parse_command, perform
+from .owner import perform
 from .recall import FtsRetriever, recall_response
 from .taint import SessionTaint, read_taint_file
 from .writer import Caller, MemoryWriter
@@ -81,28 +82,13 @@ class MemoryService:
             if report.written or report.outage:
                 log.info("Honcho sync: %s", report)
 
-    async def handle(self, frame: Frame) -> Frame:
-        try:
-            if frame.kind == proto.TURN_FINISHED:
-                return self._turn_finished(frame.parse(proto.TurnFinished))
-            if frame.kind == proto.IDENTITY_REQUEST:
-                request = frame.parse(proto.IdentityRequest)
-                snapshot = self.snapshots.get(request.session, request.epoch)
-                return Frame.of(proto.IDENTITY_SNAPSHOT, snapshot, final=True)
-            if frame.kind == proto.MEMORY_CALL:
-                response = await self._memory_call(frame.parse(proto.MemoryCall))
-                return Frame.of(proto.TOOL_RESPONSE, response, final=True)
-            return _error(ErrorCode.BAD_REQUEST, f"memory.sock does not take {frame.kind!r}")
-        except FrameError as exc:
-            return _error(ErrorCode.BAD_FRAME, str(exc))
-        except MemorydError as exc:
-            log.error("%s: %s", frame.kind, exc)
-            return _error(ErrorCode.INTERNAL, str(exc))
+    def identity(self, request: proto.IdentityRequest) -> proto.IdentitySnapshot:
+        return self.snapshots.get(request.session, request.epoch)
 
-    async def handle_owner(self, frame: Frame) -> Frame:
-        """One command on memory-owner.sock: done as memoryd's user, answered with its line."""
+    async def owner_command(self, command: proto.MemoryCommand) -> proto.CommandDone:
+        """One command on memory-owner.sock: done as memoryd's user, answered with its line;
+        one that cannot be done, whatever stopped it, is the owner's ``bad_request``."""
         try:
-            command = parse_command(frame)
             if isinstance(command, proto.ReindexCommand):  # reads every log: off the loop
                 text = await asyncio.to_thread(perform, command, self.config, lambda: self.writer)
                 self.index.reopen_if_replaced()
@@ -111,12 +97,11 @@ class MemoryService:
                 self.index.add_notes(read_notes(self.layout.notes))  # an accept may add notes
                 self.sync_wanted.set()
         except MemorydError as exc:
-            log.warning("owner's %s refused: %s", frame.body.get("command"), exc)
-            return _error(ErrorCode.BAD_REQUEST, str(exc))
+            raise Refused(str(exc)) from exc
         log.info("owner's command: %s", text)
-        return Frame.of(proto.COMMAND_DONE, proto.CommandDone(text=text), final=True)
+        return proto.CommandDone(text=text)
 
-    def _turn_finished(self, turn: proto.TurnFinished) -> Frame:
+    def turn_finished(self, turn: proto.TurnFinished) -> proto.TurnRecorded:
         self.index.reopen_if_replaced()
         source = f"{turn.session}/{turn.epoch}.jsonl"
         if turn.first_line == self.index.upto(source) + 1:
@@ -125,9 +110,9 @@ class MemoryService:
         else:  # memoryd missed turns (it was down): the log file has them all
             added = self.catch_up()
         self.sync_wanted.set()
-        return Frame.of(proto.TURN_RECORDED, proto.TurnRecorded(indexed=added), final=True)
+        return proto.TurnRecorded(indexed=added)
 
-    async def _memory_call(self, call: proto.MemoryCall) -> ToolResponse:
+    async def memory_call(self, call: proto.MemoryCall) -> ToolResponse:
         request = call.request
         broker_taint = self.taint_of(request.session)
         caller = Caller(session=request.session,
@@ -196,7 +181,3 @@ class MemoryService:
 
 def failed(text: str) -> ToolResponse:
     return plain_response("failed", text)
-
-
-def _error(code: ErrorCode, message: str) -> Frame:
-    return error_frame(code, message)

@@ -3,33 +3,47 @@ memory-owner.sock (``owner_mode``, ``owner_group``: the owner's undo, accept, re
 READY=1 once both are bound, SIGTERM ends it.
 
 One task group: the listeners and the Honcho sync loop (handling.py), cancelled by bxcore.daemon
-on SIGTERM or SIGINT. One connection per request; each read and write has its own timeout; what
-a frame asks is answered by handling.py.
+on SIGTERM or SIGINT. One connection per request, served by bxcore.daemon.answering (which maps
+every failure to its error frame); what a request asks is answered by handling.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bxcore.config import Config
-from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
-from bxcore.errors import BoxmakerError, LocalProtocolError, RemoteProtocolError
+from bxcore.daemon import (
+    Answerer,
+    Connection,
+    Notifier,
+    answering,
+    listening,
+    run_until_signalled,
+    wait_forever,
+)
 from bxcore.frames import Frame
-from bxcore.framestream import FrameStream, answer_our_bug, answer_their_fault
 from bxcore.protocol.memory import (
+    COMMAND_DONE,
     FROM_MEMORYD,
     FROM_MEMORYD_OWNER,
+    IDENTITY_REQUEST,
+    IDENTITY_SNAPSHOT,
     TO_MEMORYD,
     TO_MEMORYD_OWNER,
+    TOOL_RESPONSE,
+    TURN_FINISHED,
+    TURN_RECORDED,
+    IdentityRequest,
+    MemoryCall,
+    TurnFinished,
 )
 
 from .handling import MemoryService
+from .owner import parse_command
 
 log = logging.getLogger("memoryd")
-READ_TIMEOUT = 30.0
 
 
 async def serve(service: MemoryService, config: Config, source: str | Path = "config") -> None:
@@ -37,22 +51,17 @@ async def serve(service: MemoryService, config: Config, source: str | Path = "co
     served, owners = config.served("memory"), config.served("memory-owner")
     group, owners_group = served.gid(source), owners.gid(source)
     notifier = Notifier()
+    memory, owner = answerers(service)
 
     async def main() -> None:
         service.catch_up()
-
-        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await _connection(FrameStream(reader, writer, kinds=TO_MEMORYD,
-                                                sends=FROM_MEMORYD), service.handle)
-
-        async def owner(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await _connection(FrameStream(reader, writer, kinds=TO_MEMORYD_OWNER,
-                                          sends=FROM_MEMORYD_OWNER),
-                              service.handle_owner)
-
         async with (
-            listening(served.path, connection, mode=served.mode, group=group),
-            listening(owners.path, owner, mode=owners.mode, group=owners_group),
+            listening(served.path, answering(memory, receives=TO_MEMORYD, sends=FROM_MEMORYD,
+                                             log=log),
+                      mode=served.mode, group=group),
+            listening(owners.path, answering(owner, receives=TO_MEMORYD_OWNER,
+                                             sends=FROM_MEMORYD_OWNER, log=log),
+                      mode=owners.mode, group=owners_group),
             asyncio.TaskGroup() as group_of_tasks,
         ):
             notifier.ready()
@@ -66,16 +75,21 @@ async def serve(service: MemoryService, config: Config, source: str | Path = "co
         await service.aclose()
 
 
-async def _connection(stream: FrameStream, handle: Callable[[Frame], Awaitable[Frame]]) -> None:
-    try:
-        frame = await stream.read(timeout=READ_TIMEOUT)
-        answer = await handle(frame)
-        await stream.write(answer)
-    except LocalProtocolError as exc:  # ours: logged as a bug, the peer told ``internal``
-        await answer_our_bug(stream, exc, log)
-    except RemoteProtocolError as exc:  # the peer's: answered ``bad_frame``, then closed
-        await answer_their_fault(stream, exc, log)
-    except BoxmakerError as exc:
-        log.warning("connection dropped: %s", exc)
-    finally:
-        await stream.close()
+def answerers(service: MemoryService) -> tuple[Answerer, Answerer]:
+    """(memory.sock's, memory-owner.sock's): each request's body to ``service``, its answer back."""
+
+    async def memory(frame: Frame, _conn: Connection) -> Frame:
+        if frame.kind == TURN_FINISHED:
+            recorded = service.turn_finished(frame.parse(TurnFinished))
+            return Frame.of(TURN_RECORDED, recorded, final=True)
+        if frame.kind == IDENTITY_REQUEST:
+            snapshot = service.identity(frame.parse(IdentityRequest))
+            return Frame.of(IDENTITY_SNAPSHOT, snapshot, final=True)
+        response = await service.memory_call(frame.parse(MemoryCall))  # the one kind left
+        return Frame.of(TOOL_RESPONSE, response, final=True)
+
+    async def owner(frame: Frame, _conn: Connection) -> Frame:
+        done = await service.owner_command(parse_command(frame))
+        return Frame.of(COMMAND_DONE, done, final=True)
+
+    return memory, owner
