@@ -173,6 +173,11 @@ class ApprovalDesk:
         self._events[approval.id] = asyncio.Event()
         return approval
 
+    def abandon(self, approval: wire.ApprovalRequest) -> None:
+        """Close an approval that will not be waited for (its call ended before the ask)."""
+        self._events.pop(approval.id, None)
+        self.book.close(approval.id)
+
     async def wait(self, approval: wire.ApprovalRequest, on_waiting: Waiting) -> ApprovalOutcome:
         """Offer ``approval`` to gatewayd and wait for an answer that counts, or expiry.
         ``on_waiting`` is called at once and every ``waiting_interval`` seconds meanwhile."""

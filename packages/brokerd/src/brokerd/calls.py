@@ -159,7 +159,7 @@ class Broker:
             try:
                 taint = self._learned(request.session, consulted, taint)
             except TaintError as exc:  # the ask ends here, denied, before anyone is asked
-                self.desk.book.close(approval.id)
+                self.desk.abandon(approval)
                 gone = settle(decision, approved=False, reason=str(exc))
                 await self.audit.decision(decision=gone.record, approval=approval.id)
                 raise
