@@ -2,8 +2,9 @@
 before the call runs (docs/design.md, "Authority contract"; docs/egress.md).
 
 ``<home>/egress/consult.jsonl``: one canonical-JSON record per line, appended and fsynced, the
-file 0600 in a 0700 directory, so the owner (brokerd's user) reads it and no one else does.
-brokerd is its only writer; nothing in it is ever rewritten. A record says when, for which
+file 0640 in a 0750 directory (brokerd writes it, the owners' group reads it, as every state
+file: docs/decisions/state-permissions.md). brokerd is its only writer; no record in it is ever
+rewritten. A record says when, for which
 session and call, under which grant, to which endpoint, with which model and temperature, and
 the call's arguments exactly as the program receives them: the question and the attachments,
 the only fields the payload is built from (docs/egress.md shows the body). The record is
