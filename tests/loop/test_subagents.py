@@ -24,12 +24,11 @@ from brokerd.memory import MemoryClient
 from brokerd.policy import Decision
 from brokerd.runner import Runner
 from brokerd.sandbox import ToolOutput
-from brokerd.sockets import connection, handlers
+from brokerd.sockets import handlers
 from brokerd.taint import TaintStore, rebuild
 from bxcore.chat import ToolSchema
 from bxcore.config.inference import SlotSection
 from bxcore.protocol import loop as wire
-from bxcore.protocol.broker import FROM_BROKERD, TO_BROKERD
 from bxcore.protocol.delegate import DELEGATE_SCHEMA
 from bxcore.protocol.loop import ToolWaitingEvent, Turn
 from bxcore.records import SessionStart, ToolResult
@@ -111,8 +110,7 @@ async def rig(tmp_path: Path, inference, grants: dict[str, str] = GRANTS):
                     clock=lambda: datetime.now(UTC))
     sock = tmp_path / "broker.sock"
     tool_call, _ = handlers(broker)
-    listener = await asyncio.start_unix_server(
-        connection(sock, TO_BROKERD, tool_call, FROM_BROKERD), path=str(sock))
+    listener = await asyncio.start_unix_server(tool_call, path=str(sock))
     port = BrokerPort(sock)
     registry = Registry([ECHO, FETCH, DELEGATE_SCHEMA.model_copy(update={"core": True})])
     loop = Loop(inference=inference, tools=ToolRunner(registry, port),

@@ -5,24 +5,19 @@ and groups instead."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
 from pathlib import Path
 
 from brokerd.calls import Broker
-from brokerd.sockets import Handler, connection, handlers
+from brokerd.sockets import handlers
 from bxcore import daemon
-from bxcore.frames import Kinds
 from bxcore.peers import PeerPolicy
-from bxcore.protocol import approval as approval_wire
-from bxcore.protocol import broker as broker_wire
 
 
-async def bind(path: Path, kinds: Collection[str], handle: Handler, sends: Kinds
-               ) -> asyncio.AbstractServer:
+async def bind(path: Path, handle: daemon.Handler) -> asyncio.AbstractServer:
     """Listen on ``path`` (bxcore.daemon: born with the default mode, a stale file replaced,
     peers checked as the daemon checks them)."""
     sock = daemon.bind_unix_socket(path, mode=daemon.DEFAULT_MODE)
-    gated = daemon.gate_peers(path, connection(path, kinds, handle, sends), PeerPolicy(group=None))
+    gated = daemon.gate_peers(path, handle, PeerPolicy(group=None))
     return await asyncio.start_unix_server(gated, sock=sock)
 
 
@@ -31,8 +26,4 @@ async def start(
 ) -> list[asyncio.AbstractServer]:
     """broker.sock and approve.sock for ``broker``."""
     tool_call, approval = handlers(broker)
-    return [
-        await bind(broker_socket, broker_wire.TO_BROKERD, tool_call, broker_wire.FROM_BROKERD),
-        await bind(approve_socket, approval_wire.TO_APPROVE_SOCKET, approval,
-                   approval_wire.FROM_APPROVE_SOCKET),
-    ]
+    return [await bind(broker_socket, tool_call), await bind(approve_socket, approval)]

@@ -19,6 +19,11 @@
         ├── ApprovalExpired     the approval ran out of time before it was answered
         └── NotAnApprover       whoever answered is not on the owner's allowlist
 
+    AuditError, TaintError, CallReused and ApprovalError are also bxcore Refused errors: one that
+    reaches a socket's answer crosses it with its ``code`` (``unavailable``: brokerd's state
+    cannot be written; ``bad_request``; an approval's own codes) and its message
+    (bxcore.daemon.answering). Any other failure there is answered ``internal``.
+
     NotAuthorized           a tool was about to run without a genuine, unused, allowing Decision
                             (a forged, used or refusing one): a bug in brokerd (we did it wrong).
                             Deliberately not a BoxmakerError, so that no handler of expected
@@ -27,7 +32,7 @@
 
 from __future__ import annotations
 
-from bxcore.errors import BoxmakerError, ErrorCode
+from bxcore.errors import BoxmakerError, ErrorCode, Refused
 
 from .labels import Label
 
@@ -48,12 +53,12 @@ class JobError(BrokerError):
     pass
 
 
-class AuditError(BrokerError):
-    pass
+class AuditError(BrokerError, Refused):
+    code = ErrorCode.UNAVAILABLE
 
 
-class TaintError(BrokerError):
-    pass
+class TaintError(BrokerError, Refused):
+    code = ErrorCode.UNAVAILABLE
 
 
 class EgressLogError(BrokerError):
@@ -74,7 +79,7 @@ class FlowRefused(LabelError):
         self.consulted = consulted
 
 
-class ApprovalError(BrokerError):
+class ApprovalError(BrokerError, Refused):
     code = ErrorCode.UNKNOWN_APPROVAL
 
 
@@ -94,5 +99,7 @@ class NotAnApprover(ApprovalError):
     code = ErrorCode.DENIED
 
 
-class CallReused(BrokerError):
+class CallReused(BrokerError, Refused):
     """A tool request's (session, call) was sent before: refused, audited, nothing ran."""
+
+    code = ErrorCode.BAD_REQUEST

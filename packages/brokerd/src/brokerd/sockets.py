@@ -1,6 +1,8 @@
 """The socket shells: ``broker.sock`` (loopd's tool calls) and ``approve.sock`` (local
-``bxctl approve``/``deny``), bound by ``serve``. One connection per request; each frame read takes
-its own timeout; what a call does is calls.py's.
+``bxctl approve``/``deny``), bound by ``serve``. One connection per request, served by
+bxcore.daemon.answering (each frame read takes its own timeout; every failure is mapped to its
+error frame there: brokerd's own errors that carry a code, bxcore Refused, cross with it); what a
+call does is calls.py's.
 
 On approve.sock the approver is whoever the kernel says is connected (SO_PEERCRED), written as
 ``local:<uid>``, or ``local:socket(uid <uid>)`` when ``local:socket`` admits any peer
@@ -13,18 +15,22 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
-import struct
-from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 
 from bxcore import daemon
 from bxcore.config import Config
 from bxcore.config.broker import LOCAL_SOCKET, LOCAL_UID
-from bxcore.daemon import Notifier, listening, run_until_signalled, wait_forever
-from bxcore.errors import BoxmakerError, ErrorCode, FrameError, LocalProtocolError
-from bxcore.frames import Frame, Kinds, error_frame
-from bxcore.framestream import FrameStream, answer_our_bug
+from bxcore.daemon import (
+    Answerer,
+    Connection,
+    Notifier,
+    answering,
+    listening,
+    run_until_signalled,
+    wait_forever,
+)
+from bxcore.errors import FrameError, Refused, RemoteProtocolError
+from bxcore.frames import Frame
 from bxcore.peers import PeerPolicy, overflow_uid
 from bxcore.protocol import approval as approval_wire
 from bxcore.protocol import broker as broker_wire
@@ -33,36 +39,14 @@ from bxcore.tools import ToolRequest
 
 from .approvals import local_approver
 from .calls import Broker
-from .errors import ApprovalError, AuditError, CallReused, TaintError
 from .unfinished import FOUND_AT_START, STOPPED_BEFORE_END, Unfinished
 
 log = logging.getLogger("brokerd.sockets")
 
-REQUEST_TIMEOUT = 30.0  # seconds for a client to send its one request frame
 # Seconds a stop waits for the running calls to be killed and audited: under systemd's
 # default TimeoutStopSec (90 s), so that brokerd, not systemd, decides what happens then.
 STOP_TIMEOUT = 60.0
 RECANCEL_EVERY = 1.0  # seconds between cancellations of a call that has not ended yet
-
-Handler = Callable[[FrameStream, asyncio.StreamWriter], Awaitable[None]]
-
-
-def peer_uid(writer: asyncio.StreamWriter) -> int:
-    sock: socket.socket = writer.get_extra_info("socket")
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
-
-
-async def _read_request(stream: FrameStream) -> Frame | None:
-    """The one request frame, or None after answering a malformed one."""
-    try:
-        return await stream.read(REQUEST_TIMEOUT)
-    except FrameError as exc:
-        with contextlib.suppress(BoxmakerError):
-            await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
-        return None
-    except BoxmakerError:
-        return None
 
 
 class LoopChildren:
@@ -70,121 +54,77 @@ class LoopChildren:
     ``delegate_done`` back (no timeout: the child's turn is as long as its rounds; loopd going
     away ends the wait with StreamClosed)."""
 
-    def __init__(self, stream: FrameStream):
-        self._stream = stream
+    def __init__(self, conn: Connection):
+        self._conn = conn
 
     async def run(self, order: delegate_wire.DelegateRun) -> delegate_wire.DelegateDone:
-        await self._stream.write(Frame.of(delegate_wire.DELEGATE_RUN, order, final=False))
-        frame = await self._stream.read()
+        await self._conn.send(Frame.of(delegate_wire.DELEGATE_RUN, order, final=False))
+        frame = await self._conn.read()
         if frame.kind != delegate_wire.DELEGATE_DONE or not frame.final:
             raise FrameError(f"expected a final {delegate_wire.DELEGATE_DONE!r}, got "
                              f"{frame.kind!r}")
         return frame.parse(delegate_wire.DelegateDone)
 
 
-async def handle_tool_call(broker: Broker, stream: FrameStream) -> None:
-    """One request on broker.sock, answered and audited whatever it holds: a frame that cannot
-    be decoded or is not a tool request is audited as refused, and a failure inside brokerd is
-    answered with an error frame, never a dropped connection."""
-    try:
-        frame = await stream.read(REQUEST_TIMEOUT)
-    except FrameError as exc:
-        await broker.refuse(f"the request frame could not be decoded: {exc}")
-        with contextlib.suppress(BoxmakerError):
-            await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
-        return
-    except BoxmakerError:
-        return  # no request arrived: the peer closed or said nothing
-    try:
-        request = frame.parse(ToolRequest)
-    except FrameError as exc:
-        await broker.refuse(f"not a tool request: {exc}", body=frame.body)
-        await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
-        return
+def tool_call(broker: Broker) -> Answerer:
+    """broker.sock's answer to one tool request, audited whatever it holds: one that is not a
+    tool request is audited as refused (bxcore.daemon.answering answers it, and every failure
+    inside brokerd, with an error frame: never a dropped connection)."""
 
-    async def waiting(body: broker_wire.ToolWaiting) -> None:
-        await stream.write(Frame.of(broker_wire.TOOL_WAITING, body, final=False))
-
-    try:
-        response = await broker.call(request, waiting, LoopChildren(stream))
-    except (AuditError, TaintError) as exc:  # brokerd's state cannot be written (a full disk)
-        log.error("call %s/%s (%s): %s", request.session, request.call, request.tool, exc)
-        await stream.write(error_frame(ErrorCode.UNAVAILABLE, str(exc)))
-        return
-    except CallReused as exc:
-        log.error("call %s/%s (%s): %s", request.session, request.call, request.tool, exc)
-        await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
-        return
-    except Exception as exc:  # anything at all: the caller gets an answer, the log has the trace
-        log.exception("call %s/%s (%s) failed", request.session, request.call, request.tool)
-        await stream.write(error_frame(ErrorCode.INTERNAL, f"brokerd failed the call: "
-                                                           f"{type(exc).__name__}"))
-        return
-    await stream.write(Frame.of(broker_wire.TOOL_RESPONSE, response, final=True))
-
-
-async def handle_approval(broker: Broker, stream: FrameStream, uid: int, overflow: int) -> None:
-    frame = await _read_request(stream)
-    if frame is None:
-        return
-    if frame.kind == approval_wire.APPROVAL_LIST:
-        try:  # the pending calls' arguments are for approvers only
-            local_approver(uid, broker.desk.book.approvers, overflow)
-        except ApprovalError as exc:
-            log.warning("approval list for local:%d refused: %s", uid, exc)
-            await stream.write(error_frame(exc.code, str(exc)))
-            return
-        body = approval_wire.ApprovalPending(approvals=broker.desk.pending())
-        await stream.write(Frame.of(approval_wire.APPROVAL_PENDING, body, final=True))
-        return
-    try:
-        claimed = frame.parse(approval_wire.ApprovalAnswer)
-        by = local_approver(uid, broker.desk.book.approvers, overflow)
-        answer = claimed.model_copy(update={"by": by})
-        ack = broker.desk.answer(answer)
-    except FrameError as exc:
-        await stream.write(error_frame(ErrorCode.BAD_REQUEST, str(exc)))
-        return
-    except ApprovalError as exc:
-        log.warning("approval answer from local:%d refused: %s", uid, exc)
-        await stream.write(error_frame(exc.code, str(exc)))
-        return
-    await stream.write(Frame.of(approval_wire.APPROVAL_ACK, ack, final=True))
-
-
-def connection(path: Path, kinds: Collection[str], handle: Handler, sends: Kinds
-               ) -> daemon.Handler:
-    """One connection: the frame stream around it, closed whatever the handler does."""
-
-    async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        stream = FrameStream(reader, writer, kinds, sends=sends)
+    async def answer(frame: Frame, conn: Connection) -> Frame:
         try:
-            await handle(stream, writer)
-        except LocalProtocolError as exc:  # ours: logged as a bug, the peer told ``internal``
-            await answer_our_bug(stream, exc, log)
-        except BoxmakerError as exc:
-            log.info("connection on %s ended: %s", path.name, exc)
-        finally:
-            await stream.close()
+            request = frame.parse(ToolRequest)
+        except FrameError as exc:
+            await broker.refuse(f"not a tool request: {exc}", body=frame.body)
+            raise Refused(str(exc)) from exc
 
-    return serve_one
+        async def waiting(body: broker_wire.ToolWaiting) -> None:
+            await conn.send(Frame.of(broker_wire.TOOL_WAITING, body, final=False))
+
+        response = await broker.call(request, waiting, LoopChildren(conn))
+        return Frame.of(broker_wire.TOOL_RESPONSE, response, final=True)
+
+    return answer
 
 
-def handlers(broker: Broker, overflow: int | None = None) -> tuple[Handler, Handler]:
-    """(broker.sock's, approve.sock's); ``overflow`` defaults to the kernel's overflow uid."""
+def approval(broker: Broker, overflow: int) -> Answerer:
+    """approve.sock's answer: the pending approvals, or an answer to one, for an approver."""
+
+    async def answer(frame: Frame, conn: Connection) -> Frame:
+        uid = conn.peer().uid
+        if frame.kind == approval_wire.APPROVAL_LIST:
+            local_approver(uid, broker.desk.book.approvers, overflow)  # the arguments: theirs
+            body = approval_wire.ApprovalPending(approvals=broker.desk.pending())
+            return Frame.of(approval_wire.APPROVAL_PENDING, body, final=True)
+        try:
+            claimed = frame.parse(approval_wire.ApprovalAnswer)
+        except FrameError as exc:
+            raise Refused(str(exc)) from exc
+        by = local_approver(uid, broker.desk.book.approvers, overflow)
+        ack = broker.desk.answer(claimed.model_copy(update={"by": by}))
+        return Frame.of(approval_wire.APPROVAL_ACK, ack, final=True)
+
+    return answer
+
+
+def handlers(broker: Broker, overflow: int | None = None) -> tuple[daemon.Handler, daemon.Handler]:
+    """(broker.sock's, approve.sock's); ``overflow`` defaults to the kernel's overflow uid. A
+    broker.sock request that cannot even be read is audited as refused too."""
     overflow = overflow_uid() if overflow is None else overflow
     approvers = broker.desk.book.approvers
     if f"local:{overflow}" in approvers and LOCAL_SOCKET not in approvers:
         log.warning('[broker] approvers lists local:%d, the overflow uid, which names nobody and '
                     'is refused: use "local:socket" and gate approve.sock\'s directory', overflow)
 
-    async def tool_call(stream: FrameStream, _writer: asyncio.StreamWriter) -> None:
-        await handle_tool_call(broker, stream)
+    async def unreadable(exc: RemoteProtocolError) -> None:
+        await broker.refuse(f"the request frame could not be decoded: {exc}")
 
-    async def approval(stream: FrameStream, writer: asyncio.StreamWriter) -> None:
-        await handle_approval(broker, stream, peer_uid(writer), overflow)
-
-    return tool_call, approval
+    return (
+        answering(tool_call(broker), receives=broker_wire.TO_BROKERD,
+                  sends=broker_wire.FROM_BROKERD, log=log, unreadable=unreadable),
+        answering(approval(broker, overflow), receives=approval_wire.TO_APPROVE_SOCKET,
+                  sends=approval_wire.FROM_APPROVE_SOCKET, log=log),
+    )
 
 
 def local_uids(approvers: list[str]) -> frozenset[int]:
@@ -292,12 +232,8 @@ async def serve(broker: Broker, config: Config, source: str | Path = "config",
 
     async def listen() -> None:
         async with contextlib.AsyncExitStack() as stack:
-            tables = ((broker_wire.TO_BROKERD, broker_wire.FROM_BROKERD),
-                      (approval_wire.TO_APPROVE_SOCKET, approval_wire.FROM_APPROVE_SOCKET))
-            for each, group, (kinds, sends), handle in zip(
-                served, groups, tables, handlers(broker), strict=True
-            ):
-                handler = tracked(connection(each.path, kinds, handle, sends), connections)
+            for each, group, handle in zip(served, groups, handlers(broker), strict=True):
+                handler = tracked(handle, connections)
                 # approve.sock also admits the uids its local:<uid> approvers name.
                 extra = local_uids(section_approvers) if each.name == "approve" else frozenset()
                 await stack.enter_async_context(listening(
