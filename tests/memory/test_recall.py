@@ -155,7 +155,9 @@ def test_sessions_above_the_ceiling_are_not_indexed_from_then_on(service, home):
                                    answer("launch secret seen")]))
     assert run(call(service, "recall", {"query": "launch"})) == before
     run(turn(service, home, "s9", [user("launch again"), answer("launch")]))
-    assert run(call(service, "recall", {"query": "launch"}, data_class="secret")) == before
+    as_secret = run(call(service, "recall", {"query": "launch"}, data_class="secret"))
+    assert recalled(as_secret) == recalled(before)  # labelled with what it searched: secret
+    assert as_secret.data_class is DataClass.SECRET
 
 
 def test_a_staging_directory_of_loopd_is_no_session(service, home):

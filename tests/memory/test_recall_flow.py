@@ -1,7 +1,9 @@
 """Recall answers a session from what is at or below its taint, and from nothing else
 (docs/decisions/recall-per-label.md; attack 31e, M1).
 
-The property: two worlds that differ only in documents above the asking session's taint (their
+The property: two worlds that differ only in documents above what the asking session searches
+(its taint, or more when it asks with ``reach`` and ``untrusted``; the answer is then labelled
+with all it searched) (their
 texts, how many, their classes and trust; in sessions of their own, or appended to a session
 after the point where it rose above the asker) give that session the same recall answer for
 every query and k: the same hits in the same order with the same scores, the same emptiness,
@@ -83,7 +85,11 @@ def records_of(items: list[Any]) -> list[Any]:
 
 @st.composite
 def worlds(draw: st.DrawFn) -> dict[str, Any]:
-    asker = draw(st.sampled_from(LABELS))
+    taint = draw(st.sampled_from(LABELS))
+    # What it asks to search beyond its taint (recall's reach and untrusted), if anything.
+    reach = draw(st.none() | st.sampled_from(CLASSES))
+    wider = draw(st.booleans())
+    asker = (max(taint[0], reach or DataClass.PUBLIC), taint[1] or wider)  # what is searched
     low = [label for label in LABELS if at_or_below(label, asker)]
     high = [label for label in LABELS if not at_or_below(label, asker)]
 
@@ -117,8 +123,9 @@ def worlds(draw: st.DrawFn) -> dict[str, Any]:
     queries = draw(st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3)
                                       .map(" ".join), st.integers(1, 12)),
                             min_size=1, max_size=4))
-    return dict(asker=asker, base=base, base_notes=base_notes, extra=extra, tails=tails,
-                extra_notes=extra_notes, order=order, queries=queries)
+    return dict(asker=asker, taint=taint, reach=reach, wider=wider, base=base,
+                base_notes=base_notes, extra=extra, tails=tails, extra_notes=extra_notes,
+                order=order, queries=queries)
 
 
 def fixed_clock() -> str:
@@ -155,12 +162,14 @@ async def build_world(home: Path, world: dict[str, Any], with_extra: bool) -> An
 
 
 async def answers(service: Any, world: dict[str, Any]) -> list[Any]:
-    data_class, untrusted = world["asker"]
-    taint = SessionTaint(data_class, untrusted)
+    data_class, untrusted = world["taint"]
+    taint = SessionTaint(*world["asker"])
+    asks = ({"reach": world["reach"].value} if world["reach"] else {}) | (
+        {"untrusted": True} if world["wider"] else {})
     out = []
     for query, k in world["queries"]:
-        response = await call(service, "recall", {"query": query, "k": k}, session="asker",
-                              data_class=data_class.value, untrusted=untrusted)
+        response = await call(service, "recall", {"query": query, "k": k, **asks},
+                              session="asker", data_class=data_class.value, untrusted=untrusted)
         rows = service.index.search(query, k, taint)
         out.append((response, [(r.origin, r.score, r.data_class, r.untrusted) for r in rows]))
     return out
@@ -182,8 +191,8 @@ def test_what_is_above_the_asker_never_changes_its_recall(tmp_path_factory, worl
 
     alone, beside_higher = asyncio.run(both())
     assert beside_higher == alone
-    for response, _ in alone:
-        assert at_or_below((response.data_class, response.untrusted), world["asker"])
+    for response, _ in alone:  # labelled with all it searched: the taint, or its reach
+        assert (response.data_class, response.untrusted) == world["asker"], response
 
 
 def test_attack_31e_m1_two_public_notes_beside_private_ones(tmp_path):

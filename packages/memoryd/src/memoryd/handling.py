@@ -14,7 +14,7 @@ from bxcore.config import Config
 from bxcore.errors import BoxmakerError, FrameError, Refused
 from bxcore.frames import describe_validation
 from bxcore.protocol import memory as proto
-from bxcore.tools import ToolResponse, plain_response
+from bxcore.tools import DataClass, ToolResponse, plain_response
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import HonchoError, MemorydError, TaintRefused, WriteRefused
@@ -135,9 +135,12 @@ class MemoryService:
 
     def _recall(self, args: proto.RecallArgs, caller: Caller) -> ToolResponse:
         self.catch_up()
-        hits = self.retriever.recall(args.query, min(args.k, self.settings.recall_max_k),
-                                     SessionTaint(caller.data_class, caller.untrusted))
-        return recall_response(hits)
+        # What is searched: the session's taint, or more if it asks (``reach``); the answer
+        # depends on all of it, so it is labelled so.
+        searched = SessionTaint(max(caller.data_class, args.reach or DataClass.PUBLIC),
+                                caller.untrusted or args.untrusted)
+        hits = self.retriever.recall(args.query, min(args.k, self.settings.recall_max_k), searched)
+        return recall_response(hits, searched)
 
     def _write(self, args: proto.MemoryArgs, caller: Caller) -> ToolResponse:
         try:

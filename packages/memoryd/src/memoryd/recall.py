@@ -70,8 +70,9 @@ def cap(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def recall_response(hits: Sequence[Hit]) -> ToolResponse:
-    """The tool result: JSON, so a snippet can never pass itself off as a label."""
+def recall_response(hits: Sequence[Hit], searched: SessionTaint) -> ToolResponse:
+    """The tool result: JSON, so a snippet can never pass itself off as a label. Labelled with
+    what was ``searched``: which hits came back, and whether any, depends on all of it."""
     body = {
         "note": PREFACE,
         "results": [
@@ -80,8 +81,10 @@ def recall_response(hits: Sequence[Hit]) -> ToolResponse:
             for h in hits
         ],
     }
-    data_class = max((h.data_class for h in hits), default=DataClass.PUBLIC)
+    data_class = max((h.data_class for h in hits), default=searched.data_class)
     return ToolResponse.model_validate({
-        "status": "ok", "content": canonical_text(body), "class": data_class,
-        "untrusted": any(h.source == "memory-tainted" for h in hits), "truncated": False,
+        "status": "ok", "content": canonical_text(body),
+        "class": max(data_class, searched.data_class),
+        "untrusted": searched.untrusted or any(h.source == "memory-tainted" for h in hits),
+        "truncated": False,
     })
