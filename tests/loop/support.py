@@ -9,13 +9,16 @@ what the slot held after the previous completion, unless a reply says otherwise.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bxcore.chat import FunctionCall, ToolCall, ToolSchema
-from bxcore.protocol.loop import TurnEventBody
+from bxcore.frames import Frame, error_frame
+from bxcore.protocol import loop as wire
+from bxcore.protocol.loop import TurnDone, TurnEventBody
 from loopd.baseline import Baseline
+from loopd.errors import LoopError
 from loopd.inference.api import ChatRequest, Completion, EventSink
 from loopd.store import Session, SessionStore
 from loopd.tools import Registry, ToolRunner
@@ -132,3 +135,13 @@ def record_types(session: Session) -> list[str]:
 def registry_json(schemas: Sequence[ToolSchema]) -> str:
     """A registry file's text for ``schemas``, as ``bx-tool schemas`` writes one."""
     return json.dumps([s.model_dump(mode="json") for s in schemas], indent=2) + "\n"
+
+
+async def final_frame(turn: Awaitable[TurnDone]) -> Frame:
+    """A turn's outcome as loop.sock's final frame: its ``turn_done``, or the ``error`` a
+    LoopError (a bxcore Refused) crosses as (bxcore.daemon.answering). Anything else raises."""
+    try:
+        done = await turn
+    except LoopError as exc:
+        return error_frame(exc.code, str(exc))
+    return Frame.of(wire.TURN_DONE, done, final=True)

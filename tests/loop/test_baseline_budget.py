@@ -37,7 +37,7 @@ from loopd.memory import IdentityFiles
 from loopd.sessions import Sessions
 from loopd.store import SessionStore
 
-from .support import Events, ScriptedInference, fake_registry, make_loop, say
+from .support import Events, ScriptedInference, fake_registry, final_frame, make_loop, say
 
 SYSTEM = "Be brief and careful."
 FILES = ("soul.md", "memory.md", "user.md")
@@ -124,8 +124,8 @@ def test_a_new_session_over_the_budget_is_refused_naming_each_part(sizes, limit)
             files = write_identity(home, sizes)
             sessions = server(home, limit, counter, [say("Hi.")])
             total = await counted(home, counter)
-            final = await sessions.run(Turn(session="s1", content="hello", resume=False),
-                                       Events())
+            hello = Turn(session="s1", content="hello", resume=False)
+            final = await final_frame(sessions.run(hello, Events()))
             if total <= limit:
                 assert final.kind == "turn_done", final.body
                 return
@@ -150,15 +150,16 @@ def test_a_memory_edit_over_the_budget_refuses_the_next_epoch_until_it_is_short_
             sessions = server(home, limit, counter,
                               [say("One."), say("Two."), say("Summary."), say("Three.")])
             first = Turn(session="s1", content="1", resume=False)
-            assert (await sessions.run(first, Events())).kind == "turn_done"
+            assert (await final_frame(sessions.run(first, Events()))).kind == "turn_done"
             second = Turn(session="s1", content="2", resume=True)
             # After it the slot is over compact_at_tokens: compaction is due.
-            assert (await sessions.run(second, Events())).kind == "turn_done"
+            assert (await final_frame(sessions.run(second, Events()))).kind == "turn_done"
             # A memory edit: memory.md gets `grown` bytes, the budget's room plus the 2 of the
             # blank line before it.
             files["memory.md"] = "m" * grown
             (home / "memory.md").write_text(files["memory.md"])
-            refused = await sessions.run(Turn(session="s1", content="3", resume=True), Events())
+            third = Turn(session="s1", content="3", resume=True)
+            refused = await final_frame(sessions.run(third, Events()))
             assert refused.kind == "error", refused.body
             assert f"session s1 epoch 1: the baseline is {limit + 2:,} tokens" \
                 in refused.body["message"]
@@ -166,7 +167,7 @@ def test_a_memory_edit_over_the_budget_refuses_the_next_epoch_until_it_is_short_
             closed = SessionStore(home).open("s1")
             assert closed.epoch == 0 and closed.closed  # compacted; its next epoch not begun
             (home / "memory.md").write_text("")
-            done = await sessions.run(Turn(session="s1", content="3", resume=True), Events())
+            done = await final_frame(sessions.run(third, Events()))
             assert done.kind == "turn_done" and done.body["content"] == "Three."
             assert SessionStore(home).open("s1").epoch == 1
 
@@ -178,7 +179,8 @@ def test_a_server_that_cannot_count_refuses_the_session_as_unavailable(tmp_path)
         counter = ByteTokens()
         counter.down = True
         sessions = server(tmp_path, 10_000, counter, [say("Hi.")])
-        final = await sessions.run(Turn(session="s1", content="hello", resume=False), Events())
+        hello = Turn(session="s1", content="hello", resume=False)
+        final = await final_frame(sessions.run(hello, Events()))
         assert final.kind == "error" and final.body["code"] == "unavailable"
         assert "cannot be counted by the model server" in final.body["message"]
         assert not SessionStore(tmp_path).exists("s1")
@@ -226,8 +228,8 @@ def test_model_written_files_over_the_budget_are_withheld_not_refused(sizes, lim
             least = await least_with_withholding(built, counter)
             sessions = Sessions(store=SessionStore(home), loop=make_loop(ScriptedInference(
                 [say("Hi.")])), new_baseline=built, slots=SlotSection(), memory=built.memory)
-            final = await sessions.run(Turn(session="s1", content="hello", resume=False),
-                                       Events())
+            hello = Turn(session="s1", content="hello", resume=False)
+            final = await final_frame(sessions.run(hello, Events()))
             if least > limit:  # over whatever is withheld: what the owner wrote is too long
                 assert final.kind == "error", final.body
                 assert "over [inference] baseline_budget" in final.body["message"]

@@ -15,6 +15,7 @@ from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Content, Progress, Turn
+from loopd.errors import LoopError, SessionExists
 from loopd.inference.errors import ServerStreamError, SessionFull
 from loopd.sessions import Sessions
 from loopd.sockets import handler
@@ -176,15 +177,21 @@ async def test_a_busy_session_is_refused_at_once_while_others_run(tmp_path):
 
 
 async def test_the_lock_is_released_before_the_final_frame(tmp_path):
-    """run() gives back the final frame with the session already free, so a channel that
-    sends its next turn on reading that frame is never refused."""
+    """run() gives back the answer, or raises, with the session already free, so a channel
+    that sends its next turn on reading the final frame is never refused."""
     server = make_server(tmp_path, ScriptedInference([say("a"), SessionFull("x"), say("c")]))
-    assert (await server.run(turn(), Events())).kind == "turn_done"
-    assert (await server.run(turn(resume=True), Events())).body["code"] == "session_full"
-    assert (await server.run(turn(resume=True), Events())).kind == "turn_done"
-    assert (await server.run(turn(), Events())).body["code"] == "session_exists"
-    # A failure nobody foresaw (here: the script ran out) still gets a final frame.
-    assert (await server.run(turn(resume=True), Events())).body["code"] == "internal"
+    await server.run(turn(), Events())
+    with pytest.raises(LoopError) as ended:
+        await server.run(turn(resume=True), Events())
+    assert ended.value.code is ErrorCode.SESSION_FULL
+    await server.run(turn(resume=True), Events())
+    with pytest.raises(SessionExists):
+        await server.run(turn(), Events())
+    # A failure nobody foresaw (here: the script ran out) leaves the session free too: the
+    # next turn fails the same way, not as session_busy.
+    for _ in range(2):
+        with pytest.raises(AssertionError, match="more completions than the script has"):
+            await server.run(turn(resume=True), Events())
 
 
 async def test_a_kept_session_is_reread_when_its_log_changed(tmp_path):
@@ -217,9 +224,7 @@ async def test_a_channel_that_leaves_mid_turn_does_not_cut_the_turn(tmp_path):
 async def test_a_turn_without_thinking_asks_every_completion_not_to_think(tmp_path):
     inference = ScriptedInference([call(("clock", "{}")), say("Noon."), say("Later.")])
     server = make_server(tmp_path, inference)
-    done = await server.run(turn().model_copy(update={"thinking": False}), Events())
-    assert done.kind == "turn_done"
+    await server.run(turn().model_copy(update={"thinking": False}), Events())
     assert [r.thinking for r in inference.requests] == [False, False]
-    following = await server.run(turn(resume=True), Events())
-    assert following.kind == "turn_done"
+    await server.run(turn(resume=True), Events())
     assert inference.requests[-1].thinking is True  # the switch holds for its own turn only

@@ -33,6 +33,7 @@ from .support import (
     ScriptedInference,
     call,
     fake_registry,
+    final_frame,
     make_loop,
     say,
 )
@@ -87,11 +88,11 @@ async def test_a_full_slot_compacts_before_the_next_turn_into_a_new_epoch(tmp_pa
     inference = ScriptedInference([say("One."), say("Two."), say("We said one and two."),
                                    say("Three.")])
     server = make_server(tmp_path, inference, memory, limit=30)
-    assert (await server.run(turn("1", resume=False), Events())).kind == "turn_done"  # 15
-    assert (await server.run(turn("2"), Events())).kind == "turn_done"  # 30: at the limit
+    await server.run(turn("1", resume=False), Events())  # 15
+    await server.run(turn("2"), Events())  # 30: at the limit
     memory.text = "## soul.md\nCalm.\n\n## memory.md\nThe CI runs on Fridays."
     done = await server.run(turn("3"), Events())
-    assert done.kind == "turn_done" and done.body["content"] == "Three."
+    assert done.content == "Three."
 
     old = SessionStore(tmp_path).open  # the closed epoch, read from its own files:
     directory = tmp_path / "sessions" / "s1"
@@ -135,7 +136,7 @@ async def test_a_failed_compaction_appends_nothing_and_the_turn_runs_in_the_old_
     server = make_server(tmp_path, inference, ScriptedMemory(), limit=10)
     await server.run(turn("1", resume=False), Events())
     done = await server.run(turn("2"), Events())
-    assert done.kind == "turn_done" and done.body["content"] == "Two."
+    assert done.content == "Two."
     session = SessionStore(tmp_path).open("s1")
     assert session.epoch == 0
     assert types(session) == ["session_start", "user", "assistant", "usage", "user",
@@ -160,7 +161,7 @@ async def test_a_model_that_writes_no_summary_still_closes_the_epoch_with_a_noti
     for content in ("alpha", "beta", "gamma", long):
         await server.run(turn(content, resume=content != "alpha"), Events())
     done = await server.run(turn("delta"), Events())
-    assert done.kind == "turn_done" and done.body["content"] == "Five."
+    assert done.content == "Five."
 
     current = SessionStore(tmp_path).open("s1")
     assert current.epoch == 1
@@ -180,7 +181,7 @@ async def test_memoryd_unreachable_at_session_start_refuses_the_turn_and_writes_
     tmp_path
 ):
     server = make_server(tmp_path, ScriptedInference([]), ScriptedMemory(down=True))
-    refused = await server.run(turn("1", resume=False), Events())
+    refused = await final_frame(server.run(turn("1", resume=False), Events()))
     assert refused.body["code"] == "unavailable"
     assert "memoryd" in refused.body["message"]
     assert not SessionStore(tmp_path).exists("s1")
@@ -194,7 +195,7 @@ async def test_memoryd_unreachable_at_epoch_start_leaves_the_epoch_closed_until_
     server = make_server(tmp_path, inference, memory, limit=10)
     await server.run(turn("1", resume=False), Events())
     memory.down = True
-    refused = await server.run(turn("2"), Events())
+    refused = await final_frame(server.run(turn("2"), Events()))
     assert refused.body["code"] == "unavailable"
     closed = SessionStore(tmp_path).open("s1")
     assert closed.epoch == 0 and closed.closed and types(closed)[-1] == "epoch_end"
@@ -206,7 +207,7 @@ async def test_memoryd_unreachable_at_epoch_start_leaves_the_epoch_closed_until_
     (tmp_path / "sessions" / "s1" / "1.baseline.json").write_text("half written")
     restarted = make_server(tmp_path, inference, memory, limit=10)  # a loopd restart, too
     done = await restarted.run(turn("2"), Events())
-    assert done.body["content"] == "Two."
+    assert done.content == "Two."
     assert len(inference.requests) == 3  # no second summary was asked for
     current = SessionStore(tmp_path).open("s1")
     assert current.epoch == 1 and current.baseline.summary == "Summary."
@@ -242,7 +243,7 @@ async def test_every_finished_turn_and_compaction_is_reported_with_its_first_lin
     await server.run(turn("1", resume=False), Events())
     await server.run(turn("2"), Events())
     server.epochs = EpochSettings()  # no more compaction: the next turn fails in epoch 1
-    assert (await server.run(turn("3"), Events())).body["code"] == "unavailable"
+    assert (await final_frame(server.run(turn("3"), Events()))).body["code"] == "unavailable"
     assert memory.reports == [
         ("s1", 0, 2, ["user", "assistant", "usage"]),
         ("s1", 0, 5, ["user", "assistant", "usage", "epoch_end"]),

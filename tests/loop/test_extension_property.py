@@ -32,7 +32,7 @@ from loopd.turn import Loop, TurnSettings
 from support.fake_tools import FakeTools
 
 from .caching_server import CachingServer, Planned
-from .support import FIXED_TIME, Events, fixed_baselines
+from .support import FIXED_TIME, Events, final_frame, fixed_baselines
 
 CAP = 200
 
@@ -83,9 +83,9 @@ async def converse(home, plans) -> CachingServer:
                 loop, client = loop_server(home, server)
             loop.epochs = EpochSettings(compact_at_tokens=1 if compact else None)
             server.script = [*rounds, answer]
-            final = await loop.run(
+            final = await final_frame(loop.run(
                 Turn(session="prop", content=text, resume=number > 0), Events()
-            )
+            ))
             assert final.kind == "turn_done" or final.body["code"] == "turn_limit", final.body
     finally:
         await client.aclose()

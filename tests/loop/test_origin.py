@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 from bxcore.config.inference import InferenceSection
+from bxcore.errors import ErrorCode
 from bxcore.frames import Frame
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
 from bxcore.records import User
+from loopd.errors import AlreadyTaken, TurnEnded
 from loopd.inference.request import request_body
 from loopd.replay import messages
 from loopd.store import SessionStore
@@ -64,13 +67,12 @@ async def test_a_resend_while_the_first_turn_runs_is_session_busy_then_its_answe
 async def test_a_new_origin_runs_and_no_origin_runs_every_time(tmp_path):
     inference = ScriptedInference([say("a"), say("b"), say("c"), say("d")])
     server = make_server(tmp_path, inference)
-    assert (await server.run(turn("one"), Events())).body["content"] == "a"
+    assert (await server.run(turn("one"), Events())).content == "a"
     other = "mattermost:0000000000000000000000000b"
-    assert (await server.run(turn("two", resume=True, origin=other), Events())
-            ).body["content"] == "b"
+    assert (await server.run(turn("two", resume=True, origin=other), Events())).content == "b"
     for expected in ("c", "d"):  # bxctl chat: no origin, no deduplication
         done = await server.run(turn("three", resume=True, origin=None), Events())
-        assert done.body["content"] == expected
+        assert done.content == expected
     assert [(u.content, u.origin) for u in user_records(tmp_path)] == [
         ("one", POST), ("two", other), ("three", None), ("three", None)]
 
@@ -78,10 +80,13 @@ async def test_a_new_origin_runs_and_no_origin_runs_every_time(tmp_path):
 async def test_a_taken_turn_that_ended_without_an_answer_is_not_run_twice(tmp_path):
     server = make_server(tmp_path, ScriptedInference([call(("clock", '{"a":1}'))]),
                          tool_iterations=1)
-    assert (await server.run(turn(), Events())).body["code"] == "turn_limit"
-    again = await server.run(turn(resume=True), Events())
-    assert again.kind == wire.ERROR and again.body["code"] == "bad_request"
-    assert f"the turn from {POST} was already taken (log line 2)" in again.body["message"]
+    with pytest.raises(TurnEnded) as ended:
+        await server.run(turn(), Events())
+    assert ended.value.code is ErrorCode.TURN_LIMIT
+    taken = re.escape(f"the turn from {POST} was already taken (log line 2)")
+    with pytest.raises(AlreadyTaken, match=taken) as again:
+        await server.run(turn(resume=True), Events())
+    assert again.value.code is ErrorCode.BAD_REQUEST
     assert len(user_records(tmp_path)) == 1
 
 

@@ -32,7 +32,7 @@ from support.fake_tools import FakeTools
 from support.llama import QWEN, nonce, start_single
 
 from .memoryd_process import running_memoryd
-from .support import Events
+from .support import Events, final_frame
 
 pytestmark = [pytest.mark.real_server, pytest.mark.anyio]
 
@@ -91,10 +91,10 @@ async def test_an_epoch_change_on_the_real_server():
             )
 
             async def say(text: str, resume: bool = True) -> None:
-                final = await server.run(
+                final = await final_frame(server.run(
                     Turn(session=SESSION, content=text, resume=resume, tool_choice=["none"]),
                     Events(),
-                )
+                ))
                 assert final.kind == "turn_done", final.body
 
             try:

@@ -49,7 +49,7 @@ from support.llama import LlamaServer, llama_router, nonce
 
 from .memoryd_process import Memoryd, running_memoryd
 from .realistic_proxy import RealisticProxy
-from .support import FIXED_TIME, Events, fake_registry
+from .support import FIXED_TIME, Events, fake_registry, final_frame
 
 __all__ = ["llama_router"]
 pytestmark = pytest.mark.real_server
@@ -144,8 +144,9 @@ def steps(server: LlamaServer, memoryd: Memoryd, home: Path, budget: int,
                                                      room_tokens=CONTEXT - COMPACT_AT))
 
             async def turn(served: Sessions, name: str, content: str, resume: bool) -> None:
-                final = await served.run(Turn(session=name, content=content, resume=resume,
-                                              tool_choice=["none"] * 8), Events())
+                asked = Turn(session=name, content=content, resume=resume,
+                             tool_choice=["none"] * 8)
+                final = await final_frame(served.run(asked, Events()))
                 outcomes.append(f"{final.kind} {final.body if final.kind != 'turn_done' else ''}")
 
             if text is not None:

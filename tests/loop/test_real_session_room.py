@@ -40,7 +40,7 @@ from loopd.store import SessionStore
 from support.llama import LlamaServer, llama_router, nonce
 
 from .realistic_proxy import RealisticProxy
-from .support import Events, fake_registry, make_loop
+from .support import Events, fake_registry, final_frame, make_loop
 
 __all__ = ["llama_router"]
 pytestmark = pytest.mark.real_server
@@ -91,8 +91,9 @@ def turns(home: Path, server: LlamaServer, session: str,
                                 new_baseline=_baseline, slots=SlotSection(), epochs=EPOCHS)
             for content, resume, calls in plan:
                 proxy.calls = calls
-                final = await sessions.run(Turn(session=session, content=content, resume=resume,
-                                                tool_choice=["none"] * 8), Events())
+                asked = Turn(session=session, content=content, resume=resume,
+                             tool_choice=["none"] * 8)
+                final = await final_frame(sessions.run(asked, Events()))
                 outcomes.append(f"{final.kind} {final.body if final.kind != 'turn_done' else ''}")
                 if proxy.impossible:
                     break

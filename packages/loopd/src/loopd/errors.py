@@ -5,6 +5,8 @@
     │   ├── NoSuchSession       resume of a session that does not exist
     │   ├── SessionExists       a new session with an id that is taken
     │   ├── SessionBusy         another turn of this session is running
+    │   ├── AlreadyTaken        a resent turn (its origin is in the log) that ended without an
+    │   │                       answer: not run twice (code bad_request)
     │   ├── EpochClosed         an append to an epoch whose log ends with epoch_end (a bug)
     │   └── CorruptSession      a file of the session is unreadable or invalid; names file and line
     │       └── TornLog         the log's last line is incomplete (a write was cut short)
@@ -21,15 +23,16 @@
     └── IllegalTransition       a bug: the turn loop asked its state machine for a move the table
                                 does not allow (we did it wrong)
 
-Every one of them crosses loop.sock as a WireError whose code is the error's ``code``.
+Every one is a bxcore Refused: it crosses loop.sock as a WireError whose code is the error's
+``code``, with its message (bxcore.daemon.answering; ``internal`` ones are logged as loopd's).
 """
 
 from __future__ import annotations
 
-from bxcore.errors import BoxmakerError, ErrorCode
+from bxcore.errors import ErrorCode, Refused
 
 
-class LoopError(BoxmakerError):
+class LoopError(Refused):
     code = ErrorCode.INTERNAL
 
 
@@ -47,6 +50,10 @@ class SessionExists(SessionError):
 
 class SessionBusy(SessionError):
     code = ErrorCode.SESSION_BUSY
+
+
+class AlreadyTaken(SessionError):
+    code = ErrorCode.BAD_REQUEST
 
 
 class EpochClosed(SessionError):

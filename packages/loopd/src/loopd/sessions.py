@@ -1,10 +1,12 @@
-"""The sessions loopd serves: one turn at a time each, its final frame whatever happens
-(docs/design.md, "The channel protocol"). sockets.py reads the channel's ``turn`` and writes
-what ``Sessions.run`` answers; a subagent's turn (subagents.py) comes here too, with no socket.
+"""The sessions loopd serves: one turn at a time each (docs/design.md, "The channel protocol").
+``Sessions.run`` returns the turn's ``TurnDone`` or raises: a LoopError (a bxcore Refused) with
+the wire code the channel is answered with, or any other exception, a failure answered
+``internal``; sockets.py reads the channel's ``turn`` and bxcore.daemon.answering writes the
+answer either way. A subagent's turn (subagents.py) comes here too, with no socket.
 
-A registry of per-session locks answers a second turn on a busy session with ``session_busy`` at
-once; the lock is released before the final frame is returned, whichever frame that is, so a
-channel that sends its next turn on reading it is never refused.
+A registry of per-session locks refuses a second turn on a busy session (SessionBusy,
+``session_busy``) at once; the lock is released before the answer or the error leaves ``run``,
+so a channel that sends its next turn on reading the final frame is never refused.
 
 Open sessions are kept (their records mirror the log) so a turn does not re-read its log. Before
 a kept session is used its log's size is checked; a log that changed under it is read again.
@@ -16,7 +18,7 @@ the background, so the final frame never waits for memoryd.
 
 A turn whose ``origin`` the session's log already holds (a channel's resend, origins.py) is not
 run again: it is answered, inside the lock and before any compaction, with the earlier turn's
-``turn_done``, or ``bad_request`` if that turn ended without an answer.
+``turn_done``, or refused (AlreadyTaken, ``bad_request``) if that turn ended without an answer.
 
 A new session, and each new epoch, records the serving settings it begins under (``serving``,
 read from the server; docs/design.md) beside its logs, so the self-test and ``bxctl
@@ -31,8 +33,6 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from bxcore.config.inference import SlotSection
-from bxcore.errors import ErrorCode
-from bxcore.frames import Frame, error_frame
 from bxcore.logs import fields
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
@@ -45,7 +45,7 @@ from .epochs import (
     needs_compaction,
     open_epoch,
 )
-from .errors import LoopError, SessionBusy, SessionExists
+from .errors import AlreadyTaken, SessionBusy, SessionExists
 from .inference.api import EventSink
 from .inference.errors import InferenceError
 from .inference.serving import ServingSettings
@@ -79,12 +79,13 @@ class Sessions:
         self._kept_max = kept_sessions
         self._serving = serving
 
-    async def run(self, turn: Turn, events: EventSink, *, rounds: int | None = None) -> Frame:
-        """The final frame for one turn. The session's lock is held only inside. ``rounds``
-        lowers the turn's limit of tool rounds (a subagent's task may ask for fewer)."""
+    async def run(self, turn: Turn, events: EventSink, *, rounds: int | None = None
+                  ) -> wire.TurnDone:
+        """One turn's answer (or its error, module docstring). The session's lock is held only
+        inside. ``rounds`` lowers the turn's limit of tool rounds (a subagent's task may ask
+        for fewer)."""
         if turn.session in self._busy:
-            busy = SessionBusy(f"session {turn.session} is running a turn")
-            return error_frame(busy.code, str(busy))
+            raise SessionBusy(f"session {turn.session} is running a turn")
         self._busy.add(turn.session)
         try:
             return await self._run_locked(turn, events, self._loop_with(rounds))
@@ -98,30 +99,25 @@ class Sessions:
         return dataclasses.replace(
             self.loop, settings=dataclasses.replace(self.loop.settings, tool_iterations=rounds))
 
-    async def _run_locked(self, turn: Turn, events: EventSink, loop: Loop) -> Frame:
+    async def _run_locked(self, turn: Turn, events: EventSink, loop: Loop) -> wire.TurnDone:
         try:
             session = await self._session_for(turn)
             earlier = taken(session.records, turn.origin) if turn.origin is not None else None
             if earlier is not None:  # before compaction could move its turn out of this epoch
-                return _taken_frame(turn, earlier, answer_taint(session))
+                return _taken_answer(turn, earlier, answer_taint(session))
             session = await self._current_epoch(session, events)
             done = await self._turn(session, turn, events, loop)
-        except LoopError as exc:
-            if not isinstance(exc, SessionBusy | SessionExists):
-                self._kept.pop(turn.session, None)
-            if exc.code is ErrorCode.INTERNAL:
-                log.error("session %s: %s", turn.session, exc, extra=fields(session=turn.session))
-            return error_frame(exc.code, str(exc))
-        except Exception as exc:  # a bug or a disk failure: the channel still gets its answer
+        except (SessionBusy, SessionExists, AlreadyTaken):
+            raise
+        except Exception as exc:  # what was kept of the session may no longer be its files
             self._kept.pop(turn.session, None)
-            log.exception("session %s: the turn failed", turn.session,
-                          extra=fields(session=turn.session))
-            return error_frame(ErrorCode.INTERNAL, f"session {turn.session}: {exc}")
+            exc.add_note(f"session {turn.session}")  # for the traceback a failure is logged with
+            raise
         log.info("session %s: turn done in epoch %d: %d prompt tokens, %d of them from the "
                  "cache, %d generated", session.id, session.epoch, done.usage.prompt_n,
                  done.usage.cache_n, done.usage.predicted_n,
                  extra=fields(session=session.id, epoch=session.epoch))
-        return Frame.of(wire.TURN_DONE, done, final=True)
+        return done
 
     async def _turn(self, session: Session, turn: Turn, events: EventSink, loop: Loop
                     ) -> wire.TurnDone:
@@ -210,16 +206,13 @@ class Sessions:
             self._kept.popitem(last=False)
 
 
-def _taken_frame(turn: Turn, earlier: Taken, taint: wire.AnswerTaint) -> Frame:
+def _taken_answer(turn: Turn, earlier: Taken, taint: wire.AnswerTaint) -> wire.TurnDone:
     """A resent turn is not run again: its earlier answer (with the session's taint now, never
-    less than then), or an error saying it has none."""
+    less than then), or AlreadyTaken saying it has none."""
     log.info("session %s: origin %s was taken at line %d; not run again",
              turn.session, turn.origin, earlier.line, extra=fields(session=turn.session))
-    if earlier.answer is not None:
-        answer = earlier.answer.model_copy(update={"taint": taint})
-        return Frame.of(wire.TURN_DONE, answer, final=True)
-    return error_frame(
-        ErrorCode.BAD_REQUEST,
-        f"session {turn.session}: the turn from {turn.origin} was already taken (log line "
-        f"{earlier.line}) and ended without an answer; it is not run twice",
-    )
+    if earlier.answer is None:
+        raise AlreadyTaken(
+            f"session {turn.session}: the turn from {turn.origin} was already taken (log line "
+            f"{earlier.line}) and ended without an answer; it is not run twice")
+    return earlier.answer.model_copy(update={"taint": taint})

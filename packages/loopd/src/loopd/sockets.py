@@ -1,8 +1,8 @@
 """loop.sock: channels drive turns, one connection per turn (docs/design.md, channel protocol).
 
 The channel sends one ``turn``; loopd answers with ``turn_event`` frames in order and one final
-frame, ``turn_done`` or ``error`` (sessions.py decides which). Each connection is its own asyncio
-task.
+frame, ``turn_done`` or ``error`` (sessions.py's answer or error, mapped by
+bxcore.daemon.answering). Each connection is its own asyncio task.
 
 ``serve`` orders the start for channels: a stale socket file is removed first, so while the
 self-test runs a client sees "not running" rather than "connection refused"; the socket is bound
@@ -19,16 +19,17 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from bxcore.daemon import (
+    Connection,
     Handler,
     Notifier,
+    answering,
     listening,
     remove_stale_socket,
     run_until_signalled,
     wait_forever,
 )
-from bxcore.errors import ErrorCode, FrameError, LocalProtocolError, StreamEnded, StreamTimeout
-from bxcore.frames import Frame, error_frame
-from bxcore.framestream import FrameStream, answer_our_bug
+from bxcore.errors import LocalProtocolError, StreamEnded, StreamTimeout
+from bxcore.frames import Frame
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnEvent, TurnEventBody
 
@@ -104,39 +105,23 @@ async def run(
 
 
 def handler(sessions: Sessions) -> Handler:
-    """loop.sock's connection handler: read the channel's turn, run it, answer."""
+    """loop.sock's connection handler: read the channel's turn, run it, answer (or its error:
+    bxcore.daemon.answering)."""
 
-    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        stream = FrameStream(reader, writer, wire.TO_LOOPD, sends=wire.FROM_LOOPD)
-        try:
-            final = await _answer(sessions, stream)
-            await stream.write(final)
-        except LocalProtocolError as exc:  # ours: logged as a bug, the channel told ``internal``
-            await answer_our_bug(stream, exc, log)
-        except (StreamEnded, StreamTimeout) as exc:
-            log.info("channel went away: %s", exc)
-        finally:
-            await stream.close()
+    async def answer(frame: Frame, conn: Connection) -> Frame:
+        done = await sessions.run(frame.parse(Turn), _Channel(conn).send)
+        return Frame.of(wire.TURN_DONE, done, final=True)
 
-    return connection
-
-
-async def _answer(sessions: Sessions, stream: FrameStream) -> Frame:
-    try:
-        frame = await stream.read(timeout=TURN_READ_TIMEOUT)
-        turn = frame.parse(Turn)
-    except FrameError as exc:
-        return error_frame(ErrorCode.BAD_FRAME, str(exc))
-    channel = _Channel(stream)
-    return await sessions.run(turn, channel.send)
+    return answering(answer, receives=wire.TO_LOOPD, sends=wire.FROM_LOOPD, log=log,
+                     timeout=TURN_READ_TIMEOUT)
 
 
 class _Channel:
     """Events to one channel. A channel that went away gets no more events; its turn runs on,
     so what it appended is whole."""
 
-    def __init__(self, stream: FrameStream):
-        self._stream = stream
+    def __init__(self, conn: Connection):
+        self._conn = conn
         self._gone = False
 
     async def send(self, event: TurnEventBody) -> None:
@@ -144,7 +129,7 @@ class _Channel:
             return
         frame = Frame.of(wire.TURN_EVENT, TurnEvent(event=event), final=False)
         try:
-            await self._stream.write(frame, timeout=EVENT_WRITE_TIMEOUT)
+            await self._conn.send(frame, timeout=EVENT_WRITE_TIMEOUT)
         except LocalProtocolError as exc:  # ours, not the channel's: the turn runs on
             log.error("our bug, not the channel's: an event was not sent: %s", exc, exc_info=exc)
         except (StreamEnded, StreamTimeout) as exc:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 
-from bxcore.errors import WireError
-from bxcore.protocol import loop as wire
+from bxcore.errors import ErrorCode
 from bxcore.protocol.delegate import DelegateDone, DelegateRun
-from bxcore.protocol.loop import Turn, TurnDone, TurnEventBody
+from bxcore.protocol.loop import Turn, TurnEventBody
 
+from .errors import LoopError
 from .sessions import Sessions
 
 log = logging.getLogger("loopd.subagents")
@@ -34,11 +34,15 @@ class Subagents:
         turn = Turn(session=order.session, content=order.task, resume=False,
                     session_kind="background")
         log.info("subagent %s: started (rounds %s)", order.session, order.rounds or "default")
-        final = await self._sessions.run(turn, _unheard, rounds=order.rounds)
-        if final.kind == wire.TURN_DONE:
-            content = final.parse(TurnDone).content
-            return DelegateDone(status="ok", content=content or "(the subagent gave no answer)")
-        error = final.parse(WireError)
-        log.warning("subagent %s: %s: %s", order.session, error.code, error.message)
-        return DelegateDone(status="failed",
-                            content=f"The subagent failed ({error.code}): {error.message}")
+        try:
+            done = await self._sessions.run(turn, _unheard, rounds=order.rounds)
+        except LoopError as exc:
+            code, message = exc.code, str(exc)
+        except Exception as exc:  # a bug or a disk failure: the parent's call still ends
+            log.exception("subagent %s: the turn failed", order.session)
+            code, message = ErrorCode.INTERNAL, f"session {order.session}: {exc}"
+        else:
+            return DelegateDone(status="ok",
+                                content=done.content or "(the subagent gave no answer)")
+        log.warning("subagent %s: %s: %s", order.session, code, message)
+        return DelegateDone(status="failed", content=f"The subagent failed ({code}): {message}")
