@@ -154,6 +154,18 @@ def test_an_answer_this_side_may_not_send_is_our_bug_answered_internal(caplog):
     assert "our bug, not the peer's: frame 'turn_done' we were sending" in ours.getMessage()
 
 
+def test_an_answer_after_a_final_frame_the_answerer_sent_is_our_bug_and_nothing_follows(
+        caplog):
+    async def answer(_request: Frame, conn: Connection) -> Frame:
+        await conn.send(DONE)  # a bug: the final frame sent on the way
+        return DONE
+
+    with caplog.at_level(logging.INFO):
+        assert exchange(answer, ask) == [DONE]  # then the clean close: no error frame after it
+    (ours,) = logged(caplog, logging.ERROR)
+    assert "after our final frame" in ours.getMessage()
+
+
 def test_a_peer_that_closes_before_its_request_gets_nothing_and_no_blame(caplog):
     called: list[Frame] = []
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import shutil
 import socket
 import tempfile
@@ -21,7 +20,6 @@ from typing import TypeVar
 
 import pytest
 from bxcore.errors import (
-    ErrorCode,
     FrameError,
     IncompleteFrame,
     LocalProtocolError,
@@ -32,7 +30,7 @@ from bxcore.errors import (
     WireError,
 )
 from bxcore.frames import Frame, encode_frame
-from bxcore.framestream import FrameStream, PeerUnavailable, SyncFrameSocket, answer_our_bug
+from bxcore.framestream import FrameStream, PeerUnavailable, SyncFrameSocket
 from bxcore.protocol import loop
 
 T = TypeVar("T")
@@ -338,7 +336,7 @@ def test_every_way_a_stream_ends_is_stream_ended_and_none_is_another(ending):
     assert not any(issubclass(ending, other) for other in others)
 
 
-# --- our own bad frame: LocalProtocolError, nothing written; answer_our_bug -------------------
+# --- our own bad frame: LocalProtocolError, nothing written (bxcore.daemon.answering answers it) -
 
 
 def test_async_our_bad_frame_raises_local_protocol_error_and_writes_nothing(pair):
@@ -349,40 +347,5 @@ def test_async_our_bad_frame_raises_local_protocol_error_and_writes_nothing(pair
         answer = Frame.of(loop.ERROR, WireError(code="internal", message="m"), final=True)
         await ours.write(answer)  # the stream is still at a frame boundary
         assert await channel.read(timeout=5) == answer
-
-    run_between(pair, scenario, kinds=loop.FROM_LOOPD)
-
-
-def test_answer_our_bug_tells_the_peer_internal_and_logs_our_bug(pair, caplog):
-    log = logging.getLogger("test.role")
-
-    async def scenario(server: FrameStream, client: FrameStream) -> Frame:
-        ours = FrameStream(server._reader, server._writer, sends=loop.FROM_LOOPD)
-        try:
-            await ours.write(Frame(kind=loop.TURN_DONE, final=True, body={"content": "x"}))
-        except LocalProtocolError as exc:
-            await answer_our_bug(ours, exc, log)
-        return await client.read(timeout=5)
-
-    with caplog.at_level(logging.ERROR, logger="test.role"):
-        answer = run_between(pair, scenario, kinds=loop.FROM_LOOPD)
-    error = answer.parse(WireError)
-    assert (answer.kind, answer.final, error.code) == (loop.ERROR, True, ErrorCode.INTERNAL)
-    assert "our bug, not the peer's: frame 'turn_done' we were sending: usage" in caplog.text
-
-
-def test_answer_our_bug_after_our_final_frame_sends_nothing_more(pair, caplog):
-    async def scenario(server: FrameStream, client: FrameStream) -> None:
-        ours = FrameStream(server._reader, server._writer, sends=loop.FROM_LOOPD)
-        await ours.write(Frame.of(loop.ERROR, WireError(code="internal", message="m"),
-                                  final=True))
-        with pytest.raises(LocalProtocolError, match="after our final frame") as raised:
-            await ours.write(Frame.of(loop.ERROR, WireError(code="internal", message="m"),
-                                      final=True))
-        await answer_our_bug(ours, raised.value, logging.getLogger("test.role"))
-        await ours.close()
-        assert (await client.read(timeout=5)).final
-        with pytest.raises(StreamClosed):
-            await client.read(timeout=5)
 
     run_between(pair, scenario, kinds=loop.FROM_LOOPD)

@@ -10,36 +10,27 @@ bounded (CHUNK bytes at a time) so a peer cannot make us buffer more than one fr
 This is the edge for socket errors: a missed deadline is ``StreamTimeout``, a broken connection
 ``StreamBroken``, a socket that cannot be reached ``PeerUnavailable``; no ``TimeoutError`` or
 ``OSError`` reaches the caller from ``connect``, ``read`` or ``write``. A frame this side may not
-send is ``LocalProtocolError`` (our bug), raised before any byte of it is written;
-``answer_our_bug`` is what a role's socket handler does with one, ``answer_their_fault`` what it
-does with the peer's RemoteProtocolError.
+send is ``LocalProtocolError`` (our bug), raised before any byte of it is written; what a role's
+socket does with one, and with the peer's RemoteProtocolError, is bxcore.daemon.answering's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from .errors import (
-    BoxmakerError,
-    ErrorCode,
     FrameError,
-    LocalProtocolError,
     PeerUnavailable,
-    RemoteProtocolError,
     StreamBroken,
     StreamTimeout,
-    WireError,
 )
 from .frameconn import CHUNK, Deadline, FrameConnection, Receive
-from .frames import MAX_FRAME, Frame, Kinds, error_frame
-
-ERROR = "error"  # the kind of every socket's error frame (a WireError)
+from .frames import MAX_FRAME, Frame, Kinds
 
 
 @contextlib.contextmanager
@@ -203,28 +194,4 @@ class SyncFrameSocket:
         self.close()
 
 
-async def answer_their_fault(stream: FrameStream, exc: RemoteProtocolError,
-                             log: logging.Logger) -> None:
-    """What a role's socket handler does with a frame the peer sent wrong: log it as the peer's,
-    and answer ``bad_frame`` with the error's message, which names the frame and the field. The
-    caller then closes the connection (the decoder stays in its ERROR state)."""
-    log.warning("the peer's fault: %s", exc)
-    with contextlib.suppress(BoxmakerError, LocalProtocolError):
-        await stream.write(error_frame(ErrorCode.BAD_FRAME, str(exc)))
-
-
-async def answer_our_bug(stream: FrameStream, exc: LocalProtocolError,
-                         log: logging.Logger) -> None:
-    """What a role's socket handler does with its own LocalProtocolError: log it as this side's
-    bug, with its trace, and tell the peer ``internal`` if an ``error`` frame may still go out.
-    The peer is never blamed (no ``bad_frame``, no ``bad_request``): it did nothing wrong."""
-    log.error("our bug, not the peer's: %s", exc, exc_info=exc)
-    if stream.may_send(ERROR):
-        body = WireError(code=ErrorCode.INTERNAL,
-                         message="a bug on this side: its answer could not be sent")
-        with contextlib.suppress(BoxmakerError, LocalProtocolError):
-            await stream.write(Frame.of(ERROR, body, final=True))
-
-
-__all__ = ["FrameError", "FrameStream", "PeerUnavailable", "SyncFrameSocket", "answer_our_bug",
-           "answer_their_fault"]
+__all__ = ["FrameError", "FrameStream", "PeerUnavailable", "SyncFrameSocket"]
