@@ -298,3 +298,18 @@ def test_a_call_the_servers_parser_refuses_is_answered_without_tools(server, tmp
     answers = [r for r in trial.session.records if isinstance(r, Assistant)]
     assert len(answers) == 1 and answers[0].tool_calls is None and answers[0].content, answers
     check_session_survives(trial, injected=False)
+
+
+def test_a_model_that_repeats_a_call_still_answers_every_turn(server, tmp_path):
+    """The real tiny model, asked to use the clock with the server's default tool choice,
+    repeats the call until the turn's repeat limit; the log then primes it to repeat on every
+    later turn. Each turn that hits a limit is asked once more without tools, so every turn is
+    answered, after a restart too (the attack on issue 32 found four of four ending
+    ``turn_limit``, for good)."""
+    trial = Trial(tmp_path, server)
+    first = trial.turn("Use the clock tool to tell me the time.", None, (), max_tokens=512)
+    assert first == "done", (first, trial.server.log()[-2000:])
+    for content in ("Say hello.", "What is 2+2?"):
+        assert trial.turn(content, None, (), max_tokens=512) == "done", content
+    trial.reopen()
+    assert trial.turn("Say ok.", None, (), max_tokens=512) == "done"

@@ -111,13 +111,12 @@ async def test_the_call_counter_runs_across_turns_and_resumes(tmp_path):
 async def test_limit_tool_iterations_ends_the_turn_keeping_what_was_appended(tmp_path):
     session = new_session(tmp_path)
     script = [call(("clock", json.dumps({"n": i}))) for i in range(3)]
-    inference = ScriptedInference(script)
+    inference = ScriptedInference([*script, call(("clock", "{}"))])
     with pytest.raises(TurnEnded) as ended:
         await run_turn(make_loop(inference, tool_iterations=3), session, "loop", Events())
-    assert ended.value.code is ErrorCode.TURN_LIMIT
-    assert len(inference.requests) == 3
-    assert len(results(session)) == 3  # every call has its result: the log stays whole
-    assert record_types(session)[-1] == "tool_result"
+    assert ended.value.code is ErrorCode.TURN_LIMIT  # it called even when asked for none
+    assert [r.tool_choice for r in inference.requests] == [None, None, None, "none"]
+    assert len(results(session)) == 3  # every call of a round has its result
     # The session stays usable.
     inference.script.append(say("ok"))
     assert (await run_turn(make_loop(inference), session, "again", Events())).content == "ok"
@@ -138,13 +137,15 @@ async def test_limit_a_repeated_call_is_not_run_and_the_model_gets_one_more_comp
     assert len(tools.requests) == 1  # the repeat never reached the port
 
 
-async def test_limit_a_second_repeat_ends_the_turn(tmp_path):
+async def test_limit_a_second_repeat_ends_the_calls_and_one_answer_without_tools_the_turn(tmp_path):
     session = new_session(tmp_path)
     same = ("clock", "{}")
-    inference = ScriptedInference([call(same), call(same), call(same, ("clock", '{"x":1}'))])
-    with pytest.raises(TurnEnded) as ended:
-        await run_turn(make_loop(inference), session, "go", Events())
-    assert ended.value.code is ErrorCode.TURN_LIMIT
+    inference = ScriptedInference([call(same), call(same), call(same, ("clock", '{"x":1}')),
+                                   say("It is noon.")])
+    done = await run_turn(make_loop(inference), session, "go", Events())
+    # The limit stops the calls; one completion without tools answers the turn (issue 32's
+    # attack: a model that repeats a call from the log otherwise never answers again).
+    assert done.content == "It is noon." and inference.requests[-1].tool_choice == "none"
     assert [r.content for r in results(session)] == [FIXED_TIME, REPEATED, REPEATED, STOPPED]
 
 

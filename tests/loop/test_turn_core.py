@@ -50,8 +50,12 @@ LEGAL = {
     (S.AWAITING_COMPLETION, Cancelled): S.CANCELLED,
     (S.RUNNING_TOOLS, ToolRecorded): S.RUNNING_TOOLS,
     (S.RUNNING_TOOLS, RoundDone): S.AWAITING_COMPLETION,
-    (S.RUNNING_TOOLS, LimitHit): S.STOPPED,
+    (S.RUNNING_TOOLS, LimitHit): S.CLOSING,
     (S.RUNNING_TOOLS, Cancelled): S.CANCELLED,
+    (S.CLOSING, Answered): S.DONE,
+    (S.CLOSING, CalledTools): S.STOPPED,
+    (S.CLOSING, CompletionFailed): S.STOPPED,
+    (S.CLOSING, Cancelled): S.CANCELLED,
 }
 
 # A shortest path of moves from IDLE to each state.
@@ -60,6 +64,7 @@ PATHS = {
     S.OPENING: [TurnStarted],
     S.AWAITING_COMPLETION: [TurnStarted, UserRecorded],
     S.RUNNING_TOOLS: [TurnStarted, UserRecorded, CalledTools],
+    S.CLOSING: [TurnStarted, UserRecorded, CalledTools, LimitHit],
     S.DONE: [TurnStarted, UserRecorded, Answered],
     S.STOPPED: [TurnStarted, UserRecorded, CompletionFailed],
     S.CANCELLED: [TurnStarted, Cancelled],
@@ -162,8 +167,21 @@ def test_limit_tool_iterations_ends_the_turn_after_the_last_round_is_recorded():
         assert isinstance(after, RequestCompletion)
     ran, after = run_round(core, calls(("clock", '{"n":2}')))
     assert [type(a) for a in ran] == [RunTool]  # the round's calls get results first
-    assert after == Stop(code=ErrorCode.TURN_LIMIT,
-                         reason="3 rounds of tool calls, the limit of one turn")
+    # One more completion, without tools: the turn ends with an answer if the model gives one.
+    assert after == RequestCompletion(tool_choice="none", thinking=True, reasoning_spent=0)
+    assert core.state is S.CLOSING
+    assert core.send(Answered()) == Finish()
+
+
+@pytest.mark.parametrize("answer", [CompletionFailed(code=ErrorCode.INFERENCE, message="x"),
+                                    calls(("clock", "{}"), first=9)])
+def test_limit_without_an_answer_without_tools_the_turn_stops_on_the_limit(answer):
+    core = TurnCore(TurnSettings(tool_iterations=1))
+    start(core)
+    _, after = run_round(core, calls(("clock", "{}")))
+    assert after.tool_choice == "none"
+    assert core.send(answer) == Stop(code=ErrorCode.TURN_LIMIT,
+                                     reason="1 rounds of tool calls, the limit of one turn")
     assert core.state is S.STOPPED
 
 
@@ -215,8 +233,10 @@ def test_limit_a_second_repeat_stops_the_rest_of_the_round_and_ends_the_turn():
     run_round(core, calls(("clock", "{}"), first=2))
     ran, after = run_round(core, calls(("clock", "{}"), ("clock", '{"x":1}'), first=3))
     assert [a.text for a in ran] == [REPEATED, STOPPED]
-    assert after == Stop(code=ErrorCode.TURN_LIMIT,
-                         reason="the model repeated an identical clock call a second time")
+    assert after.tool_choice == "none"  # asked once more, without tools
+    repeated = "the model repeated an identical clock call a second time"
+    failed = CompletionFailed(code=ErrorCode.INFERENCE, message="x")
+    assert core.send(failed) == Stop(code=ErrorCode.TURN_LIMIT, reason=repeated)
 
 
 def test_limit_repeat_detection_off_runs_every_call():

@@ -28,8 +28,16 @@ are the core's own moves at the end of a round of tool calls, from its limits:
                         ──CalledTools──▶ RUNNING_TOOLS ⟲ToolRecorded
                         ──CompletionFailed──▶ STOPPED
     RUNNING_TOOLS ──RoundDone──▶ AWAITING_COMPLETION
-                  ──LimitHit──▶ STOPPED
-    OPENING, AWAITING_COMPLETION, RUNNING_TOOLS ──Cancelled──▶ CANCELLED
+                  ──LimitHit──▶ CLOSING
+    CLOSING ──Answered──▶ DONE
+            ──CalledTools | CompletionFailed──▶ STOPPED
+    OPENING, AWAITING_COMPLETION, RUNNING_TOOLS, CLOSING ──Cancelled──▶ CANCELLED
+
+A turn that hits a limit (rounds, a repeated call) is asked once more with ``tool_choice``
+"none" (CLOSING), so it ends with an answer, not only with ``turn_limit``: a model that repeats a
+call would otherwise repeat it from the log on every later turn, and no turn would ever be
+answered again (the attack on issue 32). If that answer does not come, the turn stops on the
+limit.
 
 A move the table does not list, or an event that does not answer the action under way, raises
 ``IllegalTransition`` and leaves the core in ERROR for good. No other module assigns state.
@@ -80,6 +88,7 @@ class TurnState(Enum):
     OPENING = "OPENING"
     AWAITING_COMPLETION = "AWAITING_COMPLETION"
     RUNNING_TOOLS = "RUNNING_TOOLS"
+    CLOSING = "CLOSING"  # a limit was hit: one completion without tools ends the turn
     DONE = "DONE"
     STOPPED = "STOPPED"
     CANCELLED = "CANCELLED"
@@ -100,7 +109,9 @@ _TABLE: dict[TurnState, dict[type[CoreEvent], TurnState]] = {
     S.AWAITING_COMPLETION: {Answered: S.DONE, CalledTools: S.RUNNING_TOOLS,
                             CompletionFailed: S.STOPPED, Cancelled: S.CANCELLED},
     S.RUNNING_TOOLS: {ToolRecorded: S.RUNNING_TOOLS, RoundDone: S.AWAITING_COMPLETION,
-                      LimitHit: S.STOPPED, Cancelled: S.CANCELLED},
+                      LimitHit: S.CLOSING, Cancelled: S.CANCELLED},
+    S.CLOSING: {Answered: S.DONE, CalledTools: S.STOPPED, CompletionFailed: S.STOPPED,
+                Cancelled: S.CANCELLED},
     S.DONE: {},
     S.STOPPED: {},
     S.CANCELLED: {},
@@ -149,6 +160,7 @@ class TurnCore:
         self._reasoning = 0
         self._queue: list[RecordUser | RecordNotRun | RunTool] = []
         self._awaiting: Action | None = None
+        self._limit: str | None = None  # the limit the turn hit, once it did
 
     def __repr__(self) -> str:
         return f"<TurnCore {self.state.value} rounds={self._limits.rounds}>"
@@ -190,7 +202,9 @@ class TurnCore:
             case TurnState.DONE:
                 return Finish()
             case TurnState.STOPPED:
-                assert isinstance(event, CompletionFailed)  # LimitHit stops in _end_of_round
+                if self._limit is not None:  # no answer without tools: the limit stands
+                    return Stop(code=ErrorCode.TURN_LIMIT, reason=self._limit)
+                assert isinstance(event, CompletionFailed)
                 return Stop(code=event.code, reason=event.message)
             case TurnState.CANCELLED:
                 return Abandon()
@@ -215,10 +229,12 @@ class TurnCore:
                                  reasoning_spent=self._reasoning)
 
     def _end_of_round(self) -> Action:
-        stop = self._limits.end_of_round()
-        if stop is not None:
+        self._limit = self._limits.end_of_round()
+        if self._limit is not None:
             self._machine.process(LimitHit)
-            return Stop(code=ErrorCode.TURN_LIMIT, reason=stop)
+            self._completions += 1
+            return RequestCompletion(tool_choice="none", thinking=self._thinking,
+                                     reasoning_spent=self._reasoning)
         self._machine.process(RoundDone)
         return self._request()
 
