@@ -131,7 +131,7 @@ async def test_the_session_kind_picks_the_slot_for_good(tmp_path):
 
 @pytest.mark.parametrize(
     ("script", "code"),
-    [([call(("clock", '{"a":1}'))], "turn_limit"),
+    [([call(("clock", '{"a":1}'))] * 2, "turn_limit"),  # asked once more without tools, calls again
      ([SessionFull("full")], "session_full"),
      ([ServerStreamError("boom")], "inference")],
 )

@@ -78,8 +78,8 @@ async def test_a_new_origin_runs_and_no_origin_runs_every_time(tmp_path):
 
 
 async def test_a_taken_turn_that_ended_without_an_answer_is_not_run_twice(tmp_path):
-    server = make_server(tmp_path, ScriptedInference([call(("clock", '{"a":1}'))]),
-                         tool_iterations=1)
+    server = make_server(tmp_path, ScriptedInference([call(("clock", '{"a":1}'))] * 2),
+                         tool_iterations=1)  # the second: asked without tools, it calls again
     with pytest.raises(TurnEnded) as ended:
         await server.run(turn(), Events())
     assert ended.value.code is ErrorCode.TURN_LIMIT

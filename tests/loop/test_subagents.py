@@ -220,6 +220,7 @@ async def test_the_childs_rounds_are_limited_by_its_task(tmp_path):
     inference = ScriptedInference([
         call(delegate("Echo twice.", rounds=1)),
         call(("echo", '{"text": "1"}')),  # the child's one round
+        call(("echo", '{"text": "2"}')),  # asked once more without tools, it calls again
         say("Done."),  # the parent: the child's turn stopped after one round
     ])
     async with rig(tmp_path, inference) as r:
