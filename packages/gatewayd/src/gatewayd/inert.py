@@ -41,8 +41,12 @@ _BACKTICK_RUN = re.compile(r"`+")
 
 # Prose, in the order applied. A scheme is what marked's and CommonMark's autolinkers take for
 # one: a letter, then letters, digits, "+", "-" or "."; its colon is defanged when a slash, a
-# letter, a digit or "%" follows (the web app's marked links "mailto:x" and "x:y" alike).
-_SCHEME_COLON = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):(?=[/\w%])")
+# letter, a digit or "%" follows (the web app's marked links "mailto:x" and "x:y" alike). The
+# pattern takes the whole run of scheme characters before the colon, from its start only, and
+# _defang_scheme asks for the letter: a pattern starting at any letter scanned the rest of the
+# run from each, quadratic in its length (a second per 16,000 letters, at every streamed edit).
+_SCHEME_COLON = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z0-9+.\-]+):(?=[/\w%])")
+_LETTER = re.compile(r"[A-Za-z]")
 _WWW_DOT = re.compile(r"(?i)(www\d{0,3})\.")
 _DOMAIN_DOT = re.compile(r"(?<=[\w.\-])\.(?=[^\W\d_]{2,63}/)")
 # Any local part (Mattermost's e-mail autolinker takes !#$%&'*/=?^`{|}~ and quoted ones) and
@@ -67,12 +71,17 @@ def inert_prose(text: str) -> str:
     """``text`` with nothing a Markdown renderer would make into a link, image or HTML, every
     word still there. Safe anywhere in a post: in a paragraph, a list, a table or a code span."""
     text = text.replace("&", "&amp;").replace("<", "&lt;")
-    text = _SCHEME_COLON.sub(r"\1⟨:⟩", text)
+    text = _SCHEME_COLON.sub(_defang_scheme, text)
     text = _WWW_DOT.sub(r"\1⟨.⟩", text)
     text = _DOMAIN_DOT.sub("⟨.⟩", text)
     text = _EMAIL_AT.sub("⟨@⟩", text)
     text = _FENCE_RUN.sub(lambda run: "".join(f"\\{c}" for c in run.group()), text)
     return _BRACKET_BEFORE.sub("&#93;", text)
+
+
+def _defang_scheme(run: re.Match[str]) -> str:
+    scheme = run.group(1)
+    return f"{scheme}⟨:⟩" if _LETTER.search(scheme) else run.group()
 
 
 def code_block(lines: list[str] | tuple[str, ...], language: str = "text") -> str:
