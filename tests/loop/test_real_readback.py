@@ -309,7 +309,6 @@ def test_a_model_that_repeats_a_call_still_answers_every_turn(server, tmp_path):
     trial = Trial(tmp_path, server)
     first = trial.turn("Use the clock tool to tell me the time.", None, (), max_tokens=512)
     assert first == "done", (first, trial.server.log()[-2000:])
-    for content in ("Say hello.", "What is 2+2?"):
-        assert trial.turn(content, None, (), max_tokens=512) == "done", content
+    assert trial.turn("Say hello.", None, (), max_tokens=128) == "done"
     trial.reopen()
-    assert trial.turn("Say ok.", None, (), max_tokens=512) == "done"
+    assert trial.turn("Say ok.", None, (), max_tokens=128) == "done"

@@ -44,15 +44,21 @@ CONFIGURATIONS = by_profile(short=["bubblewrap"],
                                   "podman-remote"])
 CHANNELS = ("fifo", "socket", "flock", "fcntl", "inotify")
 
-# Each program loops until it has sent or received, until the test's go-file appears (the
-# test makes it once the receiver has answered, or the sender failed to run), or, if the
-# channel never opens, until its patience ends: then the example shows nothing, which the
-# property allows.
-COMMON = """import os, sys, time, socket, fcntl, struct, select
-go = os.path.join(shared, 'go')
-patience = time.monotonic() + 60
+# Each program loops until it has sent or received; until the test's stop-file appears in the
+# rendezvous directory, which both calls mount (the test makes it once the receiver has answered,
+# or the sender failed to run); a receiver, until a few seconds after the test's ended-file
+# appears there (the sender's call is over: what it sent is there to read); or, if the channel
+# never opens, until its patience ends (PATIENCE: time for the other call's sandbox to start, on
+# a busy machine): then the example shows nothing, which the property allows.
+PATIENCE = by_profile(short=15, long=60)  # the long profile starts podman sandboxes too
+COMMON = f"""import os, sys, time, socket, fcntl, struct, select
+stop, ended = os.path.join(point, 'stop'), os.path.join(point, 'ended')
+patience = time.monotonic() + {PATIENCE}
 def waiting():
-    return not os.path.exists(go) and time.monotonic() < patience
+    global patience
+    if os.path.exists(ended):
+        patience = min(patience, time.monotonic() + 3)
+    return not os.path.exists(stop) and time.monotonic() < patience
 """
 SEND = {
     "fifo": """
@@ -254,12 +260,12 @@ class Rig:
         self.grant(f"s{self.serial}", case.sender.data_class, key_s,
                    [(sender_mount, case.sender_writes), (vault, False)],
                    ["example.org"] if case.sender.untrusted else [])
-        binds = (f"shared = {str(shared)!r}\npoint = {str(point)!r}\n"
+        binds = (f"point = {str(point)!r}\n"
                  f"listens = {listens}\nsecret = open({str(vault / 's.txt')!r}).read()\n")
         post = ("\nimport urllib.request\ntry:\n    urllib.request.urlopen(urllib.request."
                 f"Request('http://{self.sink}/', data=repr(globals().get('got', b'')).encode()),"
                 " timeout=30)\nexcept Exception as e:\n    print('post failed', e)\n")
-        receiver_code = (f"shared = {str(shared)!r}\npoint = {str(point)!r}\nlistens = {listens}\n"
+        receiver_code = (f"point = {str(point)!r}\nlistens = {listens}\n"
                          + COMMON + RECEIVE[channel] + (post if case.receiver_egress else ""))
         out: dict[str, Answer] = {}
 
@@ -267,7 +273,8 @@ class Rig:
             out[name] = self.brokerd.call(session, 1, "shell.run",
                                           {"argv": ["python3", "-c", code], "cwd": str(key)})
             if name == "r" or out[name].status != "ok":  # the other's loop ends now
-                (shared / "go").touch()
+                (point / "stop").touch()
+            (point / "ended").touch()
 
         reader = threading.Thread(target=call, args=("r", f"fresh{self.serial}", key_r,
                                                      receiver_code))
