@@ -145,9 +145,10 @@ async def test_a_failed_compaction_appends_nothing_and_the_turn_runs_in_the_old_
 
 
 @pytest.mark.parametrize("no_summary", [
-    say("  "), Reply(reasoning="Let me think about what to keep."),
+    say("  "), say("\u200b\u2060\ufeff\n\u202e"),
+    Reply(reasoning="Let me think about what to keep."),
     call(("clock", "{}")), call(("fs.read", "{"), content=""),
-], ids=["blank", "only-reasoning", "a-tool-call", "a-cut-call"])
+], ids=["blank", "invisible", "only-reasoning", "a-tool-call", "a-cut-call"])
 async def test_a_model_that_writes_no_summary_still_closes_the_epoch_with_a_notice(
     tmp_path, no_summary
 ):

@@ -38,6 +38,7 @@ from bxcore.chat import ToolSchema, UserMessage
 from bxcore.config import Config
 from bxcore.protocol.loop import Content, Reasoning, TurnEventBody
 from bxcore.records import Assistant, EpochEnd, ToolResult, Usage, User
+from bxcore.sanitizer import is_invisible
 
 from .baseline import Baseline, Identity
 from .budget import BaselineBudget, Fitted
@@ -245,8 +246,9 @@ async def close_epoch(
                     session.id, session.epoch)
         return False
     notice = None
-    if not (completion.content or "").strip():
-        wrote = "a tool call" if completion.tool_calls else "nothing"
+    if not shows_anything(completion.content or ""):
+        wrote = ("a tool call" if completion.tool_calls else
+                 "only invisible characters" if (completion.content or "").strip() else "nothing")
         log.warning("session %s: the model wrote %s as its compaction summary; epoch %d closes "
                     "with a notice in its place", session.id, wrote, session.epoch)
         notice = no_summary_notice(session.records, wrote)
@@ -254,6 +256,13 @@ async def close_epoch(
     await record_completion(loop, session, completion, _progress_only(events))
     session.append(EpochEnd(time=loop.now(), next_epoch=session.epoch + 1, summary=notice))
     return True
+
+
+def shows_anything(text: str) -> bool:
+    """Whether a reader sees anything of ``text``: white space, zero-width, format and
+    control characters alone make an empty summary that only looks like one (the attack on
+    issue 32 closed an epoch with U+200B U+2060 U+FEFF as its summary)."""
+    return any(not char.isspace() and not is_invisible(char) for char in text)
 
 
 def no_summary_notice(records: Sequence[Record], wrote: str) -> str:
