@@ -327,6 +327,9 @@ START = SessionStart(time=T, session="s1", epoch=0, slot=0, baseline="sha256:" +
       CacheLoss(time=T, expected=9, got=0), result("a")], ["b"]),
     ([User(time=T, content="hi"), assistant("a"), USAGE, result("a")], []),
     ([User(time=T, content="hi"), assistant(), USAGE], []),  # an answer, no calls
+    # One id given to two calls (the model's choice): one result answers the first only.
+    ([User(time=T, content="hi"), assistant("d", "", "d"), USAGE, result("d")], ["", "d"]),
+    ([User(time=T, content="hi"), assistant("d", "d"), USAGE, result("d"), result("d")], []),
     # Calls left open long ago, with a user message after: the log is replayed as it is.
     ([User(time=T, content="hi"), assistant("a"), USAGE, User(time=T, content="again")], []),
 ])

@@ -45,6 +45,7 @@ A move the table does not list, or an event that does not answer the action unde
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import NoReturn
@@ -242,17 +243,23 @@ class TurnCore:
 def open_calls(records: Iterable[Record]) -> tuple[ToolCall, ...]:
     """The calls of the log's last completion that have no ToolResult, if nothing but their
     results (and the completion's Usage and CacheLoss) follows it: a crash or a cancellation
-    cut its round short. Any other log has none."""
-    answered: set[str] = set()
+    cut its round short. Any other log has none. Results are written in the calls' order, and
+    a model may give two calls one id: an id's results answer its first calls, one each."""
+    answered: Counter[str] = Counter()
     for record in reversed(list(records)):
         match record:
             case ToolResult():
-                answered.add(record.tool_call_id)
+                answered[record.tool_call_id] += 1
             case Usage() | CacheLoss():
                 continue
             case Assistant():
-                calls = record.tool_calls or []
-                return tuple(call for call in calls if call.id not in answered)
+                unanswered = []
+                for call in record.tool_calls or []:
+                    if answered[call.id]:
+                        answered[call.id] -= 1
+                    else:
+                        unanswered.append(call)
+                return tuple(unanswered)
             case _:
                 return ()
     return ()
