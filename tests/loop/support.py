@@ -8,21 +8,26 @@ what the slot held after the previous completion, unless a reply says otherwise.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bxcore.chat import FunctionCall, ToolCall, ToolSchema
+from bxcore.daemon import Notifier
 from bxcore.frames import Frame, error_frame
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import TurnDone, TurnEventBody
+from loopd import sockets
 from loopd.baseline import Baseline
 from loopd.errors import LoopError
-from loopd.inference.api import ChatRequest, Completion, EventSink
+from loopd.inference.api import ChatRequest, Completion, EventSink, Inference
+from loopd.sockets import StartupCheck
 from loopd.store import Session, SessionStore
 from loopd.tools import Registry, ToolRunner
 from loopd.turn import Loop, TurnSettings
+from loopd.wiring import LoopParts, ServingSource, sessions
 from support.fake_tools import FakeTools
 
 FIXED_TIME = "2026-09-18T12:00:00.000000Z"
@@ -145,3 +150,13 @@ async def final_frame(turn: Awaitable[TurnDone]) -> Frame:
     except LoopError as exc:
         return error_frame(exc.code, str(exc))
     return Frame.of(wire.TURN_DONE, done, final=True)
+
+
+async def run(parts: LoopParts, inference: Inference, checks: StartupCheck, *,
+              serving: ServingSource | None = None, notifier: Notifier | None = None,
+              stop: asyncio.Event | None = None) -> int:
+    """``loopd serve`` as wiring.serve runs it (``checks``, then the sessions over
+    ``inference``, then loop.sock), without the signal handling."""
+    return await sockets.run(parts.config, parts.source, checks,
+                             lambda: sessions(parts, inference, serving),
+                             notifier=notifier, stop=stop)

@@ -16,12 +16,11 @@ from loopd.epochs import COMPACT_INSTRUCTION, EpochSettings
 from loopd.inference.errors import BadStream, Unavailable
 from loopd.inference.serving import ServingSettings, changes, settings_from
 from loopd.sessions import Sessions
-from loopd.sockets import run
 from loopd.store import SERVING_RECORD, SessionStore
 from loopd.wiring import build
 from support.fake_tools import loop_section
 
-from .support import Events, ScriptedInference, fixed_baselines, make_loop, say
+from .support import Events, ScriptedInference, fixed_baselines, make_loop, run, say
 
 pytestmark = pytest.mark.anyio
 

@@ -110,13 +110,16 @@ async def rig(tmp_path: Path, inference, grants: dict[str, str] = GRANTS):
     sock = tmp_path / "broker.sock"
     tool_call, _ = handlers(broker)
     listener = await asyncio.start_unix_server(tool_call, path=str(sock))
-    port = BrokerPort(sock)
     registry = Registry([ECHO, FETCH, DELEGATE_SCHEMA.model_copy(update={"core": True})])
-    loop = Loop(inference=inference, tools=ToolRunner(registry, port),
-                settings=TurnSettings(tool_iterations=4), now=lambda: FIXED_TIME)
-    server = Sessions(store=SessionStore(home / "loop"), loop=loop,
+
+    def sessions(children: Subagents) -> Sessions:
+        loop = Loop(inference=inference,
+                    tools=ToolRunner(registry, BrokerPort(sock, children=children)),
+                    settings=TurnSettings(tool_iterations=4), now=lambda: FIXED_TIME)
+        return Sessions(store=SessionStore(home / "loop"), loop=loop,
                         new_baseline=fixed_baselines, slots=SlotSection(main=0, background=1))
-    port.children = Subagents(server)
+
+    server = Subagents(sessions).sessions
     try:
         yield Rig(home, server, backend, taints)
     finally:

@@ -39,6 +39,6 @@ def serve(config_path: Path) -> None:
     Example: inferproxy serve --config /etc/boxmaker/config.toml
     """
     config = load_config(config_path)
-    parts = wiring.build(config, config_path)
-    logging.info("listening on %s, forwarding to %s", parts.served.path, config.inferproxy.upstream)
-    asyncio.run(sockets.serve(parts))
+    logging.info("listening on %s, forwarding to %s", config.served("infer").path,
+                 config.inferproxy.upstream)
+    asyncio.run(sockets.serve(wiring.build(config), config, config_path))

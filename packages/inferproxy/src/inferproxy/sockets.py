@@ -8,24 +8,28 @@ asks for, when ``[inferproxy] watchdog`` is on).
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+from bxcore.config import Config
 from bxcore.daemon import Notifier, accepting, run_until_signalled, wait_forever
 
-from .wiring import ProxyParts
+from .proxy import Proxy
 
 
-async def serve(parts: ProxyParts) -> None:
+async def serve(proxy: Proxy, config: Config, source: str | Path = "config") -> None:
+    """Until SIGTERM or SIGINT; ``source`` (the config file) names it in errors."""
+    served = config.served("infer")
+    group = served.gid(source)
     notifier = Notifier()
-    served = parts.served
 
     async def main() -> None:
         async with (
-            parts.proxy.cutting_connections_on_exit(),
-            accepting(served.path, parts.proxy.take, mode=served.mode, group=parts.group),
+            proxy.cutting_connections_on_exit(),
+            accepting(served.path, proxy.take, mode=served.mode, group=group),
             asyncio.TaskGroup() as tasks,
         ):
             notifier.ready()
-            if parts.watchdog:
+            if config.inferproxy.watchdog:
                 tasks.create_task(notifier.keep_watchdog())
             await wait_forever()
 

@@ -11,7 +11,7 @@ from bxcore import cli_errors
 from bxcore.config import load_config
 from bxcore.logs import configure_logging
 
-from . import sockets, wiring
+from . import wiring
 
 config_option = click.option(
     "--config", "config_path", required=True,
@@ -36,7 +36,7 @@ def serve(config_path: Path) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
     config = load_config(config_path)
     parts = wiring.build(config, config_path)
-    raise SystemExit(asyncio.run(sockets.serve(parts, wiring.inference_client(config))))
+    raise SystemExit(asyncio.run(wiring.serve(parts, wiring.inference_client(config))))
 
 
 def _check(config_path: Path, which: str) -> None:

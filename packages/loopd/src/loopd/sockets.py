@@ -17,7 +17,9 @@ import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
+from bxcore.config import Config
 from bxcore.daemon import (
     Connection,
     Handler,
@@ -33,69 +35,43 @@ from bxcore.frames import Frame
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnEvent, TurnEventBody
 
-from . import wiring
-from .budget import TokenCounter
-from .checks import startup_checks
-from .inference.api import Inference
-from .inference.budget import ServerTokens
-from .inference.client import InferenceClient
-from .inference.passed import PASSED_PROBES, PassedProbes
-from .inference.serving import fetch_serving
 from .sessions import Sessions
-from .store import SessionStore
-from .wiring import LoopParts, ServingSource
 
 log = logging.getLogger("loopd")
 
 TURN_READ_TIMEOUT = 30.0  # seconds for a channel to send its turn after connecting
 EVENT_WRITE_TIMEOUT = 30.0  # seconds for a channel to take one event frame
 StartupCheck = Callable[[], Awaitable[tuple[bool, str]]]
+Built = Callable[[], Awaitable[Sessions]]  # the sessions, built once the checks passed
 
 
-async def serve(parts: LoopParts, client: InferenceClient) -> int:
-    """The real thing: ``run`` with the inference client over inferproxy's socket, until
-    SIGTERM or SIGINT. Returns the exit status."""
+async def serve(config: Config, source: Path, checks: StartupCheck, sessions: Built) -> int:
+    """The real thing: ``run`` until SIGTERM or SIGINT. Returns the exit status."""
     notifier = Notifier()
     status = 0
 
     async def main() -> None:
         nonlocal status
-        passed = PassedProbes(SessionStore(parts.config.paths.home).root / PASSED_PROBES)
-        status = await run(parts, client,
-                           lambda: startup_checks(client, parts.baselines, passed),
-                           notifier=notifier, serving=lambda: fetch_serving(client),
-                           counter=ServerTokens(client))
+        status = await run(config, source, checks, sessions, notifier=notifier)
 
-    try:
-        await run_until_signalled(main(), on_stop=notifier.stopping)
-    finally:
-        await client.aclose()
-        await parts.memory.aclose()
+    await run_until_signalled(main(), on_stop=notifier.stopping)
     return status
 
 
-async def run(
-    parts: LoopParts, inference: Inference, checks: StartupCheck, *,
-    notifier: Notifier | None = None, stop: asyncio.Event | None = None,
-    serving: ServingSource | None = None, counter: TokenCounter | None = None,
-) -> int:
-    """Check, then serve until cancelled (by ``serve``'s signal handling) or until ``stop`` is
-    set. Returns the exit status: 1 if a check failed.
-
-    ``serving`` reads the server's serving settings: once at start, for the per-slot context
-    compaction needs when ``[inference.serving] per_slot_context`` is not set, and to name what
-    changed since the latest session began; then for each new session's record. ``counter``
-    counts every new baseline against the budget (budget.py): the server's tokenizer."""
-    served = parts.config.served("loop")
-    group = served.gid(parts.source)
+async def run(config: Config, source: Path, checks: StartupCheck, sessions: Built, *,
+              notifier: Notifier | None = None, stop: asyncio.Event | None = None) -> int:
+    """Check, build the sessions, then serve them until cancelled (by ``serve``'s signal
+    handling) or until ``stop`` is set. Returns the exit status: 1 if a check failed.
+    ``source`` (the config file) names it in errors."""
+    served = config.served("loop")
+    group = served.gid(source)
     remove_stale_socket(served.path)  # before the checks: clients see "not running" meanwhile
     ok, report = await checks()
     print(report, file=sys.stderr)
     if not ok:
         print("loopd: the self-test failed; not starting", file=sys.stderr)
         return 1
-    sessions = await wiring.sessions(parts, inference, serving, counter)
-    async with listening(served.path, handler(sessions), mode=served.mode, group=group):
+    async with listening(served.path, handler(await sessions()), mode=served.mode, group=group):
         (notifier or Notifier()).ready(f"serving {served.path}")
         log.info("serving on %s", served.path)
         if stop is None:

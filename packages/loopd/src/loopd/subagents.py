@@ -11,6 +11,7 @@ what brokerd labels and returns to the parent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from bxcore.errors import ErrorCode
 from bxcore.protocol.delegate import DelegateDone, DelegateRun
@@ -27,15 +28,19 @@ async def _unheard(_event: TurnEventBody) -> None:
 
 
 class Subagents:
-    def __init__(self, sessions: Sessions):
-        self._sessions = sessions
+    """The children's runner, and the sessions it runs them in: ``sessions`` builds those with
+    this runner as their tool port's children, so the cycle (a turn of the sessions runs a
+    child in the sessions) is closed while they are built, and nothing is set afterwards."""
+
+    def __init__(self, sessions: Callable[[Subagents], Sessions]):
+        self.sessions = sessions(self)
 
     async def run(self, order: DelegateRun) -> DelegateDone:
         turn = Turn(session=order.session, content=order.task, resume=False,
                     session_kind="background")
         log.info("subagent %s: started (rounds %s)", order.session, order.rounds or "default")
         try:
-            done = await self._sessions.run(turn, _unheard, rounds=order.rounds)
+            done = await self.sessions.run(turn, _unheard, rounds=order.rounds)
         except LoopError as exc:
             code, message = exc.code, str(exc)
         except Exception as exc:  # a bug or a disk failure: the parent's call still ends

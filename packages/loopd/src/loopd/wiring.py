@@ -1,7 +1,8 @@
-"""loopd's parts, built from the config (docs/design.md, "loopd serve"): the tool registry and port,
+"""loopd's parts, built from the config (docs/design.md, "loopd serve"): the tool registry,
 memory, the system prompt, the inference client, and (once the start-up checks passed) the
-sessions loop.sock serves. No socket is opened here: sockets.py binds loop.sock. The one-shot
-reports (``loopd selftest``, ``budget``, ``serving``) are run from here too.
+sessions loop.sock serves, with the tool port over broker.sock. No socket is opened here:
+sockets.py binds loop.sock. The one-shot reports (``loopd selftest``, ``budget``, ``serving``)
+are run from here too.
 """
 
 from __future__ import annotations
@@ -18,26 +19,29 @@ from bxcore.errors import ConfigError
 from bxcore.protocol.delegate import DELEGATE_SCHEMA
 from bxcore.util import now_rfc3339
 
+from . import sockets
 from .budget import BaselineBudget, TokenCounter
 from .checks import (
     budget_report,
     selftest_report,
     serving_since_check,
     serving_since_report,
+    startup_checks,
 )
 from .epochs import Baselines, EpochSettings
 from .identity_writes import IdentityWrites
 from .inference.api import Inference
+from .inference.budget import ServerTokens
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
-from .inference.serving import ServingSettings
+from .inference.passed import PASSED_PROBES, PassedProbes
+from .inference.serving import ServingSettings, fetch_serving
 from .memory import IdentityFiles, Memory, MemoryLink
 from .sessions import Sessions
 from .store import SessionStore
 from .subagents import Subagents
 from .tools import (
     Registry,
-    ToolPort,
     ToolRunner,
     load_registry,
     with_clock,
@@ -55,13 +59,12 @@ ServingSource = Callable[[], Awaitable[ServingSettings]]
 
 @dataclass(frozen=True, kw_only=True)
 class LoopParts:
-    """What ``build`` makes from the config, before any check: what ``sockets.serve`` runs."""
+    """What ``build`` makes from the config, before any check: what ``serve`` starts from."""
 
     config: Config
     source: Path  # the config file, named in errors
     system: Path
     registry: Registry
-    port: ToolPort
     memory: Memory
 
     @property
@@ -93,10 +96,9 @@ def build(config: Config, config_path: Path) -> LoopParts:
     if isinstance(memory, MemoryLink):  # the memory tools reach memoryd through brokerd
         registry = with_memory_tools(registry)
     registry = with_builtin(registry, [DELEGATE_SCHEMA])  # brokerd decides, loopd runs it
-    port: ToolPort = BrokerPort(config.served("broker").path)
     return LoopParts(
         config=config, source=config_path, system=system_path(config, config_path),
-        registry=registry, port=port, memory=memory,
+        registry=registry, memory=memory,
     )
 
 
@@ -113,6 +115,20 @@ def system_path(config: Config, config_path: Path) -> Path:
         return config.baseline.system
     beside = config_path.resolve().parent / "system.md"
     return beside if beside.is_file() else DEFAULT_SYSTEM
+
+
+async def serve(parts: LoopParts, client: InferenceClient) -> int:
+    """``loopd serve``: the start-up checks against the server behind ``client`` (a generating
+    probe that passed once is not run again: inference/passed.py), then loop.sock served until
+    SIGTERM or SIGINT. Returns the exit status."""
+    passed = PassedProbes(SessionStore(parts.config.paths.home).root / PASSED_PROBES)
+    try:
+        return await sockets.serve(
+            parts.config, parts.source, lambda: startup_checks(client, parts.baselines, passed),
+            lambda: sessions(parts, client, lambda: fetch_serving(client), ServerTokens(client)))
+    finally:
+        await client.aclose()
+        await parts.memory.aclose()
 
 
 async def run_report(config: Config, config_path: Path, which: str) -> int:
@@ -142,8 +158,8 @@ async def sessions(parts: LoopParts, inference: Inference,
     session store (what a crash left half-created removed), the epochs' settings (the per-slot
     context from ``serving`` when the config does not set it, and what changed since the latest
     session began printed), every new baseline fitted to the budget by ``counter`` (and the
-    model's identity writes checked against it), and the subagents a delegate call's child runs
-    as."""
+    model's identity writes checked against it), and the tool port over broker.sock, whose
+    allowed delegate calls run their child in these same sessions (subagents.py)."""
     store = SessionStore(parts.config.paths.home)
     for name in store.remove_staging():
         log.warning("removed %s: a session whose creation a crash interrupted", name)
@@ -153,22 +169,24 @@ async def sessions(parts: LoopParts, inference: Inference,
     )
     baselines = parts.budgeted(counter, opening_limit=epochs.compact_at_tokens)
     writes = IdentityWrites(baselines) if baselines.budget is not None else None
-    loop = Loop(
-        inference=inference, tools=ToolRunner(parts.registry, parts.port, writes),
-        settings=TurnSettings.from_config(parts.config), now=now_rfc3339,
-    )
     if epochs.compact_at_tokens is None:
         log.warning("the per-slot context is unknown ([inference.serving] per_slot_context is "
                     "not set and the server did not say): sessions are never compacted, and end "
                     "with session_full when their slot is full")
-    served = Sessions(
-        store=store, loop=loop,
-        new_baseline=baselines,
-        slots=parts.config.inference.slots, memory=parts.memory, epochs=epochs, serving=serving,
-    )
-    if isinstance(parts.port, BrokerPort):
-        parts.port.children = Subagents(served)  # an allowed delegate call's child runs here
-    return served
+
+    def served(children: Subagents) -> Sessions:
+        port = BrokerPort(parts.config.served("broker").path, children=children)
+        loop = Loop(
+            inference=inference, tools=ToolRunner(parts.registry, port, writes),
+            settings=TurnSettings.from_config(parts.config), now=now_rfc3339,
+        )
+        return Sessions(
+            store=store, loop=loop, new_baseline=baselines,
+            slots=parts.config.inference.slots, memory=parts.memory, epochs=epochs,
+            serving=serving,
+        )
+
+    return Subagents(served).sessions
 
 
 def inference_client(config: Config) -> InferenceClient:

@@ -46,7 +46,7 @@ class BrokerPort:
                  children: Children | None = None):
         self._socket = socket
         self._connect_timeout = connect_timeout
-        self.children = children  # set once the server that runs children exists
+        self._children = children
 
     async def call(self, request: ToolRequest, events: EventSink) -> ToolResponse:
         try:
@@ -80,10 +80,10 @@ class BrokerPort:
             await stream.close()
 
     async def _run_child(self, stream: FrameStream, order: DelegateRun) -> None:
-        if self.children is None:
+        if self._children is None:
             done = DelegateDone(status="failed", content="This loopd runs no subagents.")
         else:
-            done = await self.children.run(order)
+            done = await self._children.run(order)
         await stream.write(Frame.of(DELEGATE_DONE, done, final=True))
 
 
