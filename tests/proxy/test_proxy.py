@@ -140,6 +140,31 @@ def test_sigterm_exits_0_and_removes_the_socket():
         assert not proxy.socket.exists()
 
 
+def test_sigterm_cuts_the_connections_still_open_and_exits_0():
+    """The stop closes the socket, then cancels every forward in the daemon's task group: an
+    answer still streaming ends at once, and nothing waits for it to finish."""
+    finished = threading.Event()
+
+    def streams_until_told(conn: socket.socket) -> None:
+        conn.sendall(b"first event")
+        finished.wait(60)  # the rest of a long answer
+
+    with ThreadedUpstream(streams_until_told) as upstream, \
+            running_proxy(upstream.address) as proxy:
+        client = proxy.connect()
+        client.sendall(b"POST /completion HTTP/1.1\r\n\r\n")
+        received = b""
+        while len(received) < len(b"first event"):
+            received += client.recv(64)
+        status, stderr = proxy.stop()
+        cut = read_all(client)
+        finished.set()
+        client.close()
+    assert (received, status, cut) == (b"first event", 0, b"")
+    assert "stopped after 1 connections" in stderr
+    assert upstream.errors == []
+
+
 def test_the_watchdog_is_fed_when_asked_for():
     with (
         ThreadedUpstream(answer_after_eof) as upstream,

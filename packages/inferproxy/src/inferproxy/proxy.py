@@ -23,7 +23,6 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,35 +164,35 @@ async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, address
 class Proxy:
     def __init__(self, upstream: Upstream):
         self._upstream = upstream
-        self._handlers: set[asyncio.Task[None]] = set()  # one per open connection
+        self.open = 0
         self.total = 0
 
-    @contextlib.asynccontextmanager
-    async def cutting_connections_on_exit(self) -> AsyncIterator[None]:
-        """On exit, cut the connections still open: an answer still streaming ends at once."""
-        try:
-            yield
-        finally:
-            for task in list(self._handlers):
-                task.cancel()
-            await asyncio.gather(*self._handlers, return_exceptions=True)
-            log.info("stopped after %d connections", self.total)
-
-    def take(self, client: socket.socket) -> None:
-        """Forward one accepted connection (``accepting``'s callback) in a task of its own."""
-        task = asyncio.get_running_loop().create_task(self._forward(client))
-        self._handlers.add(task)
+    def take(self, tasks: asyncio.TaskGroup, client: socket.socket) -> None:
+        """Forward one accepted connection (``accepting``'s callback) in a task of ``tasks``:
+        the daemon's, which cuts it at the stop (an answer still streaming ends at once)."""
+        task = tasks.create_task(self._forward(client))
+        self.open += 1
         self.total += 1
         # a callback, not a finally: it also runs for a task cancelled before it started
         task.add_done_callback(functools.partial(self._ended, client))
 
-    def _ended(self, client: socket.socket, task: asyncio.Task[None]) -> None:
+    def _ended(self, client: socket.socket, _task: asyncio.Task[None]) -> None:
         client.close()
-        self._handlers.discard(task)
+        self.open -= 1
         # DEBUG: a line per completion at INFO took a tenth of the proxy's time
-        log.debug("connections: %d open, %d since start", len(self._handlers), self.total)
+        log.debug("connections: %d open, %d since start", self.open, self.total)
 
     async def _forward(self, client: socket.socket) -> None:
+        """One connection, whose failure, even our bug, is its own: the daemon's other
+        connections and its socket go on."""
+        try:
+            await self._splice(client)
+        except OSError as exc:  # out of descriptors for a pipe, say
+            log.error("connection failed: %s", exc)
+        except Exception as exc:
+            log.error("our bug, not the peer's: %s", exc, exc_info=exc)
+
+    async def _splice(self, client: socket.socket) -> None:
         try:
             upstream = await self._upstream.connect()
         except OSError as exc:
@@ -202,8 +201,10 @@ class Proxy:
         for sock in (client, upstream):
             with contextlib.suppress(OSError):  # a refusal leaves the default: slower, not broken
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-        pumps = [_Pump(client, upstream), _Pump(upstream, client)]
+        pumps: list[_Pump] = []
         try:
+            pumps.append(_Pump(client, upstream))
+            pumps.append(_Pump(upstream, client))
             for pump in pumps:
                 pump.start()
             ended, _ = await asyncio.wait(

@@ -1,5 +1,6 @@
 """inferproxy's socket: ``[inferproxy] socket`` bound with its mode and group, each accepted
-connection handed to the forwarder (proxy.py), until SIGTERM or SIGINT.
+connection handed to the forwarder (proxy.py) in a task of the one task group of the daemon's
+main, until SIGTERM or SIGINT, which close the socket and then cut every connection still open.
 
 Reports READY=1 to systemd once the socket is bound (and WATCHDOG=1 at half the interval systemd
 asks for, when ``[inferproxy] watchdog`` is on).
@@ -8,12 +9,16 @@ asks for, when ``[inferproxy] watchdog`` is on).
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 from pathlib import Path
 
 from bxcore.config import Config
 from bxcore.daemon import Notifier, accepting, run_until_signalled, wait_forever
 
 from .proxy import Proxy
+
+log = logging.getLogger("inferproxy")
 
 
 async def serve(proxy: Proxy, config: Config, source: str | Path = "config") -> None:
@@ -23,14 +28,17 @@ async def serve(proxy: Proxy, config: Config, source: str | Path = "config") -> 
     notifier = Notifier()
 
     async def main() -> None:
-        async with (
-            proxy.cutting_connections_on_exit(),
-            accepting(served.path, proxy.take, mode=served.mode, group=group),
-            asyncio.TaskGroup() as tasks,
-        ):
-            notifier.ready()
-            if config.inferproxy.watchdog:
-                tasks.create_task(notifier.keep_watchdog())
-            await wait_forever()
+        try:
+            async with (  # left in reverse: the socket closed, then every connection cut
+                asyncio.TaskGroup() as tasks,
+                accepting(served.path, functools.partial(proxy.take, tasks), mode=served.mode,
+                          group=group),
+            ):
+                notifier.ready()
+                if config.inferproxy.watchdog:
+                    tasks.create_task(notifier.keep_watchdog())
+                await wait_forever()
+        finally:
+            log.info("stopped after %d connections", proxy.total)
 
     await run_until_signalled(main(), on_stop=notifier.stopping)
