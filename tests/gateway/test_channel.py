@@ -169,3 +169,20 @@ def test_a_turn_gatewayd_cannot_send_is_logged_as_its_bug_and_never_retried(
     run(scenario())
     bugs = [r for r in caplog.records if "our bug, not loopd's" in r.getMessage()]
     assert len(bugs) == 1 and "frame 'turn' we were sending: tool_choice" in bugs[0].getMessage()
+
+
+def test_stopping_gatewayd_cancels_a_turn_being_delivered(fake):
+    """Each delivery runs in the gateway's one task group: cancelling gatewayd's run (as
+    SIGTERM does) cancels it with the WebSocket and the dispatcher, and no answer is posted
+    (the queue still holds the post: tests/faults/test_gateway_crash.py restarts gatewayd)."""
+
+    async def scenario():
+        async with running(fake) as h:
+            h.loop.steps = asyncio.Queue()  # the turn never goes on
+            root = fake.user_posts(h.owner, h.dm, "slow one")
+            await until(lambda: len(h.loop.turns) == 1)
+            (delivery,) = h.gateway._running.values()
+        assert delivery.cancelled()
+        assert answers(h, root) == [turns.PLACEHOLDER]  # never edited into an answer
+
+    run(scenario())

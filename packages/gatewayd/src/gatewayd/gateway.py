@@ -1,5 +1,6 @@
 """gatewayd's logic: posts routed into the queue, the queue's dispatcher delivering turns to
-loopd, the owner's !approve/!deny answered, the WebSocket beside them in one task group.
+loopd, the owner's !approve/!deny answered, the WebSocket, the dispatcher and each turn it
+delivers in one task group.
 gateway.sock is sockets.py's: it binds the socket once ``start`` has run and hands brokerd's
 requests to ``posts`` (owner_posts.py).
 
@@ -71,18 +72,17 @@ class Gateway:
             self.queue.set_watermark(int(time.time() * 1000))
 
     async def run(self) -> None:
-        """Carry posts until cancelled (after ``start``): the WebSocket and the dispatcher."""
+        """Carry posts until cancelled (after ``start``): the WebSocket, the dispatcher and the
+        turns it delivers, in one task group; cancelled, it stops the turns being delivered
+        (the queue redelivers them)."""
         log.info("gatewayd ready as %s; %d allowlisted user(s)", self.me,
                  len(self.settings.allowlist))
         async with asyncio.TaskGroup() as group:
             group.create_task(self.socket.run())
-            group.create_task(self._dispatch())
+            group.create_task(self._dispatch(group))
 
     async def close(self) -> None:
-        """Stop the turns being delivered (the queue redelivers them), then the connections."""
-        for task in self._running.values():
-            task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        """Close the connections (once ``run`` has ended)."""
         await self.rest.aclose()
         self.queue.close()
 
@@ -138,11 +138,11 @@ class Gateway:
             log.warning("could not reply in thread %s: %s", root_id, exc)
 
     # -- to loopd ---------------------------------------------------------------------------
-    async def _dispatch(self) -> None:
+    async def _dispatch(self, group: asyncio.TaskGroup) -> None:
         while True:
             self._wake.clear()
             for item in self.queue.heads(time.time(), busy=set(self._running)):
-                self._running[item.session] = asyncio.create_task(self._deliver(item))
+                self._running[item.session] = group.create_task(self._deliver(item))
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
             # meets the event being set, and the dispatcher would outlive SIGTERM.
             with contextlib.suppress(TimeoutError):
@@ -155,6 +155,10 @@ class Gateway:
                 outcome = await self.runner.deliver(item)
             except MattermostError as exc:
                 log.warning("post %s: Mattermost failed during delivery: %s", item.post_id, exc)
+                outcome = TurnOutcome.DOWN
+            except Exception as exc:  # the turn is tried again later, the others go on
+                log.error("post %s: our bug, not loopd's or Mattermost's: %s", item.post_id,
+                          exc, exc_info=exc)
                 outcome = TurnOutcome.DOWN
             if outcome is not TurnOutcome.DELIVERED:
                 low, high = self.settings.redeliver
