@@ -24,7 +24,7 @@ from bxcore.protocol.memory import MemoryArgs
 from bxcore.tools import DataClass
 from memoryd import intent, journal
 from memoryd.layout import Layout, read_text
-from memoryd.notes import read_notes
+from memoryd.notes import label_of, read_notes
 from memoryd.writer import Caller, MemoryWriter
 from pydantic import TypeAdapter
 
@@ -166,8 +166,13 @@ def assert_journal_agrees(home: Path) -> None:
             text = edit.after or ""
         assert read_text(layout.identity(file)) == text, file
     notes = read_notes(layout.notes)
-    assert [n.id for n in notes] == list(range(1, len(notes) + 1))
-    assert sorted(i for e in entries for i in e.notes) == [n.id for n in notes]
+    numbers: dict[str, list[int]] = {}  # each label's notes are numbered 1, 2, 3... in order
+    for note in notes:
+        label, _, number = note.id.rpartition("-")
+        assert label == label_of(note.data_class, note.untrusted), note.id
+        numbers.setdefault(label, []).append(int(number))
+    assert all(found == list(range(1, len(found) + 1)) for found in numbers.values()), numbers
+    assert sorted(i for e in entries for i in e.notes) == sorted(n.id for n in notes)
     by_id = {n.id: n for n in notes}
     for edit in entries:
         for note_id in edit.notes:

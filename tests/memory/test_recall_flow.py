@@ -11,9 +11,9 @@ the same label. Through memoryd's own request handling (``MemoryService.memory_c
 FTS5 index, and at the index itself for the scores, which the tool's answer does not carry;
 then (a few examples) against ``memoryd serve`` over its socket, before and after a reindex.
 
-Notes above the asker are written after every note at or below it: note ids are one counter
-over notes.md, so a higher note written earlier shifts the lower ones' ``note:<id>`` origins.
-That counter is a channel of its own, stated in the decision record and left open there.
+Notes above the asker are written after every note at or below it here; that their order does
+not matter either (note ids are numbered per label) is tests/memory/test_memory_answers_flow.py's
+property (docs/decisions/memory-ids-per-label.md).
 """
 
 from __future__ import annotations

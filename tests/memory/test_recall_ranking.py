@@ -29,7 +29,7 @@ def index_of(directory: Path, texts: list[str], dropped: list[str] = ()) -> Reca
     index = RecallIndex(directory / "recall.sqlite", directory / "sessions", DataClass.PRIVATE)
     records = [user(text) if i % 2 == 0 else answer(text) for i, text in enumerate(texts)]
     index.add_records("s1", 0, 1, records, CLEAN)
-    index.add_notes([Note(id=i + 1, kind="dropped", time=TIME, session="s1",
+    index.add_notes([Note(id=str(i + 1), kind="dropped", time=TIME, session="s1",
                           data_class=DataClass.PUBLIC, untrusted=False, text=text)
                      for i, text in enumerate(dropped)])
     return index

@@ -24,22 +24,33 @@ reads it, so the journal's format is unchanged.
 
 One writer at a time: every write and every recovery holds an flock on ``memory/edits/.lock``,
 so ``memoryd undo`` run beside a serving memoryd never takes the other's write for a crash.
+
+Room (docs/decisions/memory-writes-keep-the-reserve.md): a session's write is refused before
+step 1 while the state filesystem would be left with less than the audit log's reserve free
+(``[broker] audit_reserve_bytes`` and ``audit_reserve_inodes``), bytes or inodes, so memory
+writes alone never eat the room kept for brokerd's record. A write that fails even so (another
+writer filled the disk) is cut back: notes.md to its size before, the temporary files removed,
+and the intent dropped unless the identity file already holds the new text (then the next
+recovery completes it). notes.md is never left torn, so reads go on answering.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from bxcore._base import Count, Model, Text
+from bxcore.space import free_room, shortfall
 from bxcore.util import fsync_dir, write_durably
 from pydantic import ValidationError
 
-from .errors import StoreError
+from .errors import StoreError, WriteRefused
 from .journal import Edit, Journal, text_hash
 from .layout import Layout, read_text
 from .notes import Note, append_bytes, render_append
@@ -66,13 +77,101 @@ def writer_lock(layout: Layout) -> Iterator[None]:
         os.close(fd)
 
 
-def commit(layout: Layout, journal: Journal, edit: Edit, notes: list[Note]) -> Edit:
-    """Do one write in the steps above. The caller holds the lock and has recovered."""
+@dataclass(frozen=True)
+class Reserve:
+    """The room a session's memory write leaves free on the state filesystem: the audit log's
+    reserve, read from ``[broker]`` (0 and 0: no check)."""
+
+    size: int = 0  # bytes
+    inodes: int = 0
+
+    def check(self, directory: Path, needed: int, needed_inodes: int) -> None:
+        """WriteRefused, saying the disk is low and naming the reserve, when writing
+        ``needed`` bytes in ``needed_inodes`` new files where ``directory`` is would leave less
+        than the reserve free."""
+        if self.size <= 0 and self.inodes <= 0:
+            return
+        try:
+            room = free_room(directory)
+        except OSError as exc:
+            raise WriteRefused(f"not written: the free space of the state filesystem cannot "
+                               f"be read ({exc.strerror})") from None
+        short = shortfall(room, self.size, self.inodes, needed=needed,
+                          needed_inodes=needed_inodes, what_writes="this write takes")
+        if short:
+            log.error("a memory write refused: %d bytes and %s inodes free on the state "
+                      "filesystem, reserves %d and %d", room.bytes,
+                      room.inodes if room.counted else "uncounted", self.size, self.inodes)
+            raise WriteRefused("not written: the disk is low: the state filesystem has " +
+                               " and ".join(short) + "; nothing was written, memory still "
+                               "answers reads; the owner can free space there, then write again")
+
+    def check_entry(self, layout: Layout, entry: bytes) -> None:
+        """The check for a journal entry written alone (a staged edit): one new file."""
+        self.check(layout.edits, len(entry) + BLOCK, 1)
+
+
+# What a new file may take beyond its bytes: its last block. A write counts one per file.
+BLOCK = 4096
+# New files a write makes: the intent (removed at the end), the journal entry, notes.md's first.
+WRITE_INODES = 3
+
+
+def commit(layout: Layout, journal: Journal, edit: Edit, notes: list[Note],
+           reserve: Reserve | None = None) -> Edit:
+    """Do one write in the steps above. The caller holds the lock and has recovered.
+    ``reserve``: refuse (WriteRefused) before anything is written when the write would leave
+    less than it free; a session's write passes one, the owner's commands do not."""
     data = render_append(notes, new_file=not layout.notes.exists())
     intent = Intent(edit=edit, notes_offset=_size(layout.notes), notes_data=data)
-    write_durably(intent_path(layout, edit.seq), intent.canonical() + b"\n", mode=0o640)
-    _finish(layout, journal, intent)
+    encoded = intent.canonical() + b"\n"
+    if reserve is not None:
+        needed = len(encoded) + len(data.encode("utf-8")) + len(edit.canonical()) + 3 * BLOCK
+        reserve.check(layout.edits, needed, WRITE_INODES)
+    path = intent_path(layout, edit.seq)
+    try:
+        write_durably(path, encoded, mode=0o640)
+    except OSError as exc:
+        _remove(_temporary(path))
+        raise WriteRefused(f"not written: the state filesystem took no more "
+                           f"({exc.strerror}); nothing was written") from None
+    try:
+        _finish(layout, journal, intent)
+    except OSError as exc:
+        raise WriteRefused(_cut_back(layout, journal, intent, exc)) from None
     return edit
+
+
+def _cut_back(layout: Layout, journal: Journal, intent: Intent, exc: OSError) -> str:
+    """After a step failed: notes.md back to its size before (never torn), the temporary files
+    removed, the intent dropped unless the write took effect (the identity file holds the new
+    text): then the intent stays and the next recovery finishes the record. What to answer."""
+    path = intent_path(layout, intent.edit.seq)
+    with contextlib.suppress(OSError):
+        if _size(layout.notes) > intent.notes_offset:
+            os.truncate(layout.notes, intent.notes_offset)
+    for temporary in (_temporary(journal.path(intent.edit.seq)),
+                      _temporary(layout.identity(intent.edit.file))
+                      if intent.edit.file != "notes.md" else None):
+        _remove(temporary)
+    log.error("memory edit %d (%s of %s) failed (%s); notes.md cut back to %d bytes",
+              intent.edit.seq, intent.edit.action, intent.edit.file, exc.strerror,
+              intent.notes_offset)
+    if journal.path(intent.edit.seq).exists() or _took_effect(layout, intent, path):
+        return (f"{intent.edit.file} was changed, but the record of the change could not be "
+                f"finished ({exc.strerror}); memoryd finishes it at its next write")
+    _remove(path)
+    return f"not written: the state filesystem took no more ({exc.strerror}); nothing was written"
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp")  # bxcore.util.write_durably's
+
+
+def _remove(path: Path | None) -> None:
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def recover(layout: Layout, journal: Journal) -> list[str]:
@@ -116,7 +215,13 @@ def _finish(layout: Layout, journal: Journal, intent: Intent) -> None:
         if current == text_hash(edit.before) != text_hash(edit.after):
             write_durably(identity, edit.after.encode("utf-8"), mode=0o640)
     written = _notes_written(layout, intent, path)
-    append_bytes(layout.notes, intent.notes_data.encode("utf-8")[len(written) :])
+    before = _size(layout.notes)
+    try:
+        append_bytes(layout.notes, intent.notes_data.encode("utf-8")[len(written) :])
+    except OSError:
+        with contextlib.suppress(OSError):  # never a torn entry: readers parse the whole file
+            os.truncate(layout.notes, before)
+        raise
     if not journal.path(edit.seq).exists():
         journal.append(edit)
     _discard(path)

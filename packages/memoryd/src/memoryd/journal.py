@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from bxcore._base import Count, Flag, Model, Text
 from bxcore.tools import DataClass
 from bxcore.util import sha256, write_durably
-from pydantic import ValidationError
+from pydantic import BeforeValidator, ValidationError
 
 from .errors import StoreError
 
@@ -22,6 +22,14 @@ Action = Literal[
     "note", "add", "replace", "remove", "consolidate", "undo", "accept", "reject"
 ]
 JournalFile = Literal["memory.md", "user.md", "notes.md"]
+
+
+def _note_id(value: object) -> object:
+    # Entries written before per-label note ids hold plain numbers; they read as the id text.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+NoteId = Annotated[Text, BeforeValidator(_note_id)]
 
 
 class PendingNote(Model):
@@ -42,7 +50,7 @@ class Edit(Model):
     staged: Flag = False  # waits for the owner's accept; the file is unchanged
     before: Text | None = None  # the file's whole text before; None for notes
     after: Text | None = None
-    notes: list[Count] = []  # ids of the notes.md entries this edit appended
+    notes: list[NoteId] = []  # ids of the notes.md entries this edit appended
     pending_notes: list[PendingNote] = []  # for a staged edit: appended on accept
     target: Count | None = None  # the edit an undo reverts or an accept/reject resolves
 

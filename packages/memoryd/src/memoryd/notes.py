@@ -2,8 +2,15 @@
 
 Each entry is a header line, then exactly ``chars`` characters of text, then a blank line::
 
-    ### note 17 time=2026-11-30T07:00:00.000000Z session=s1 class=private trust=untrusted chars=31
+  ### note public-4 time=2026-11-30T07:00:00.000000Z session=s1 class=public trust=trusted chars=31
     The owner's CI runs on Fridays.
+
+A note's id is its label (class, and ``-untrusted`` when untrusted) and its number among the
+notes of that label: ``public-3`` is the third public trusted note. Numbering per label means an
+id (which the writing session is told, and which recall shows as the origin ``note:<id>``)
+counts only notes at the note's own label, never how many notes sessions of other labels wrote
+(docs/decisions/memory-ids-per-label.md). Notes written before that carry a plain number, one
+counter over the whole file; they keep it, and new numbering never produces one.
 
 Kinds: ``note`` (the memory tool's note), ``moved`` and ``dropped`` (what left an identity file;
 they carry ``from=memory.md`` or ``from=user.md``). Because the header gives the length, text
@@ -26,7 +33,8 @@ from .errors import StoreError
 NoteKind = Literal["note", "moved", "dropped"]
 PREAMBLE = "# notes.md: append-only experience. Each header gives its entry's length.\n\n"
 _HEADER = re.compile(
-    r"### (?P<kind>note|moved|dropped) (?P<id>\d+) time=(?P<time>\S+) session=(?P<session>\S+)"
+    r"### (?P<kind>note|moved|dropped) (?P<id>\d+|(?:public|private|secret)(?:-untrusted)?-\d+)"
+    r" time=(?P<time>\S+) session=(?P<session>\S+)"
     r" class=(?P<cls>public|private|secret) trust=(?P<trust>trusted|untrusted)"
     r"(?: from=(?P<source>memory\.md|user\.md))? chars=(?P<chars>\d+)"
 )
@@ -34,7 +42,7 @@ _HEADER = re.compile(
 
 @dataclass(frozen=True, kw_only=True)
 class Note:
-    id: int
+    id: str  # "<label>-<n>" (label_of), or a plain number for a note from before per-label ids
     kind: NoteKind
     time: str
     session: str  # "-" when no session wrote it (an owner's accept of a staged edit)
@@ -75,16 +83,42 @@ def parse_notes(text: str, where: Path | str = "notes.md") -> list[Note]:
             raise StoreError(
                 f"{where}: line {line_no}: entry {match['id']} is torn or its length is wrong"
             )
+        data_class, untrusted = DataClass(match["cls"]), match["trust"] == "untrusted"
+        if not match["id"].isdigit() and match["id"].rpartition("-")[0] != label_of(
+                data_class, untrusted):
+            raise StoreError(f"{where}: line {line_no}: note {match['id']}'s id does not name "
+                             f"its label, {label_of(data_class, untrusted)}")
         notes.append(
             Note(
-                id=int(match["id"]), kind=match["kind"], time=match["time"],  # type: ignore[arg-type]
-                session=match["session"], data_class=DataClass(match["cls"]),
-                untrusted=match["trust"] == "untrusted", text=text[start:end],
+                id=match["id"], kind=match["kind"], time=match["time"],  # type: ignore[arg-type]
+                session=match["session"], data_class=data_class,
+                untrusted=untrusted, text=text[start:end],
                 source=match["source"],
             )
         )
         position = end + 2
     return notes
+
+
+def label_of(data_class: DataClass, untrusted: bool) -> str:
+    """The label part of a note id: ``public``, ``private-untrusted``..."""
+    return data_class.value + ("-untrusted" if untrusted else "")
+
+
+def next_ids(notes: list[Note], labels: list[tuple[DataClass, bool]]) -> list[str]:
+    """Ids for new notes of ``labels`` (in order) after ``notes``: each the next number of its
+    own label. Only the ids of that label are read, so an id says nothing of other labels."""
+    highest: dict[str, int] = {}
+    for note in notes:
+        label, _, number = note.id.rpartition("-")
+        if label:
+            highest[label] = max(highest.get(label, 0), int(number))
+    ids = []
+    for data_class, untrusted in labels:
+        label = label_of(data_class, untrusted)
+        highest[label] = highest.get(label, 0) + 1
+        ids.append(f"{label}-{highest[label]}")
+    return ids
 
 
 def read_notes(path: Path) -> list[Note]:

@@ -12,6 +12,7 @@ from bxcore.secrets import SecretStore
 from .handling import MemoryService
 from .honcho import HonchoClient, HonchoSync
 from .index import RecallIndex, StateDb
+from .intent import Reserve
 from .journal import Journal
 from .layout import Layout
 from .taint import read_taint_file
@@ -43,8 +44,11 @@ def memory_writer(config: Config, layout: Layout | None = None) -> MemoryWriter:
     if layout is None:
         layout = Layout(config.paths.home)
         layout.ensure()
+    # A session's write leaves the audit log's reserve free on the state filesystem, which
+    # memoryd's home shares with brokerd's (docs/decisions/memory-writes-keep-the-reserve.md).
+    reserve = Reserve(config.broker.audit_reserve_bytes, config.broker.audit_reserve_inodes)
     return MemoryWriter(layout, stage_identity_writes=config.memory.stage_identity_writes,
-                        identity_ceiling=config.memory.identity_ceiling)
+                        identity_ceiling=config.memory.identity_ceiling, reserve=reserve)
 
 
 def journal(config: Config) -> Journal:

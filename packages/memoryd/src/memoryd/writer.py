@@ -24,11 +24,11 @@ from bxcore.tools import DataClass
 from bxcore.util import now_rfc3339
 
 from .edits import IdentityChange, plan_identity_edit, sanitized
-from .errors import CommandRefused, TaintRefused
-from .intent import commit, recover, writer_lock
+from .errors import CommandRefused, TaintRefused, WriteRefused
+from .intent import Reserve, commit, recover, writer_lock
 from .journal import Edit, Journal, PendingNote, text_hash
 from .layout import Layout, read_text
-from .notes import Note, read_notes
+from .notes import Note, next_ids, read_notes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,8 +43,9 @@ class Caller:
 class MemoryWriter:
     def __init__(self, layout: Layout, *, stage_identity_writes: bool,
                  identity_ceiling: DataClass = DataClass.PUBLIC,
-                 clock: Callable[[], str] = now_rfc3339):
+                 clock: Callable[[], str] = now_rfc3339, reserve: Reserve | None = None):
         self.layout = layout
+        self._reserve = reserve or Reserve()  # kept free by a session's writes, not the owner's
         self.journal = Journal(layout.edits)
         self._stage = stage_identity_writes
         self._ceiling = identity_ceiling
@@ -59,7 +60,11 @@ class MemoryWriter:
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         with writer_lock(self.layout):
-            recover(self.layout, self.journal)
+            try:
+                recover(self.layout, self.journal)
+            except OSError as exc:  # finishing an earlier write needs room too
+                raise WriteRefused(f"not written: an earlier write could not be finished yet "
+                                   f"({exc.strerror}); nothing more was written") from None
             yield
 
     # -- the memory tool ------------------------------------------------------------------
@@ -85,18 +90,24 @@ class MemoryWriter:
                 f"{args.action} of {args.file} refused: this session {why}, so it may only "
                 "write notes"
             )
+        # What the session is told depends on its own call, the identity file (in every
+        # session's prompt, written only at or below every session's label) and notes of its
+        # own label: never the journal's sequence number, which counts every write of every
+        # class (docs/decisions/memory-ids-per-label.md). The owner finds the number in
+        # ``memoryd staged`` and ``memoryd log``.
         change = plan_identity_edit(args, read_text(self.layout.identity(args.file)))
         if self._stage:
-            edit = self._record(change, args.action, caller, staged=True)
+            self._record(change, args.action, caller, staged=True)
             return (
-                f"Staged as edit {edit.seq} for the owner's review; if accepted it takes effect "
-                "at the next epoch."
+                f"Staged for the owner's review (memoryd staged lists it); if accepted, the edit "
+                f"of {args.file} takes effect at the next epoch."
             )
-        edit = self._apply(change, args.action, caller.session, caller.data_class)
+        self._apply(change, args.action, caller.session, caller.data_class,
+                    reserve=self._reserve)
         size = len(change.after.strip())
         return (
-            f"{args.file} updated (edit {edit.seq}; {size:,} of "
-            f"{IDENTITY_LIMITS[args.file]:,} characters). It takes effect at the next epoch."
+            f"{args.file} updated ({size:,} of {IDENTITY_LIMITS[args.file]:,} characters). "
+            "It takes effect at the next epoch."
         )
 
     def _identity_barred(self, caller: Caller) -> str | None:
@@ -109,34 +120,36 @@ class MemoryWriter:
         return None
 
     def _note(self, text: str, caller: Caller) -> Note:
+        (note_id,) = next_ids(read_notes(self.layout.notes),
+                              [(caller.data_class, caller.untrusted)])
         note = Note(
-            id=self._next_note_id(), kind="note", time=self._clock(), session=caller.session,
+            id=note_id, kind="note", time=self._clock(), session=caller.session,
             data_class=caller.data_class, untrusted=caller.untrusted, text=text,
         )
         commit(self.layout, self.journal, Edit(
             seq=self.journal.next_seq(), time=note.time, session=caller.session,
             data_class=caller.data_class, file="notes.md", action="note",
             summary=text[:60], notes=[note.id],
-        ), [note])
+        ), [note], self._reserve)
         return note
-
-    def _next_note_id(self) -> int:
-        notes = read_notes(self.layout.notes)
-        return notes[-1].id + 1 if notes else 1
 
     def _record(self, change: IdentityChange, action: str, caller: Caller, *,
                 staged: bool) -> Edit:
-        return self.journal.append(Edit(
+        edit = Edit(
             seq=self.journal.next_seq(), time=self._clock(), session=caller.session,
             data_class=caller.data_class, file=change.file,  # type: ignore[arg-type]
             action=action,  # type: ignore[arg-type]
             summary=change.summary, staged=staged, before=change.before, after=change.after,
             pending_notes=list(change.pending),
-        ))
+        )
+        self._reserve.check_entry(self.layout, edit.canonical())
+        return self.journal.append(edit)
 
     def _apply(self, change: IdentityChange, action: str, session: str | None,
-               data_class: DataClass | None, target: int | None = None) -> Edit:
-        """Write the file, append what left it to notes.md, journal the edit (intent.commit)."""
+               data_class: DataClass | None, target: int | None = None, *,
+               reserve: Reserve | None = None) -> Edit:
+        """Write the file, append what left it to notes.md, journal the edit (intent.commit);
+        ``reserve``: the room a session's write leaves (the owner's commands pass none)."""
         time = self._clock()
         notes = self._pending_to_notes(change.pending, change.file, session, data_class, time)
         return commit(self.layout, self.journal, Edit(
@@ -145,18 +158,19 @@ class MemoryWriter:
             action=action,  # type: ignore[arg-type]
             summary=change.summary, before=change.before, after=change.after,
             notes=[n.id for n in notes], target=target,
-        ), notes)
+        ), notes, reserve)
 
     def _pending_to_notes(self, pending: tuple[PendingNote, ...], file: str,
                           session: str | None, data_class: DataClass | None,
                           time: str) -> list[Note]:
-        first = self._next_note_id()
         edits = self.journal.entries()
+        classes = [max(data_class or DataClass.PUBLIC, origin_class(edits, file, p.text))
+                   for p in pending]
+        ids = next_ids(read_notes(self.layout.notes), [(c, False) for c in classes])
         return [
-            Note(id=first + i, kind=p.kind, time=time, session=session or "-",
-                 data_class=max(data_class or DataClass.PUBLIC, origin_class(edits, file, p.text)),
-                 untrusted=False, text=p.text, source=file)
-            for i, p in enumerate(pending)
+            Note(id=note_id, kind=p.kind, time=time, session=session or "-",
+                 data_class=note_class, untrusted=False, text=p.text, source=file)
+            for note_id, note_class, p in zip(ids, classes, pending, strict=True)
         ]
 
     # -- the owner's commands ---------------------------------------------------------------

@@ -13,7 +13,8 @@ the append made again in the room it leaves: enough for the running calls' resul
 sessions' taint, while the next check refuses the calls that could fill it. The file is
 allocated again once the reserve is free beside it. An append that
 fails even so is cut back (brokerd.audit.log), so the log stays whole either way. "The same
-filesystem" is the same device number (``st_dev``); bind mounts share it.
+filesystem" is the same device number (``st_dev``); bind mounts share it. The room and the
+texts naming the reserves are bxcore.space's; memoryd refuses memory writes with them too.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
 
+from bxcore.space import free_room, shortfall
 from bxcore.util import fsync_dir
 
 from ..errors import AuditError
@@ -66,31 +67,13 @@ def refuse_when_low(state: Path, writable: Iterable[Path], reserve: int, inodes:
     except OSError as exc:
         raise AuditError(f"not run: the free space of brokerd's state filesystem cannot be "
                          f"read ({exc.strerror})") from None
-    short = []
-    if reserve > 0 and room.bytes < reserve + needed:
-        short.append(f"{_mib(room.bytes)} free, less than the {_mib(reserve)} kept for the log "
-                     "([broker] audit_reserve_bytes)" +
-                     (f" plus the {_mib(needed)} this call writes" if needed else ""))
-    if inodes > 0 and room.counted and room.inodes < inodes:
-        short.append(f"{room.inodes} free inodes (files), fewer than the {inodes} kept for the "
-                     "log ([broker] audit_reserve_inodes)")
+    short = shortfall(room, reserve, inodes, needed=needed)
     if short:
         log.error("a call that can write to %s refused: %d bytes and %s inodes free on the "
                   "state filesystem, reserves %d and %d", shared[0], room.bytes,
                   room.inodes if room.counted else "uncounted", reserve, inodes)
         raise AuditError(f"not run: {what}, which has " + " and ".join(short) +
                          "; free space there and call again")
-
-
-class Room(NamedTuple):
-    bytes: int
-    inodes: int
-    counted: bool  # whether the filesystem counts inodes at all (btrfs does not)
-
-
-def free_room(path: Path) -> Room:
-    stats = os.statvfs(path)
-    return Room(stats.f_bavail * stats.f_frsize, stats.f_favail, stats.f_files > 0)
 
 
 def free_bytes(path: Path) -> int:
@@ -197,6 +180,3 @@ class HeldRoom:
                       self.path.parent)
         return freed
 
-
-def _mib(size: int) -> str:
-    return f"{size / (1024 * 1024):.1f} MiB"

@@ -18,7 +18,7 @@ class Document:
     origin: str  # session:<id>/<epoch>#<line>, or note:<id>
     kind: str  # user, assistant, tool_result; note, moved, dropped
     session: str | None
-    note: int | None
+    note: str | None
     data_class: DataClass
     untrusted: bool
     time: str

@@ -130,8 +130,12 @@ class RecallIndex:
         return added
 
     def add_notes(self, notes: Iterable[Note]) -> int:
+        """Index the notes past the ones indexed: ``ingested`` holds how many entries of
+        notes.md (append-only) are in. Before per-label note ids it held the highest id, which
+        is the same number: ids ran 1, 2, 3... in file order."""
         done = self.upto(NOTES_SOURCE)
-        fresh = [n for n in notes if n.id > done]
+        every = list(notes)
+        fresh = every[done:]
         if not fresh:
             return 0
         with transaction(self._conn):
@@ -141,7 +145,7 @@ class RecallIndex:
             self._conn.execute(
                 "INSERT INTO ingested (source, upto) VALUES (?, ?) ON CONFLICT (source) "
                 "DO UPDATE SET upto = excluded.upto",
-                (NOTES_SOURCE, fresh[-1].id),
+                (NOTES_SOURCE, len(every)),
             )
         return added
 
