@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bxcore.tools import DataClass, ToolResponse
+from faults.profile import by_profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memoryd.journal import Journal
@@ -98,7 +99,8 @@ async def run_world(home: Path, world: dict[str, Any], which: str) -> list[Any]:
     return answers
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=by_profile(short=30, long=1000), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds())
 def test_what_sessions_above_the_asker_do_never_changes_its_memory_answers(
         tmp_path_factory, world):
@@ -177,7 +179,8 @@ def daemon_answers(path: Path, world: dict[str, Any], which: str) -> list[Any]:
     return answers
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=by_profile(short=3, long=100), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds())
 def test_the_serving_daemon_answers_alike_whatever_higher_sessions_wrote(
         tmp_path_factory, world):
