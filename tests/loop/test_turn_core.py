@@ -173,16 +173,27 @@ def test_limit_tool_iterations_ends_the_turn_after_the_last_round_is_recorded():
     assert core.send(Answered()) == Finish()
 
 
-@pytest.mark.parametrize("answer", [CompletionFailed(code=ErrorCode.INFERENCE, message="x"),
-                                    calls(("clock", "{}"), first=9)])
-def test_limit_without_an_answer_without_tools_the_turn_stops_on_the_limit(answer):
+def test_limit_tools_called_even_without_tools_stop_the_turn_on_the_limit():
     core = TurnCore(TurnSettings(tool_iterations=1))
     start(core)
     _, after = run_round(core, calls(("clock", "{}")))
     assert after.tool_choice == "none"
-    assert core.send(answer) == Stop(code=ErrorCode.TURN_LIMIT,
-                                     reason="1 rounds of tool calls, the limit of one turn")
+    assert core.send(calls(("clock", "{}"), first=9)) == Stop(
+        code=ErrorCode.TURN_LIMIT, reason="1 rounds of tool calls, the limit of one turn")
     assert core.state is S.STOPPED
+
+
+@pytest.mark.parametrize("code", [ErrorCode.INFERENCE, ErrorCode.SESSION_FULL,
+                                  ErrorCode.UNAVAILABLE])
+def test_limit_a_closing_completion_that_fails_stops_with_its_own_code(code):
+    """The server down or the slot full is told as such, not as the limit (the attack on
+    issue 32 found every failure of the closing completion told as ``turn_limit``)."""
+    core = TurnCore(TurnSettings(tool_iterations=1))
+    start(core)
+    run_round(core, calls(("clock", "{}")))
+    assert core.send(CompletionFailed(code=code, message="x")) == Stop(
+        code=code, reason="x (asked once more without tools after 1 rounds of tool calls, "
+                          "the limit of one turn)")
 
 
 def test_limit_a_repeated_call_is_not_run_and_the_model_gets_one_more_completion():
@@ -235,8 +246,8 @@ def test_limit_a_second_repeat_stops_the_rest_of_the_round_and_ends_the_turn():
     assert [a.text for a in ran] == [REPEATED, STOPPED]
     assert after.tool_choice == "none"  # asked once more, without tools
     repeated = "the model repeated an identical clock call a second time"
-    failed = CompletionFailed(code=ErrorCode.INFERENCE, message="x")
-    assert core.send(failed) == Stop(code=ErrorCode.TURN_LIMIT, reason=repeated)
+    assert core.send(calls(("clock", "{}"), first=4)) == Stop(code=ErrorCode.TURN_LIMIT,
+                                                             reason=repeated)
 
 
 def test_limit_repeat_detection_off_runs_every_call():

@@ -36,8 +36,9 @@ are the core's own moves at the end of a round of tool calls, from its limits:
 A turn that hits a limit (rounds, a repeated call) is asked once more with ``tool_choice``
 "none" (CLOSING), so it ends with an answer, not only with ``turn_limit``: a model that repeats a
 call would otherwise repeat it from the log on every later turn, and no turn would ever be
-answered again (the attack on issue 32). If that answer does not come, the turn stops on the
-limit.
+answered again (the attack on issue 32). If the model calls tools even then, the turn stops on
+the limit; if the completion fails, with the failure's own code (the server down or the slot
+full is not a turn limit).
 
 A move the table does not list, or an event that does not answer the action under way, raises
 ``IllegalTransition`` and leaves the core in ERROR for good. No other module assigns state.
@@ -203,10 +204,12 @@ class TurnCore:
             case TurnState.DONE:
                 return Finish()
             case TurnState.STOPPED:
-                if self._limit is not None:  # no answer without tools: the limit stands
-                    return Stop(code=ErrorCode.TURN_LIMIT, reason=self._limit)
-                assert isinstance(event, CompletionFailed)
-                return Stop(code=event.code, reason=event.message)
+                if isinstance(event, CompletionFailed):  # its own code, even while closing
+                    after = "" if self._limit is None else \
+                        f" (asked once more without tools after {self._limit})"
+                    return Stop(code=event.code, reason=event.message + after)
+                assert self._limit is not None  # tools called even without: the limit stands
+                return Stop(code=ErrorCode.TURN_LIMIT, reason=self._limit)
             case TurnState.CANCELLED:
                 return Abandon()
         raise AssertionError(f"the table never moves to {state.value}")
