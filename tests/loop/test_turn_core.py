@@ -213,6 +213,22 @@ def test_limit_the_same_arguments_in_other_whitespace_or_key_order_are_a_repeat(
     assert [a.text for a in ran] == [REPEATED]
 
 
+@pytest.mark.parametrize(("first", "again", "repeated"), [
+    ('{"n": 1}', '{"n": 1.0}', True),  # the server shows both as 1
+    ('{"n": 1.0}', '{"n": 10e-1}', True),
+    ('{"n": [2, {"m": 3}]}', '{"n": [2.0, {"m": 3e0}]}', True),
+    ('{"n": 1000000}', '{"n": 1e6}', False),  # shown as 1000000 and 1e+06
+    ('{"n": 0}', '{"n": -0.0}', False),  # shown as 0 and -0
+    ('{"n": 1}', '{"n": 1.5}', False),
+])
+def test_limit_numbers_are_compared_as_the_model_is_shown_them(first, again, repeated):
+    core = TurnCore(TurnSettings())
+    start(core)
+    run_round(core, calls(("echo", first)))
+    ran, _ = run_round(core, calls(("echo", again), first=2))
+    assert [type(a) for a in ran] == [RecordNotRun if repeated else RunTool]
+
+
 def test_limit_arguments_that_are_not_json_are_compared_as_text():
     core = TurnCore(TurnSettings())
     start(core)

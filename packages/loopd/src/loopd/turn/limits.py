@@ -74,10 +74,20 @@ class Limits:
 
 def same_arguments_key(arguments: str) -> str:
     """Arguments as compared for a repeat: JSON text in one form, so that other whitespace or
-    key order is the same call (a small model writes the same call both ways); text that is not
-    JSON as it is."""
+    key order is the same call (a small model writes the same call both ways), each number as
+    the model is shown it; text that is not JSON as it is."""
     try:
-        return canonical_text(json.loads(arguments))
+        return canonical_text(json.loads(arguments, parse_float=_float_as_shown))
     except (ValueError, RecursionError):  # not JSON, NaN, or nested past the parser's depth
         # (a model's arguments are untrusted): compared as text
         return arguments
+
+
+def _float_as_shown(text: str) -> float | int:
+    """A number with a fraction or exponent that the template engine writes back as an integer
+    (C's ``%g``: 1.0 and 1e0 as 1) is that integer: the model sees the two calls alike (the
+    attack on issue 32). -0.0 ("-0") and 1e6 ("1e+06") are shown otherwise and stay apart."""
+    value = float(text)
+    if value.is_integer() and f"{value:.6g}" == str(int(value)):
+        return int(value)
+    return value
