@@ -32,7 +32,7 @@ from bxcore._base import Count, Model, Text
 from bxcore.config import ConsultSection
 from bxcore.ids import SessionId
 from bxcore.tools import ToolRequest
-from bxcore.util import fsync_dir, now_rfc3339
+from bxcore.util import fsync_dir, now_rfc3339, write_all
 from pydantic import StrictFloat, StrictInt, ValidationError
 
 from .errors import EgressLogError
@@ -157,7 +157,7 @@ class ConsultEgress:
         try:
             keep = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
             try:
-                os.write(keep, torn)
+                write_all(keep, torn)
                 os.fsync(keep)
             finally:
                 os.close(keep)

@@ -57,16 +57,30 @@ def is_rfc3339(text: str) -> bool:
 
 
 def write_durably(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` atomically: temp file, fsync, rename, fsync the dir."""
+    """Replace ``path`` with ``data`` atomically: temp file, fsync, rename, fsync the dir. A
+    write that fails leaves ``path`` as it was and no temp file."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data``: a disk that fills during a write returns a short count
+    first (ENOSPC only on the next), so one ``os.write`` can leave a torn file that looks whole
+    (the attack on issue 31's memory writes tore identity files and journal entries so)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def fsync_dir(directory: Path) -> None:

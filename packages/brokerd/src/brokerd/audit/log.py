@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bxcore.util import fsync_dir, now_rfc3339, sha256
+from bxcore.util import fsync_dir, now_rfc3339, sha256, write_all
 from pydantic import ValidationError
 
 from ..errors import AuditError
@@ -375,7 +375,7 @@ class AuditLog:
         try:
             fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
             try:
-                os.write(fd, tail.torn)
+                write_all(fd, tail.torn)
                 os.fsync(fd)
             finally:
                 os.close(fd)
