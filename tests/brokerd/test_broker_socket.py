@@ -193,6 +193,33 @@ def test_memory_tools_go_to_memoryd_with_the_sessions_taint(tmp_path):
     assert kinds(rig) == ["allow", "result", "allow", "result"]
 
 
+@pytest.mark.parametrize(("code", "told"), [
+    ("internal", False),  # memoryd's own failure: its files, edit numbers, entries' bytes
+    ("bad_request", True),  # a refusal of this call: the model may act on it
+])
+def test_memoryds_own_failure_is_not_told_to_the_model(tmp_path, code, told):
+    memory_sock = tmp_path / "memory.sock"
+    rig = make_rig(tmp_path, memory=memory_sock)
+    message = "/state/memory/edits/00000002.json: not a journal entry: b'{\"secret\"'"
+
+    async def memoryd(reader, writer):
+        stream = FrameStream(reader, writer, memory_wire.TO_MEMORYD)
+        await stream.read(5)
+        await stream.write(Frame.of("error", {"code": code, "message": message}, final=True))
+        await stream.close()
+
+    async def body(sock):
+        server = await asyncio.start_unix_server(memoryd, str(memory_sock))
+        try:
+            return await call_tool(sock, request("memory", '{"action": "note", "text": "x"}'))
+        finally:
+            server.close()
+
+    response = serve(rig, tmp_path, body)[-1].parse(ToolResponse)
+    assert response.status == "failed" and response.content.startswith("Memory is unavailable")
+    assert (message in response.content) is told
+
+
 def test_memoryd_down_is_a_failed_call_not_a_crash(tmp_path):
     rig = make_rig(tmp_path)
     frames = serve(rig, tmp_path, lambda s: call_tool(s, request("recall", '{"query": "x"}')))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bxcore.errors import BoxmakerError, WireError
+from bxcore.errors import BoxmakerError, ErrorCode, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
 from bxcore.protocol import memory as wire
@@ -12,6 +12,11 @@ from bxcore.tools import DataClass, ToolRequest, ToolResponse, plain_response
 
 from .policy import Decision
 from .taint import Taint
+
+# memoryd's own failure may name its files, an edit's number or bytes of a journal entry, which
+# count or hold other sessions' writes (the attack on issue 31): the model is told only that
+# it failed; memoryd's log has the rest. A refusal of the call itself is told as memoryd says it.
+MEMORYD_FAILED = "memoryd failed on its side (its log says why)"
 
 
 def unavailable(why: str) -> ToolResponse:
@@ -40,7 +45,9 @@ class MemoryClient:
             if frame.kind == wire.TOOL_RESPONSE:
                 return frame.parse(ToolResponse)
             if frame.kind == wire.ERROR:
-                return unavailable(frame.parse(WireError).message)
+                error = frame.parse(WireError)
+                return unavailable(MEMORYD_FAILED if error.code is ErrorCode.INTERNAL
+                                   else error.message)
             return unavailable(f"memoryd answered {frame.kind!r}")
         except BoxmakerError as exc:
             return unavailable(str(exc))
