@@ -44,8 +44,9 @@ class FullDisk:
     """From durable step ``at`` on, every write fails with ``code``; the step at ``at`` writes
     ``part`` (a fraction) of its bytes first: an append its prefix, a replace its temp file."""
 
-    def __init__(self, at: int, code: int, part: float):
+    def __init__(self, at: int, code: int, part: float, landed: bool = False):
         self.at, self.code, self.part = at, code, part
+        self.landed = landed  # the step at ``at`` lands whole, then fails (its fsync, say)
         self.steps = 0
 
     def install(self, patch: pytest.MonkeyPatch) -> None:
@@ -58,6 +59,8 @@ class FullDisk:
             self.steps += 1
             if self.steps - 1 < self.at:
                 return real(path, data, *rest, **options)
+            if self.steps - 1 == self.at and self.landed:
+                real(path, data, *rest, **options)
             if self.steps - 1 == self.at and self.part:
                 cut = data[: int(len(data) * self.part)]
                 if name == "append_bytes":
@@ -113,6 +116,33 @@ def test_a_write_failing_at_any_step_is_refused_and_leaves_before_or_after(tmp_p
                                Caller(session="s2", data_class=DataClass.PUBLIC,
                                       untrusted=False))
             assert_journal_agrees(home)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_a_step_that_lands_and_then_fails_leaves_what_the_journal_says(tmp_path, op):
+    """A failing disk can take a step whole and then fail it (EIO on the fsync after a rename
+    or an append). Whatever step that is, the files end as before or after the write, and the
+    journal agrees; once the journal entry landed the write is done and answered so, never cut
+    back (attack 31f: notes.md lost a note the journal listed, and the next note got its id)."""
+    before, after, steps = durable_steps(tmp_path / "reference", op)
+    for at in range(steps):
+        home = tmp_path / f"landed-{at}"
+        setup(home)
+        with pytest.MonkeyPatch.context() as patch:
+            FullDisk(at, errno.EIO, 0.0, landed=True).install(patch)
+            if at == steps - 1:  # the journal entry: recorded
+                OPS[op](writer(home))
+            else:
+                with pytest.raises(WriteRefused):
+                    OPS[op](writer(home))
+        read_notes(Layout(home).notes)
+        writer(home)  # the next writer recovers
+        took_effect = at == steps - 1 or (op != "note" and at >= 1)  # 1: the identity file
+        assert state(home) == (after if took_effect else before), (op, at)
+        assert_journal_agrees(home)
+        writer(home).write(ARGS.validate_python({"action": "note", "text": "next"}),
+                           Caller(session="s2", data_class=DataClass.PUBLIC, untrusted=False))
+        assert_journal_agrees(home)
 
 
 def test_a_session_write_is_refused_before_anything_is_written_below_the_reserve(tmp_path):

@@ -31,7 +31,9 @@ step 1 while the state filesystem would be left with less than the audit log's r
 writes alone never eat the room kept for brokerd's record. A write that fails even so (another
 writer filled the disk) is cut back: notes.md to its size before, the temporary files removed,
 and the intent dropped unless the identity file already holds the new text (then the next
-recovery completes it). notes.md is never left torn, so reads go on answering.
+recovery completes it). notes.md is never left torn, so reads go on answering. A write whose
+journal entry landed is done, whatever failed after it: nothing is cut back (that dropped a
+note the journal listed, and its id was given again: attack 31f).
 """
 
 from __future__ import annotations
@@ -138,6 +140,10 @@ def commit(layout: Layout, journal: Journal, edit: Edit, notes: list[Note],
     try:
         _finish(layout, journal, intent)
     except OSError as exc:
+        if journal.path(edit.seq).exists():  # recorded: only a step after the entry failed
+            log.warning("memory edit %d is recorded; the step after its journal entry failed "
+                        "(%s); the next recovery drops its intent", edit.seq, exc.strerror)
+            return edit
         raise WriteRefused(_cut_back(layout, journal, intent, exc)) from None
     return edit
 
@@ -157,7 +163,7 @@ def _cut_back(layout: Layout, journal: Journal, intent: Intent, exc: OSError) ->
     log.error("memory edit %d (%s of %s) failed (%s); notes.md cut back to %d bytes",
               intent.edit.seq, intent.edit.action, intent.edit.file, exc.strerror,
               intent.notes_offset)
-    if journal.path(intent.edit.seq).exists() or _took_effect(layout, intent, path):
+    if _took_effect(layout, intent, path):
         return (f"{intent.edit.file} was changed, but the record of the change could not be "
                 f"finished ({exc.strerror}); memoryd finishes it at its next write")
     _remove(path)
