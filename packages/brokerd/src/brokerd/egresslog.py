@@ -32,7 +32,7 @@ from bxcore._base import Count, Model, Text
 from bxcore.config import ConsultSection
 from bxcore.ids import SessionId
 from bxcore.tools import ToolRequest
-from bxcore.util import fsync_dir, now_rfc3339, write_all
+from bxcore.util import fsync_dir, now_rfc3339, write_durably
 from pydantic import StrictFloat, StrictInt, ValidationError
 
 from .errors import EgressLogError
@@ -155,13 +155,7 @@ class ConsultEgress:
         torn = os.pread(fd, size - at, at)
         kept = self.path.with_name(f"{self.path.name}.torn-{at}")
         try:
-            keep = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-            try:
-                write_all(keep, torn)
-                os.fsync(keep)
-            finally:
-                os.close(keep)
-            fsync_dir(self.path.parent)
+            write_durably(kept, torn, mode=0o640)
             os.ftruncate(fd, at)
             os.fsync(fd)
         except OSError as exc:

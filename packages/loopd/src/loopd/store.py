@@ -23,7 +23,7 @@ from pathlib import Path
 from bxcore.ids import check_session_id
 from bxcore.records import Assistant, EpochEnd, SessionStart, ToolResult, Usage
 from bxcore.taint import CLEAN, Taint
-from bxcore.util import fsync_dir, sha256
+from bxcore.util import fsync_dir, sha256, write_all
 
 from .baseline import Baseline, ChatMessage
 from .errors import CorruptSession, EpochClosed, NoSuchSession, SessionExists
@@ -327,7 +327,7 @@ def _read(path: Path) -> bytes:
 def _write_new(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -347,14 +347,8 @@ def _replace(path: Path, data: bytes) -> None:
 def _append_durably(path: Path, line: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
-        _write_all(fd, line)
+        write_all(fd, line)
         os.fsync(fd)
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

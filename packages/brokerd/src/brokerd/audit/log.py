@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bxcore.util import fsync_dir, now_rfc3339, sha256, write_all
+from bxcore.util import fsync_dir, now_rfc3339, sha256, write_durably
 from pydantic import ValidationError
 
 from ..errors import AuditError
@@ -373,13 +373,7 @@ class AuditLog:
         path, at = tail.end.path, tail.end.size
         kept = path.with_name(f"{path.name}.torn-{at}")
         try:
-            fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-            try:
-                write_all(fd, tail.torn)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_dir(self.directory)
+            write_durably(kept, tail.torn, mode=0o640)
         except OSError as exc:
             raise AuditError(f"{path}: ends in {len(tail.torn)} torn bytes that cannot be kept "
                              f"in {kept.name} ({exc.strerror}); free space and start again"
