@@ -30,38 +30,13 @@ from bxcore.util import sha256
 from faults.profile import by_profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-REAL_WRITE, REAL_TRUNCATE = os.write, os.truncate
+from support.disks import REAL_WRITE, FailingDisk
 
 
 def denial(session: str, call: int, reason: str = "no grant matches") -> DecisionRecord:
     return DecisionRecord(session=session, call=call, tool="fs.read",
                           arguments_sha256=sha256(b"{}"), verdict="deny", grant=None,
                           reason=reason)
-
-
-class FailingDisk:
-    """os.write that writes ``budget`` more bytes and then fails with ``code``;
-    ``cut_fails``: os.truncate fails with EIO while the fault lasts."""
-
-    def __init__(self) -> None:
-        self.budget: int | None = None
-        self.code = errno.ENOSPC
-        self.cut_fails = False
-
-    def write(self, fd: int, data: bytes | memoryview) -> int:
-        if self.budget is None:
-            return REAL_WRITE(fd, data)
-        if self.budget <= 0:
-            raise OSError(self.code, os.strerror(self.code))
-        written = REAL_WRITE(fd, bytes(data[:self.budget]))
-        self.budget -= written
-        return written
-
-    def truncate(self, path: object, size: int) -> None:
-        if self.budget is not None and self.cut_fails:
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-        REAL_TRUNCATE(path, size)  # type: ignore[arg-type]
 
 
 def record_size(tmp_path_factory, reason: str) -> int:

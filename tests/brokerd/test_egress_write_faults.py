@@ -29,30 +29,9 @@ from bxcore.tools import ToolRequest
 from faults.profile import by_profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.disks import REAL_FTRUNCATE, REAL_WRITE, FailingDisk
 
-REAL_WRITE, REAL_FTRUNCATE = os.write, os.ftruncate
 SECTION = ConsultSection.model_validate({"endpoint": "http://127.0.0.1:9/v1", "model": "m"})
-
-
-class FailingDisk:
-    def __init__(self) -> None:
-        self.budget: int | None = None
-        self.code = errno.ENOSPC
-        self.cut_fails = False
-
-    def write(self, fd: int, data: bytes | memoryview) -> int:
-        if self.budget is None:
-            return REAL_WRITE(fd, data)
-        if self.budget <= 0:
-            raise OSError(self.code, os.strerror(self.code))
-        written = REAL_WRITE(fd, bytes(data[:self.budget]))
-        self.budget -= written
-        return written
-
-    def ftruncate(self, fd: int, size: int) -> None:
-        if self.budget is not None and self.cut_fails:
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-        REAL_FTRUNCATE(fd, size)
 
 
 def send(egress: ConsultEgress, call: int, question: str) -> None:

@@ -9,16 +9,15 @@ and journal entries so). Judged by a real tmpfs, and by writes cut at every size
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from bxcore.util import write_durably
 from hypothesis import given
 from hypothesis import strategies as st
+from support.disks import FailingDisk, tmpfs
 
 OLD = b"the old text\n"
 
@@ -36,22 +35,9 @@ def outcome(directory: Path, target: Path, data: bytes) -> str:
     return outcome
 
 
-@contextlib.contextmanager
-def tmpfs(directory: Path, size: str):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (scripts/test runs as root)")
-    directory.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "bx-write", str(directory)],
-                   check=True)
-    try:
-        yield directory
-    finally:
-        subprocess.run(["umount", "-l", str(directory)], check=False)
-
-
 @pytest.mark.parametrize("size", [40_000, 100_003, 1_000_000])  # each past the 32 KiB disk
 def test_on_a_real_disk_that_fills_the_file_is_whole_or_as_it_was(tmp_path, size):
-    with tmpfs(tmp_path / "disk", "32k") as disk:
+    with tmpfs(tmp_path / "disk", "size=32k") as disk:
         target = disk / "memory.md"
         target.write_bytes(OLD)
         assert outcome(disk, target, "鷺".encode() * (size // 3)) == "ENOSPC"
@@ -67,18 +53,7 @@ def test_writes_cut_short_anywhere_leave_the_file_whole_or_as_it_was(tmp_path_fa
     directory = tmp_path_factory.mktemp("w")
     target = directory / "journal.json"
     target.write_bytes(OLD)
-    written = 0
-    real_write = os.write
-
-    def short_write(fd: int, view: bytes) -> int:
-        nonlocal written
-        if room is not None and written >= room:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        take = min(len(view), chunk, len(view) if room is None else room - written)
-        written += take
-        return real_write(fd, bytes(view[:take]))
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(os, "write", short_write)
+        patch.setattr(os, "write", FailingDisk(budget=room, chunk=chunk).write)
         expected = "whole" if room is None or len(data) <= room else "ENOSPC"
         assert outcome(directory, target, data) == expected

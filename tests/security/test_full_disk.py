@@ -21,13 +21,13 @@ import contextlib
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from brokerd.audit.log import entries, log_files
 from brokerd.audit.space import HELD_BYTES
 from faults.stack import BIN
+from support.disks import home_on_tmpfs
 
 from .laundering_support import chain_ok, scripted_rig, writable_by_tools
 from .test_audit_every_request import exchange, tool_call
@@ -39,26 +39,10 @@ RESERVE = 6 * 1024 * 1024  # above HELD_BYTES: a freed room does not let calls t
 FILL = ["dd", "if=/dev/zero", "of=fill", "bs=65536"]  # until the disk is full
 
 
-@contextlib.contextmanager
-def small_disk(root: Path) -> Iterator[Path]:
+def small_disk(root: Path) -> contextlib.AbstractContextManager[Path]:
     """A tmpfs of DISK bytes at ``root/disk``, its ``home`` bind-mounted at ``root/home`` (the
     stack's state directory), its ``shared`` left for a grant."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (scripts/test runs as root)")
-    disk, home = root / "disk", root / "home"
-    disk.mkdir()
-    home.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK},mode=0755", "bx-full", str(disk)],
-                   check=True)
-    try:
-        (disk / "home").mkdir()
-        subprocess.run(["mount", "--bind", str(disk / "home"), str(home)], check=True)
-        try:
-            yield disk
-        finally:
-            subprocess.run(["umount", "-l", str(home)], check=False)
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+    return home_on_tmpfs(root / "disk", root / "home", f"size={DISK}")
 
 
 def shell_grant(shared: Path) -> str:

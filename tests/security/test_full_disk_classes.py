@@ -27,11 +27,11 @@ import os
 import shutil
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
+from support.disks import home_on_tmpfs
 
 from .flow_support import Answer, Brokerd, grant_text
 
@@ -44,26 +44,10 @@ FILL_INODES = ["python3", "-c", "import itertools\nfor i in itertools.count():\n
                "        print('stopped', i, e.strerror)\n        break\n"]
 
 
-@contextlib.contextmanager
-def tmpfs(root: Path, options: str) -> Iterator[Path]:
+def tmpfs(root: Path, options: str) -> contextlib.AbstractContextManager[Path]:
     """A tmpfs at ``root/disk`` whose ``home`` is bind-mounted at ``root/b/home``: brokerd's
     state directory is on it, its sockets' directory (``root/b/run``) is not, as /run is not."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (scripts/test runs as root)")
-    disk, home = root / "disk", root / "b" / "home"
-    disk.mkdir()
-    home.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"{options},mode=0755", "bx-classes",
-                    str(disk)], check=True)
-    try:
-        (disk / "home").mkdir()
-        subprocess.run(["mount", "--bind", str(disk / "home"), str(home)], check=True)
-        try:
-            yield disk
-        finally:
-            subprocess.run(["umount", "-l", str(home)], check=False)
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+    return home_on_tmpfs(root / "disk", root / "b" / "home", options)
 
 
 def tools_dir(path: Path) -> Path:
