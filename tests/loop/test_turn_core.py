@@ -12,6 +12,8 @@ import pytest
 from bxcore.chat import FunctionCall, ToolCall
 from bxcore.errors import ErrorCode
 from bxcore.records import Assistant, CacheLoss, SessionStart, ToolResult, Usage, User
+from hypothesis import given
+from hypothesis import strategies as st
 from loopd.errors import IllegalTransition
 from loopd.turn.core import INTERRUPTED, TurnCore, TurnMachine, TurnState, open_calls
 from loopd.turn.events import (
@@ -362,6 +364,17 @@ START = SessionStart(time=T, session="s1", epoch=0, slot=0, baseline="sha256:" +
 ])
 def test_open_calls_are_those_the_last_completion_left_without_results(tail, left):
     assert [c.id for c in open_calls([START, *tail])] == left
+
+
+@given(ids=st.lists(st.sampled_from(["a", "b", ""]), min_size=1, max_size=6),
+       data=st.data())
+def test_the_calls_left_open_are_those_after_the_results_written_in_order(ids, data):
+    """Results are written in the calls' order, whatever ids the model gave (repeated, empty):
+    after any number of them, the rest are open, in order."""
+    recorded = data.draw(st.integers(0, len(ids)))
+    tail = [User(time=T, content="hi"), assistant(*ids), USAGE,
+            *(result(i) for i in ids[:recorded])]
+    assert [c.id for c in open_calls([START, *tail])] == ids[recorded:]
 
 
 def test_an_event_that_answers_no_action_under_way_is_refused_for_good():

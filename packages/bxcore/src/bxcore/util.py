@@ -67,10 +67,10 @@ def write_durably(path: Path, data: bytes, mode: int = 0o600) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+        os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
         raise
-    os.replace(tmp, path)
     fsync_dir(path.parent)
 
 
