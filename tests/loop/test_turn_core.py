@@ -15,6 +15,8 @@ from bxcore.records import Assistant, CacheLoss, SessionStart, ToolResult, Usage
 from hypothesis import given
 from hypothesis import strategies as st
 from loopd.errors import IllegalTransition
+from loopd.inference.api import Completion
+from loopd.inference.errors import InferenceError
 from loopd.turn.core import INTERRUPTED, TurnCore, TurnMachine, TurnState, open_calls
 from loopd.turn.events import (
     Abandon,
@@ -118,6 +120,15 @@ def calls(*pairs: tuple[str, str], first: int = 1) -> CalledTools:
                                    enumerate(pairs, first)))
 
 
+def answer(content: str | None = "ok", **fields) -> Completion:
+    return Completion(**{"content": content, "reasoning_content": None, "tool_calls": None,
+                         "cache_n": 0, "prompt_n": 1, "predicted_n": 1, "reasoning_tokens": 0,
+                         "thinking_capped": False, **fields})
+
+
+ANSWER = answer()
+
+
 def start(core: TurnCore, content: str = "hi", **kw) -> RequestCompletion:
     """TurnStarted and UserRecorded: the first completion is asked for."""
     assert core.send(TurnStarted(content=content, **kw)) == RecordUser(content=content)
@@ -142,7 +153,7 @@ def test_a_plain_turn_records_the_user_asks_once_and_finishes():
     assert core.is_idle() and repr(core) == "<TurnCore IDLE rounds=0>"
     first = start(core)
     assert first == RequestCompletion(tool_choice=None, thinking=True, reasoning_spent=0)
-    assert core.send(Answered()) == Finish()
+    assert core.send(Answered(answer=ANSWER)) == Finish(answer=ANSWER)
     assert core.state is S.DONE and core.is_finished()
 
 
@@ -153,12 +164,26 @@ def test_a_tool_turn_runs_each_call_in_order_then_asks_again():
     assert [(type(a), a.call.id) for a in ran] == [(RunTool, "c1"), (RunTool, "c2")]
     assert isinstance(after, RequestCompletion)
     assert repr(core) == "<TurnCore AWAITING_COMPLETION rounds=1>"
-    assert core.send(Answered()) == Finish()
+    assert core.send(Answered(answer=ANSWER)) == Finish(answer=ANSWER)
 
 
 def test_a_completion_without_calls_is_answered_with_calls_called_tools():
-    assert completed(None) == Answered() and completed([]) == Answered()
-    assert completed([tool_call()], 7) == CalledTools(calls=(tool_call(),), reasoning_tokens=7)
+    assert completed(ANSWER) == Answered(answer=ANSWER)
+    assert completed(answer(tool_calls=())) == Answered(answer=answer(tool_calls=()))
+    assert completed(answer(tool_calls=(tool_call(),), reasoning_tokens=7)) == CalledTools(
+        calls=(tool_call(),), reasoning_tokens=7)
+
+
+@pytest.mark.parametrize("finish_reason", ["length", "stop", None])
+def test_only_the_last_call_of_a_completion_the_token_limit_cut_is_run_as_cut(finish_reason):
+    """The token limit ends a completion inside its last call at most: that call is run
+    knowing its arguments may be short, the others as they are."""
+    core = TurnCore(TurnSettings())
+    start(core)
+    completion = answer(tool_calls=(tool_call(id="c1"), tool_call("echo", id="c2")),
+                        finish_reason=finish_reason)
+    ran, _ = run_round(core, completed(completion))
+    assert [a.cut for a in ran] == [False, finish_reason == "length"]
 
 
 def test_limit_tool_iterations_ends_the_turn_after_the_last_round_is_recorded():
@@ -172,7 +197,7 @@ def test_limit_tool_iterations_ends_the_turn_after_the_last_round_is_recorded():
     # One more completion, without tools: the turn ends with an answer if the model gives one.
     assert after == RequestCompletion(tool_choice="none", thinking=True, reasoning_spent=0)
     assert core.state is S.CLOSING
-    assert core.send(Answered()) == Finish()
+    assert core.send(Answered(answer=ANSWER)) == Finish(answer=ANSWER)
 
 
 def test_limit_tools_called_even_without_tools_stop_the_turn_on_the_limit():
@@ -300,7 +325,9 @@ def test_a_failed_completion_stops_the_turn_with_its_code(code):
     core = TurnCore(TurnSettings())
     start(core)
     run_round(core, calls(("clock", "{}")))
-    assert core.send(CompletionFailed(code=code, message="why")) == Stop(code=code, reason="why")
+    failure = InferenceError("why")
+    stop = core.send(CompletionFailed(code=code, message="why", failure=failure))
+    assert stop == Stop(code=code, reason="why", failure=failure)  # the shell chains it
     assert core.is_finished()
 
 

@@ -11,9 +11,13 @@ The events and actions are in events.py, the limits in limits.py.
     action                               answered by
     RecordNotRun(call, text)             ToolRecorded(call_id)    a ToolResult saying why not
     RecordUser(content)                  UserRecorded()
-    RequestCompletion(tool_choice, ...)  Answered() | CalledTools(calls, ...) | CompletionFailed
-    RunTool(call)                        ToolRecorded(call_id)
-    Finish() | Stop(code, reason) | Abandon()                     final: the turn is over
+    RequestCompletion(tool_choice, ...)  Answered(answer) | CalledTools(calls, ...) |
+                                         CompletionFailed(code, message, failure)
+    RunTool(call, cut)                   ToolRecorded(call_id)
+    Finish(answer) | Stop(code, reason, failure) | Abandon()      final: the turn is over
+
+The final actions carry what the shell answers with (the answer, or the failure to chain), so
+the shell keeps nothing of one action for another.
 
 ``Cancelled`` may be sent while any action is under way: the turn is abandoned where it stands,
 writing nothing more. Like a crash, a cancellation can leave the last completion's calls without
@@ -189,6 +193,9 @@ class TurnCore:
             case CalledTools():
                 self._reasoning += event.reasoning_tokens
                 self._queue = [self._limits.answer(call) for call in event.calls]
+                last = self._queue[-1]
+                if event.cut and isinstance(last, RunTool):
+                    self._queue[-1] = RunTool(call=last.call, cut=True)
         action = self._action_in(state, event)
         self._awaiting = action
         return action
@@ -202,12 +209,14 @@ class TurnCore:
             case TurnState.RUNNING_TOOLS:
                 return self._queue.pop(0) if self._queue else self._end_of_round()
             case TurnState.DONE:
-                return Finish()
+                assert isinstance(event, Answered)
+                return Finish(answer=event.answer)
             case TurnState.STOPPED:
                 if isinstance(event, CompletionFailed):  # its own code, even while closing
                     after = "" if self._limit is None else \
                         f" (asked once more without tools after {self._limit})"
-                    return Stop(code=event.code, reason=event.message + after)
+                    return Stop(code=event.code, reason=event.message + after,
+                                failure=event.failure)
                 assert self._limit is not None  # tools called even without: the limit stands
                 return Stop(code=ErrorCode.TURN_LIMIT, reason=self._limit)
             case TurnState.CANCELLED:

@@ -7,11 +7,13 @@ be built. The table in core.py sees event types, never payloads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bxcore.chat import ToolCall
 from bxcore.errors import ErrorCode
+
+from ..inference.api import Completion
+from ..inference.errors import InferenceError
 
 # --- events: what happened, each the outcome of the action before --------------------------
 
@@ -37,6 +39,8 @@ class UserRecorded(CoreEvent):
 class Answered(CoreEvent):
     """A final completion without tool calls is on disk: the turn has its answer."""
 
+    answer: Completion
+
 
 @dataclass(frozen=True, kw_only=True)
 class CalledTools(CoreEvent):
@@ -44,6 +48,7 @@ class CalledTools(CoreEvent):
 
     calls: tuple[ToolCall, ...]
     reasoning_tokens: int = 0
+    cut: bool = False  # the token limit ended the completion inside its last call
 
     def __post_init__(self) -> None:
         if not self.calls:
@@ -59,6 +64,7 @@ class CompletionFailed(CoreEvent):
 
     code: ErrorCode
     message: str
+    failure: InferenceError | None = None  # what the server said, for the traceback
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,12 +89,14 @@ class LimitHit(CoreEvent):
     """(The core's own move.) A limit ends the turn at the end of this round."""
 
 
-def completed(calls: Sequence[ToolCall] | None, reasoning_tokens: int = 0
-              ) -> Answered | CalledTools:
-    """The event for a final completion: ``Answered`` without tool calls, else ``CalledTools``."""
-    if not calls:
-        return Answered()
-    return CalledTools(calls=tuple(calls), reasoning_tokens=reasoning_tokens)
+def completed(completion: Completion) -> Answered | CalledTools:
+    """The event for a final completion: ``Answered`` without tool calls, else ``CalledTools``
+    (``cut`` when the server says finish_reason "length": the limit fell inside the last)."""
+    if not completion.tool_calls:
+        return Answered(answer=completion)
+    return CalledTools(calls=tuple(completion.tool_calls),
+                       reasoning_tokens=completion.reasoning_tokens,
+                       cut=completion.finish_reason == "length")
 
 
 # --- actions: what the shell does next -----------------------------------------------------
@@ -108,9 +116,11 @@ class RecordNotRun:
 
 @dataclass(frozen=True, kw_only=True)
 class RunTool:
-    """Run the call, cap its result and append its ToolResult."""
+    """Run the call, cap its result and append its ToolResult. ``cut``: the token limit ended
+    the completion inside this call, so its arguments may be cut short."""
 
     call: ToolCall
+    cut: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +134,9 @@ class RequestCompletion:
 
 @dataclass(frozen=True, kw_only=True)
 class Finish:
-    """The turn is done: the last completion is its answer."""
+    """The turn is done: ``answer`` (the last completion) is its answer."""
+
+    answer: Completion
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +145,7 @@ class Stop:
 
     code: ErrorCode
     reason: str
+    failure: InferenceError | None = None  # the model server's, if it ended the turn
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -97,10 +97,9 @@ async def run_turn(
         while True:
             match action:
                 case Finish():
-                    assert shell.last is not None
-                    return _done(shell.last, session)
+                    return _done(action.answer, session)
                 case Stop():
-                    raise TurnEnded(action.code, action.reason) from shell.failure
+                    raise TurnEnded(action.code, action.reason) from action.failure
                 case _:
                     action = core.send(await shell.do(action))
     except asyncio.CancelledError:
@@ -116,8 +115,6 @@ class _Shell:
         self._session = session
         self._events = events
         self._origin = origin
-        self.last: Completion | None = None  # the latest completion: Finish's answer
-        self.failure: InferenceError | None = None
 
     async def do(self, action: Action) -> CoreEvent:
         match action:
@@ -128,9 +125,9 @@ class _Shell:
             case RequestCompletion():
                 return await self._complete(action)
             case RunTool():
-                return await self._tool(action.call, None)
+                return await self._tool(action.call, None, cut=action.cut)
             case RecordNotRun():
-                return await self._tool(action.call, action.text)
+                return await self._tool(action.call, action.text, cut=False)
         raise AssertionError(f"{action!r} is final: run_turn ends on it, or it answers "
                              "Cancelled")
 
@@ -144,19 +141,17 @@ class _Shell:
         try:
             completion = await self._chat(request)
         except InferenceError as exc:
-            self.failure = exc
             if isinstance(exc, SessionFull) and exc.prompt_tokens is not None:
                 session.append(Usage(time=self._loop.now(), cache_n=0,
                                      prompt_n=exc.prompt_tokens, predicted_n=0,
                                      reasoning_tokens=0, thinking_capped=False))
-            return CompletionFailed(code=_inference_code(exc), message=str(exc))
+            return CompletionFailed(code=_inference_code(exc), message=str(exc), failure=exc)
         await record_completion(self._loop, session, completion, self._events)
         if action.tool_choice == "required" and not completion.tool_calls:
             # said, not hidden: the server's grammar may let text come before a call
             _log.warning("session %s: a completion asked for a tool call (tool_choice required) "
                          "came back as text, which answers the turn", session.id)
-        self.last = completion
-        return completed(completion.tool_calls, completion.reasoning_tokens)
+        return completed(completion)
 
     async def _chat(self, request: ChatRequest) -> Completion:
         """The completion; asked once more without tools if the server's tool-call parser
@@ -172,8 +167,9 @@ class _Shell:
             return await self._loop.inference.chat(
                 dataclasses.replace(request, tool_choice="none"), self._events)
 
-    async def _tool(self, call: ToolCall, refusal: str | None) -> ToolRecorded:
-        """Run the call (``refusal`` None) or answer it with ``refusal``; append its result."""
+    async def _tool(self, call: ToolCall, refusal: str | None, *, cut: bool) -> ToolRecorded:
+        """Run the call (``refusal`` None) or answer it with ``refusal``; append its result.
+        ``cut``: the token limit ended the completion inside it (its arguments may be short)."""
         loop, session = self._loop, self._session
         number = session.take_call()
         name = loop.tools.shown_name(call)
@@ -182,17 +178,9 @@ class _Shell:
         else:
             await self._events(ToolCallStarted(name=name))
             outcome = await loop.tools.run(call, session=session.id, number=number,
-                                           events=self._events, cut=self._cut(call))
+                                           events=self._events, cut=cut)
         await _record(loop, session, call.id, number, outcome, self._events)
         return ToolRecorded(call_id=call.id)
-
-
-    def _cut(self, call: ToolCall) -> bool:
-        """Whether the token limit ended the completion inside ``call``: its last call, when
-        the server says finish_reason "length"."""
-        last = self.last
-        calls = last.tool_calls if last is not None and last.finish_reason == "length" else None
-        return calls is not None and len(calls) > 0 and calls[-1] is call
 
 
 async def record_completion(
