@@ -1,14 +1,21 @@
 """The README's reading map of the trust core, and its table of the daemons' shape, are what
 scripts/reading-map prints now: their line counts and module lists are the code's, not a figure
-someone once wrote. Every daemon has the shape the README names."""
+someone once wrote. The map is the whole trust core: every module of brokerd and the toolkit,
+and every bxcore module they import, is in a step or on the short list of modules that decide
+nothing, each with its reason. Every daemon has the shape the README names."""
 
 from __future__ import annotations
 
 import runpy
+import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,6 +30,58 @@ def test_the_readme_reading_map_and_daemon_shape_are_current():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     shown = f"{_section(readme, 'reading-map')}\n\n{_section(readme, 'daemon-shape')}"
     assert shown == printed, "README.md is stale: run scripts/reading-map --write"
+
+
+def test_every_module_of_the_trust_core_is_in_a_step_or_decides_nothing_with_a_reason():
+    script = runpy.run_path(str(REPO / "scripts" / "reading-map"))
+    assert script["unaccounted"]() == []
+    reasons = script["DECIDES_NOTHING"]
+    assert all(reason.strip() for reason in reasons.values())
+    assert len(reasons) <= 20, "DECIDES_NOTHING is a short list: put what decides in a step"
+
+
+@pytest.fixture(scope="module")
+def copy_of_the_core(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The script and the three packages' sources, copied: a test adds modules to the copy."""
+    root = tmp_path_factory.mktemp("repo")
+    shutil.copytree(REPO / "scripts", root / "scripts")
+    for package in ("brokerd", "toolkit", "bxcore"):
+        shutil.copytree(REPO / "packages" / package / "src", root / "packages" / package / "src",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+# Not toolkit: its step is the whole directory, so a new toolkit module is in the map already.
+PLACES = ["brokerd", "brokerd/policy", "brokerd/sandbox", "brokerd/audit", "bxcore",
+          "bxcore/protocol"]
+
+
+@given(name=st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True),
+       place=st.sampled_from(PLACES), imported_by_brokerd=st.booleans())
+def test_a_new_module_in_no_step_is_refused_unless_nothing_in_the_core_imports_it(
+        copy_of_the_core: Path, name: str, place: str, imported_by_brokerd: bool):
+    """A new module of brokerd or the toolkit, or a new bxcore module that brokerd imports, in
+    no step and not in DECIDES_NOTHING, makes the script refuse; a bxcore module nothing in the
+    core imports is not part of it."""
+    src = copy_of_the_core / "packages" / place.split("/")[0] / "src"
+    module = src / place / f"new_{name}.py"
+    importer = copy_of_the_core / "packages" / "brokerd" / "src" / "brokerd" / "__init__.py"
+    original = importer.read_text()
+    dotted = f"{place.replace('/', '.')}.new_{name}"
+    try:
+        module.write_text('"""A module the map does not name."""\n')
+        if imported_by_brokerd:
+            importer.write_text(f"{original}import {dotted}\n")
+        run = subprocess.run([sys.executable, str(copy_of_the_core / "scripts" / "reading-map"),
+                              "--check"],
+                             capture_output=True, text=True)
+        part_of_the_core = not place.startswith("bxcore") or imported_by_brokerd
+        assert (run.returncode != 0) == part_of_the_core, run.stderr
+        if part_of_the_core:
+            assert f"{place}/new_{name}.py: in no step and not in DECIDES_NOTHING" in run.stderr
+    finally:
+        module.unlink()
+        importer.write_text(original)
 
 
 def test_every_daemon_has_cli_wiring_and_sockets_and_none_of_the_old_names():
