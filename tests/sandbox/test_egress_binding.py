@@ -6,8 +6,14 @@ from __future__ import annotations
 import ssl
 
 import pytest
-from brokerd._egress_bind import HostChanged, RequestStream, check_sni, client_hello_sni
-from brokerd._egress_http import BadProxyRequest, parse_head
+from brokerd._egress_http import (
+    BadProxyRequest,
+    HostChanged,
+    RequestStream,
+    check_sni,
+    client_hello_sni,
+    parse_head,
+)
 
 
 def client_hello(server_name: str | None) -> bytes:

@@ -18,11 +18,10 @@ from brokerd.sandbox import (
     ToolFailure,
     ToolOutput,
 )
-from brokerd.sandbox._bwrap_args import BECOME, BwrapLayout, bwrap_argv
 from brokerd.sandbox._call import check_spec, toolkit_args
-from brokerd.sandbox._outcome import Finished, interpret
-from brokerd.sandbox._podman_args import podman_remove_argv, podman_run_argv
-from brokerd.sandbox.bubblewrap import _for_version
+from brokerd.sandbox._process import Finished, interpret
+from brokerd.sandbox.bubblewrap import BECOME, BwrapLayout, _for_version, bwrap_argv
+from brokerd.sandbox.podman import podman_remove_argv, podman_run_argv
 from bxcore.secrets import Secret
 from bxcore.tools import DataClass
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from brokerd.egress import EgressProxy
-from brokerd.sandbox import _backend
+from brokerd.sandbox import _call
 
 
 @contextlib.contextmanager
@@ -20,7 +20,7 @@ def recording_egress() -> Iterator[list[EgressProxy]]:
     """While inside: every proxy a backend opens, oldest first (no pytest needed, so a call run
     in a child process records the same way)."""
     proxies: list[EgressProxy] = []
-    real = _backend.egress_proxy
+    real = _call.egress_proxy
 
     @contextlib.asynccontextmanager
     async def recording(*args: Any, **kwargs: Any) -> AsyncIterator[EgressProxy]:
@@ -28,11 +28,11 @@ def recording_egress() -> Iterator[list[EgressProxy]]:
             proxies.append(proxy)
             yield proxy
 
-    _backend.egress_proxy = recording
+    _call.egress_proxy = recording
     try:
         yield proxies
     finally:
-        _backend.egress_proxy = real
+        _call.egress_proxy = real
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ must be public or inside the grant's ``internal`` networks (``brokerd._egress_ad
 for an IP literal the grant names counts as naming that address), and the proxy connects to
 the vetted socket address itself, so no second lookup can answer differently.
 
-The connection stays bound to the granted name (``brokerd._egress_bind``): every later
+The connection stays bound to the granted name (``brokerd._egress_http``): every later
 plain-HTTP request head on it must name the same host, and a tunnel must open with a TLS
 ClientHello whose SNI is the host CONNECT named. A mismatch closes the connection and is
 recorded as a refused event, like a host outside the grant.
@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from ._egress_addr import address_refusal, ip_literal, networks
-from ._egress_bind import RequestStream, check_sni, client_hello_sni
 from ._egress_http import (
     TUNNEL_OPEN,
     BadProxyRequest,
     ProxyRequest,
+    RequestStream,
+    check_sni,
+    client_hello_sni,
     is_allowed,
     parse_allowlist,
     parse_head,

@@ -33,7 +33,7 @@ from .memory import MemoryClient
 from .policy._protected import Protected
 from .runner import Runner
 from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
-from .sandbox._workspace import default_scratch_root
+from .sandbox._call import default_scratch_root
 from .taint import TaintStore, reconcile
 from .unfinished import Unfinished
 

@@ -76,10 +76,6 @@ def refuse_when_low(state: Path, writable: Iterable[Path], reserve: int, inodes:
                          "; free space there and call again")
 
 
-def free_bytes(path: Path) -> int:
-    return free_room(path).bytes
-
-
 class HeldRoom:
     """``<audit>/reserve``: room the log keeps for itself on a disk a tool may fill, of
     ``min(reserve, HELD_BYTES)`` bytes (none when the reserve is 0), and ``<audit>/reserve.d/``:

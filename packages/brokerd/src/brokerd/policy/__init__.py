@@ -6,17 +6,17 @@ one grant file's text (the loading shell is ``brokerd.grantstore``).
 """
 
 from ..errors import NotAuthorized
-from ._arguments import NOT_AN_OBJECT, CallArguments
 from ._decide import (
     CLOCK_GRANT,
     MEMORY_GRANT,
     MEMORY_TOOLS,
+    NOT_AN_OBJECT,
+    CallArguments,
     decide,
     path_arguments,
     path_roots,
 )
-from ._decision import Decision
-from ._settle import settle
+from ._decision import Decision, settle
 from .grants import Grant, parse_grant
 
 __all__ = [

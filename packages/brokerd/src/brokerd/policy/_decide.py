@@ -36,8 +36,10 @@ resolution read (``lookups``), the mount labels, and the secrets the grants name
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -49,7 +51,6 @@ from bxcore.util import text_sha256
 from ..labels import Ceiling, Label, covers_path, join_all, seen
 from ..sandbox.spec import Mount, SandboxSpec, ToolSettings
 from ..taint import Taint
-from ._arguments import NOT_AN_OBJECT, CallArguments
 from ._decision import Decision, mint
 from ._match import host_allowed, host_of
 from ._opened import OPENED_ARGUMENT, opened_path
@@ -59,6 +60,33 @@ MEMORY_GRANT = "builtin:memory"
 CLOCK_GRANT = "builtin:clock"
 _STRICTNESS = {"deny": 2, "ask": 1, "auto": 0}
 _VERDICT: dict[str, Verdict] = {"deny": "deny", "ask": "ask", "auto": "allow"}
+NOT_AN_OBJECT = "the arguments are not one JSON object"
+
+
+@dataclass(frozen=True, slots=True)
+class CallArguments:
+    """A call's arguments, parsed once where the call enters brokerd's logic (``Broker.call``)
+    and handed to every step after it: ``decide``, the shell's path resolution, the egress log
+    (the payload ``consult`` sends) and the delegate order; none parses the text again.
+
+    ``text``: the call's JSON text, as the model wrote it (the audit hashes it and the sandbox
+    hands it to the tool unchanged, so neither depends on how the value would be written
+    back); ``value``: the JSON object it holds, or None when it holds none."""
+
+    text: str
+    value: Mapping[str, Any] | None
+
+    @classmethod
+    def parse(cls, text: str) -> CallArguments:
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            return cls(text=text, value=None)
+        return cls(text=text, value=value if isinstance(value, dict) else None)
+
+    def get(self, name: str) -> Any:
+        """The argument ``name``, or None when it is absent or there is no object."""
+        return None if self.value is None else self.value.get(name)
 
 
 def path_arguments(tool: str, grants: tuple[Grant, ...]) -> frozenset[str]:

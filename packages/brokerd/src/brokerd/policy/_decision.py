@@ -6,7 +6,7 @@ instance forged with ``object.__new__`` is refused by ``authorize()``. A Decisio
 run: ``authorize()`` consumes it.
 
 An ``ask`` Decision holds the spec the grant would allow but never hands it out: only
-``approved()`` (in this package) turns it, once, into an allowing Decision.
+``settle`` turns it, once, into an allowing Decision or a denial.
 """
 
 from __future__ import annotations
@@ -119,9 +119,12 @@ def mint(record: DecisionRecord, spec: SandboxSpec | None,
     return Decision(_MINT, record=record, spec=spec, consulted=consulted)
 
 
-def redeem(asked: Decision, record: DecisionRecord) -> Decision:
-    """Use up a genuine, unused ``ask`` Decision and mint what its answer decided: an allowing
-    one with the held spec, or a denial. For the policy package's own modules only."""
+def settle(asked: Decision, *, approved: bool, reason: str) -> Decision:
+    """What a genuine, unused ``ask`` Decision becomes once the owner has answered (or failed
+    to in time): an allowing Decision with the spec its grant allows when ``approved``, else a
+    denial. Uses ``asked`` up; raises NotAuthorized for anything else."""
     spec = asked._check("ask")
     object.__setattr__(asked, "_used", True)
-    return mint(record, spec if record.verdict == "allow" else None, asked._consulted)
+    record = asked._record.model_copy(update={
+        "verdict": "allow" if approved else "deny", "reason": reason})
+    return mint(record, spec if approved else None, asked._consulted)

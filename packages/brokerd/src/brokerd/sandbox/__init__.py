@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from ._bwrap_args import BwrapLayout
-from ._outcome import FailureReason, SandboxOutcome, ToolFailure, ToolOutput
-from ._podman_args import PodmanSetup
-from .bubblewrap import BubblewrapSandbox
+from ._process import FailureReason, SandboxOutcome, ToolFailure, ToolOutput
+from .bubblewrap import BubblewrapSandbox, BwrapLayout
 from .errors import BadSandboxSpec, SandboxError, SandboxUnavailable
-from .podman import PodmanSandbox
+from .podman import PodmanSandbox, PodmanSetup
 from .spec import Mount, SandboxLimits, SandboxSpec, ToolSettings
 
 if TYPE_CHECKING:  # policy imports the spec from this package: no import cycle at run time

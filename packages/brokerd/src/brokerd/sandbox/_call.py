@@ -1,12 +1,28 @@
-"""Pure checks and command lines shared by both backends: what a spec may ask for, where
-things appear inside a sandbox, and the toolkit program's own command line."""
+"""What both backends do for one call: refuse a spec no sandbox may run, place things inside the
+sandbox and write the toolkit's command line (pure); make the call's private scratch directory
+on the host (the granted secrets as 0400 files, and the directory the egress proxy's socket
+lives in, removed when the call ends; with an ``owner``, the sandbox's host uid when that is
+not brokerd's own, every file in it is given to that uid, so the tool can read its secrets and
+reach the proxy); and ``Backend.run``: authorize, check the spec, make the workspace, and serve
+the egress proxy for exactly as long as the sandbox runs.
+"""
 
 from __future__ import annotations
 
 import math
+import os
 import posixpath
 import re
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
 
+from ..egress import egress_proxy
+from ._process import SandboxOutcome
 from .errors import BadSandboxSpec
 from .spec import SandboxSpec
 
@@ -96,3 +112,76 @@ def tmpfs_bytes(spec: SandboxSpec) -> int:
     memory; a cgroup memory limit (podman) does count them, and half leaves the tool room to
     run, so filling /tmp ends in ENOSPC rather than the OOM killer."""
     return max(1, spec.limits.memory_mb // 2) * 1024 * 1024
+
+
+def default_scratch_root() -> Path:
+    """tmpfs when the host has one at /dev/shm, so secrets never reach a disk."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+class CallWorkspace:
+    def __init__(self, spec: SandboxSpec, scratch_root: Path, *, owner: int | None = None):
+        self._spec = spec
+        self._owner = owner
+        self._root = scratch_root
+        self.path: Path | None = None
+        self.secrets_dir: Path | None = None
+        self.egress_dir: Path | None = None
+
+    def __enter__(self) -> CallWorkspace:
+        self.path = Path(tempfile.mkdtemp(prefix="bx-call-", dir=self._root))  # mode 0700
+        if self._spec.secrets:
+            self.secrets_dir = self.path / "secrets"
+            self.secrets_dir.mkdir(mode=0o700)
+            for secret in self._spec.secrets:
+                fd = os.open(self.secrets_dir / secret.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                             0o400)
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(secret.reveal())
+        if self._spec.hosts:
+            self.egress_dir = self.path / "egress"
+            self.egress_dir.mkdir(mode=0o755)
+        if self._owner is not None:
+            for directory, _, files in os.walk(self.path):
+                os.chown(directory, self._owner, self._owner)
+                for name in files:
+                    os.chown(os.path.join(directory, name), self._owner, self._owner)
+        return self
+
+    @property
+    def proxy_socket(self) -> Path:
+        assert self.egress_dir is not None, "no egress for this call"
+        return self.egress_dir / "proxy.sock"
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+if TYPE_CHECKING:  # policy imports the spec from this package: no import cycle at run time
+    from ..policy import Decision
+
+
+class Backend(ABC):
+    def __init__(self, scratch_root: Path | None, egress_resolver: Mapping[str, str] | None,
+                 *, owner: int | None = None):
+        self._scratch_root = scratch_root or default_scratch_root()
+        self._owner = owner  # the host uid each call's scratch files are given to, if not ours
+        self._resolver = egress_resolver
+
+    async def run(self, decision: Decision) -> SandboxOutcome:
+        spec = decision.authorize()
+        check_spec(spec)
+        with CallWorkspace(spec, self._scratch_root, owner=self._owner) as workspace:
+            if workspace.egress_dir is None:
+                return await self._execute(spec, workspace)
+            async with egress_proxy(workspace.proxy_socket, spec.hosts, self._resolver,
+                                    internal=spec.internal):
+                return await self._execute(spec, workspace)
+
+    @abstractmethod
+    async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> SandboxOutcome:
+        """Run the sandbox for ``spec`` with ``workspace``'s secrets and proxy directory."""

@@ -1,13 +1,6 @@
 """The bubblewrap backend: a fresh set of namespaces per call, gone when the call returns.
 
-Who the tool is on the host: never a privileged uid. A non-root brokerd's sandbox is brokerd's
-own uid in a user namespace; a root brokerd's is ``sandbox_uid`` (``[broker] sandbox_uid``, a
-dedicated uid owning no files), which the sandbox becomes before the toolkit starts
-(``_bwrap_args`` says how). The call's scratch files (secrets, the proxy's socket directory) are
-then given to that uid. As root, a writable mount is writable to the tool only where
-``sandbox_uid`` may write.
-
-What is enforced where (see also ``_bwrap_args`` and ``_cgroup``):
+What is enforced where (see also ``_cgroup``):
 - time: brokerd's deadline kills bwrap's process group; ``--die-with-parent`` and the PID
   namespace take everything inside with it. RLIMIT_CPU backs it up.
 - memory: RLIMIT_DATA per process (the toolkit reports MemoryError as out of memory), and /tmp
@@ -16,6 +9,35 @@ What is enforced where (see also ``_bwrap_args`` and ``_cgroup``):
 - pids: RLIMIT_NPROC inside the user namespace (brokerd not root); as root, RLIMIT_NPROC of
   ``sandbox_uid`` (shared by concurrent calls) and a cgroup v1 ``pids.max`` when brokerd can
   create one.
+
+Its command line (``bwrap_argv``, pure).
+
+Every namespace unshared (no network: a call with hosts reaches the proxy through its bound
+socket directory only), dies with brokerd, a new session (no TIOCSTI into brokerd's terminal),
+cleared environment, every capability dropped (bwrap also sets no_new_privs), the seccomp filter
+of ``_seccomp``, a tmpfs root in which only the system directories are bound read-only, then
+the toolkit, the granted mounts, the secrets and the egress directory. / and /dev are read-only,
+/proc/sys is bound read-only over itself, and /tmp is a tmpfs with a size (``tmpfs_bytes``).
+The interpreter starts with ``-P`` in ``/``, so nothing in a granted directory shadows a module.
+
+Who the tool is on the host (never a privileged uid):
+
+- brokerd not root: bwrap makes a user namespace mapping the sandbox to brokerd's own uid, and
+  ``--disable-userns`` (bubblewrap >= 0.8) forbids any further one inside;
+- brokerd root (``run_as``): bwrap stays root for its set-up, so it can reach every source, but
+  makes no user namespace (one made by root would map the sandbox to host root). It keeps only
+  CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and ``BECOME`` (a few lines of the sandbox's own
+  Python, ``-I -S -B``) empties the bounding set, drops every group and changes to ``run_as``,
+  which clears those three too, sets the same limits as prlimit and runs the toolkit in the same
+  interpreter (one Python start per call, not two). Not ``setpriv``: it looks the uid
+  up by name first (getpwnam), and glibc then connects to nscd's socket. bwrap refuses
+  ``--disable-userns`` without a user namespace of its own; there the seccomp filter alone
+  refuses new user namespaces.
+
+Limits that the kernel applies per process are set inside, after the uid is final (by prlimit,
+or by ``BECOME`` as root):
+RLIMIT_NPROC counts the sandbox's processes only in its user namespace (brokerd not root); as
+``run_as`` it counts that uid's processes on the host (see ``_cgroup`` for root's pids limit).
 """
 
 from __future__ import annotations
@@ -23,25 +45,151 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import posixpath
 import re
 import secrets
 import shutil
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
 
-from ._backend import Backend
-from ._bwrap_args import BwrapLayout, bwrap_argv
-from ._call import stdout_cap
+from ._call import (
+    EGRESS_DIR,
+    OPEN_FILES,
+    SECRETS_DIR,
+    TOOLKIT_DIR,
+    TOOLKIT_INTERPRETER,
+    Backend,
+    CallWorkspace,
+    cpu_seconds,
+    data_bytes,
+    stdout_cap,
+    tmpfs_bytes,
+    toolkit_args,
+)
 from ._cgroup import PidsCgroup, kill_leftovers, pids_cgroup_available
-from ._outcome import SandboxOutcome, interpret
-from ._process import run_process
+from ._process import SandboxOutcome, interpret, run_process
 from ._seccomp import compile_filter, filter_fd
-from ._workspace import CallWorkspace
 from .errors import SandboxUnavailable
 from .spec import SandboxSpec
+
+DEBIAN_SYSTEM: tuple[tuple[str, ...], ...] = (
+    ("--ro-bind", "/usr", "/usr"),
+    ("--symlink", "usr/lib", "/lib"),
+    ("--symlink", "usr/lib64", "/lib64"),
+    ("--symlink", "usr/bin", "/bin"),
+    ("--symlink", "usr/sbin", "/sbin"),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BwrapLayout:
+    """Where things are on this host. The defaults fit Debian with merged /usr."""
+
+    bwrap: str = "bwrap"
+    python: str = "/usr/bin/python3"
+    prlimit: str = "/usr/bin/prlimit"
+    # bubblewrap >= 0.8 (Debian 12's 0.8.0): --disable-userns. Older ones lack it, and the
+    # seccomp filter alone refuses new user namespaces (BubblewrapSandbox says so at start).
+    disable_userns: bool = True
+    system: tuple[tuple[str, ...], ...] = DEBIAN_SYSTEM
+    certificates: str = "/etc/ssl"  # bound read-only for calls with egress (https needs it)
+
+
+# What the uid change needs to become run_as and clear the bounding set; it drops all three.
+KEPT_FOR_SETPRIV = ("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add",
+                    "CAP_SETPCAP")
+# Run as root inside a root brokerd's sandbox: no bounding set, no groups, uid and gid run_as
+# (which clears the permitted and effective capabilities), then the limits prlimit sets for a
+# non-root brokerd (argv 2-5, after the uid is final), then the toolkit in this same interpreter:
+# a second interpreter start would be most of the sandbox's cost per call. ``-I`` ignores
+# PYTHONPATH, so the toolkit's directory is put on sys.path only once the uid is final.
+BECOME = f"""\
+import ctypes, os, resource, sys
+uid = int(sys.argv[1])
+prctl = ctypes.CDLL(None, use_errno=True).prctl
+cap = 0
+while prctl(24, cap, 0, 0, 0) == 0:  # PR_CAPBSET_DROP until EINVAL: past the last capability
+    cap += 1
+if ctypes.get_errno() != 22:
+    raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP")
+os.setgroups([])
+os.setresgid(uid, uid, uid)
+os.setresuid(uid, uid, uid)
+limits = (resource.RLIMIT_DATA, resource.RLIMIT_NPROC, resource.RLIMIT_CPU, resource.RLIMIT_NOFILE)
+for limit, value in zip(limits, sys.argv[2:6], strict=True):
+    resource.setrlimit(limit, (int(value), int(value)))
+del sys.argv[1:6]
+sys.path.insert(0, {TOOLKIT_DIR!r})
+from toolkit.main import main
+sys.exit(main())
+"""
+NAMESPACES_BUT_USER = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                      "--unshare-cgroup")
+
+
+def bwrap_argv(
+    spec: SandboxSpec,
+    layout: BwrapLayout,
+    *,
+    toolkit_dir: Path,
+    secrets_dir: Path | None,
+    egress_dir: Path | None,
+    seccomp_fd: int,
+    run_as: int | None = None,
+) -> list[str]:
+    if run_as is None:
+        argv = [layout.bwrap, "--unshare-all", "--unshare-user"]
+        argv += ["--disable-userns"] if layout.disable_userns else []
+        capabilities = ["--cap-drop", "ALL"]
+    else:
+        argv = [layout.bwrap, *NAMESPACES_BUT_USER]
+        capabilities = ["--cap-drop", "ALL", *KEPT_FOR_SETPRIV]
+    argv += ["--die-with-parent", "--new-session", "--seccomp", str(seccomp_fd)]
+    for item in layout.system:
+        argv += item
+    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    argv += ["--dev", "/dev", "--remount-ro", "/dev"]
+    argv += ["--perms", "1777", "--size", str(tmpfs_bytes(spec)), "--tmpfs", "/tmp"]
+    targets = [f"{TOOLKIT_DIR}/toolkit", *(m.target for m in spec.mounts)]
+    targets += [SECRETS_DIR, EGRESS_DIR, layout.certificates]
+    for parent in _parents(targets):  # bwrap would make them 0700: the tool could not pass
+        argv += ["--perms", "0755", "--dir", parent]
+    argv += ["--ro-bind", str(toolkit_dir), f"{TOOLKIT_DIR}/toolkit"]
+    for mount in spec.mounts:
+        argv += ["--bind" if mount.writable else "--ro-bind", str(mount.source), mount.target]
+    if secrets_dir is not None:
+        argv += ["--ro-bind", str(secrets_dir), SECRETS_DIR]
+    if egress_dir is not None:
+        argv += ["--ro-bind", str(egress_dir), EGRESS_DIR]
+        argv += ["--ro-bind-try", layout.certificates, layout.certificates]
+    argv += ["--remount-ro", "/", "--chdir", "/"]
+    argv += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "PYTHONPATH",
+             TOOLKIT_DIR, "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp"]
+    argv += [*capabilities, "--"]
+    limits = (data_bytes(spec), spec.limits.pids, cpu_seconds(spec), OPEN_FILES)
+    if run_as is not None:
+        argv += [layout.python, "-I", "-S", "-B", "-c", BECOME, str(run_as), *map(str, limits)]
+    else:
+        argv += [layout.prlimit, *(f"--{name}={value}" for name, value in
+                                   zip(("data", "nproc", "cpu", "nofile"), limits, strict=True)),
+                 "--", layout.python, *TOOLKIT_INTERPRETER]
+    return [*argv, *toolkit_args(spec)]
+
+
+def _parents(targets: list[str]) -> list[str]:
+    """Every directory above ``targets``, below /, parents first."""
+    found: set[str] = set()
+    for target in targets:
+        parent = posixpath.dirname(target.rstrip("/"))
+        while parent not in ("/", ""):
+            found.add(parent)
+            parent = posixpath.dirname(parent)
+    return sorted(found, key=lambda path: (path.count("/"), path))
+
 
 # bwrap outside, bwrap as PID 1 inside: two tasks the sandboxed program does not get.
 _BWRAP_TASKS = 2
