@@ -1,6 +1,6 @@
 """The gates every change must pass, whatever area it touches.
 
-- no source file (.py, .nix) over 500 lines;
+- no function over 100 lines, no source file (.py, .nix) over 1,000 (docs/decisions/file-size.md);
 - the import-linter contracts hold, and a violating import really makes them fail;
 - every runtime package in uv.lock is justified in docs/dependencies.md (the brief's cargo-deny);
 - no absolute path of a development machine in any file of the repository.
@@ -10,6 +10,7 @@ Files are those git would commit: tracked ones, plus new ones not ignored.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -19,9 +20,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
-MAX_LINES = 500
+MAX_LINES = 1000  # a file this long holds more than one idea (docs/decisions/file-size.md)
+MAX_FUNCTION_LINES = 100  # the unit that must read top to bottom in one sitting
 ROLES = ["inferproxy", "loopd", "brokerd", "gatewayd", "memoryd", "bxctl", "toolkit"]
 
 
@@ -41,7 +45,7 @@ def repository_files(*patterns: str) -> list[Path]:
 # --- file size ---------------------------------------------------------------------------------
 
 
-def test_no_source_file_is_over_500_lines():
+def test_no_source_file_is_over_1000_lines():
     sources = repository_files("*.py", "*.nix")
     assert any(p.name == "test_gates.py" for p in sources), "the file listing found no sources"
     too_long = {
@@ -50,6 +54,38 @@ def test_no_source_file_is_over_500_lines():
         if (count := len(path.read_bytes().splitlines())) > MAX_LINES
     }
     assert too_long == {}, f"split these files (limit {MAX_LINES} lines): {too_long}"
+
+
+def long_functions(source: str) -> dict[str, int]:
+    """Each function or method of ``source`` over MAX_FUNCTION_LINES lines (decorators and
+    docstring included), by name, with its length."""
+    return {node.name: length for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and (length := node.end_lineno - min(
+                [node.lineno, *(d.lineno for d in node.decorator_list)]) + 1)
+            > MAX_FUNCTION_LINES}
+
+
+def test_no_function_is_over_100_lines():
+    too_long = {f"{path.relative_to(ROOT)}:{name}": count
+                for path in repository_files("*.py")
+                for name, count in long_functions(path.read_text(encoding="utf-8")).items()}
+    assert too_long == {}, f"split these functions (limit {MAX_FUNCTION_LINES} lines): {too_long}"
+
+
+@given(lines=st.integers(min_value=1, max_value=2 * MAX_FUNCTION_LINES),
+       decorators=st.integers(min_value=0, max_value=3), nested=st.booleans(),
+       is_async=st.booleans())
+def test_a_function_is_too_long_exactly_when_its_lines_pass_the_cap(
+        lines: int, decorators: int, nested: bool, is_async: bool):
+    """Any function, method or nested function, with its decorators, is caught exactly when it
+    is longer than the cap."""
+    body = "".join(f"    x{i} = {i}\n" for i in range(lines - decorators - 1)) or "    pass\n"
+    function = "@staticmethod\n" * decorators + f"{'async ' if is_async else ''}def f():\n{body}"
+    if nested:
+        function = "class C:\n" + "".join(f"    {line}\n" for line in function.splitlines())
+    length = max(decorators + 2, lines)
+    assert long_functions(function) == ({"f": length} if length > MAX_FUNCTION_LINES else {})
 
 
 # --- import contracts --------------------------------------------------------------------------
