@@ -206,7 +206,7 @@ async def test_a_prompt_the_slot_refused_is_recorded_by_its_tokens_so_compaction
     assert record_types(session) == ["session_start", "user", "usage"]
     reopened = SessionStore(tmp_path).open("s1")
     assert reopened.last_usage is not None and reopened.last_usage.prompt_n == 4538
-    assert needs_compaction(reopened, EpochSettings(compact_at_tokens=3072))
+    assert needs_compaction(reopened.records, EpochSettings(compact_at_tokens=3072))
 
 
 async def test_limit_tool_result_size_cut_at_a_character_boundary(tmp_path):

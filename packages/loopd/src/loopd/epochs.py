@@ -6,24 +6,30 @@ after it: tool results of a turn that ended before the model answered,
 docs/decisions/replay-what-the-server-reads.md), the session is compacted before its next turn
 starts, while no turn runs (the server holds the session's lock):
 
-1. ``close_epoch``: one completion on the session's slot whose request is the epoch's whole
+1. Close the epoch: one completion on the session's slot whose request is the epoch's whole
    message array plus ``COMPACT_INSTRUCTION`` as the newest message, so the server reuses the
    cache and processes only the instruction; if the slot refuses that as too long, the same
    with long texts left out, then with fewer messages (``replay.fitting_views``), down to the
    baseline alone and last with its summary left out. The summary is asked for with at most
-   the tokens the next epoch's opening has room for (``Baselines.summary_cap``). If it gives a
-   summary, the log gets ``User`` (the instruction), ``Assistant`` (the summary, exactly as
-   returned), ``Usage`` and ``epoch_end``: the old epoch's replay stays exact, and its log is
-   kept. If the model wrote no summary (nothing, only reasoning, or only a tool call), the
-   epoch closes all the same, its ``epoch_end`` carrying a fixed notice with the owner's last
-   messages in place of a summary: nothing a model emits keeps a full epoch open for good. If
-   the model server failed, nothing is appended and the turn runs in the old epoch
-   (compaction is tried again before the next one).
-2. ``open_epoch``: a new baseline, built now (system.md and the identity as they are now, from
-   memoryd, fitted to the budget), plus the summary, cut if the opening would not fit under
-   ``compact_at_tokens``, and the new epoch's files on the same slot. If memoryd cannot be
-   reached the epoch does not start (``MemoryUnavailable``); the session stays closed, and the
-   next turn finishes the change from the summary in the closed log.
+   the tokens the next epoch's opening has room for (``Baselines.summary_cap``), without
+   reasoning: a reasoning model would spend a small cap thinking and return no summary, every
+   time (the third attack on issue 32). If it gives a summary, the log gets ``User`` (the
+   instruction), ``Assistant`` (the summary, exactly as returned), ``Usage`` and
+   ``epoch_end``: the old epoch's replay stays exact, and its log is kept. If the model wrote
+   no summary (nothing, only reasoning, or only a tool call: ``shows_anything``), the epoch
+   closes all the same, its ``epoch_end`` carrying ``no_summary_notice`` in place of a
+   summary: nothing a model emits keeps a full epoch open for good. If the model server
+   failed, nothing is appended and the turn runs in the old epoch (compaction is tried again
+   before the next one).
+2. Open the next epoch: a new baseline, built now (system.md and the identity as they are now,
+   from memoryd, fitted to the budget), plus the summary (``summary_of`` the closed log), cut
+   if the opening would not fit under ``compact_at_tokens``, and the new epoch's files on the
+   same slot. If memoryd cannot be reached the epoch does not start (``MemoryUnavailable``);
+   the session stays closed, and the next turn finishes the change from the summary in the
+   closed log.
+
+Which step comes when is the session's core (session/core.py); this module holds the pure
+rules it asks and the baselines; sessions.py does the I/O.
 """
 
 from __future__ import annotations
@@ -34,22 +40,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bxcore.chat import ToolSchema, UserMessage
+from bxcore.chat import ToolSchema
 from bxcore.config import Config
 from bxcore.protocol.loop import Content, Reasoning, TurnEventBody
-from bxcore.records import Assistant, EpochEnd, ToolResult, Usage, User
+from bxcore.records import Assistant, EpochEnd, SessionStart, ToolResult, Usage, User
 from bxcore.sanitizer import is_invisible
 
 from .baseline import Baseline, Identity
 from .budget import BaselineBudget, Fitted
 from .errors import CorruptSession
-from .inference.api import ChatRequest, EventSink
-from .inference.errors import InferenceError, SessionFull
+from .inference.api import EventSink
 from .log import Record
 from .memory import Memory
-from .replay import fitting_views
-from .store import Session, SessionStore
-from .turn import Loop, TurnSettings, record_completion
+from .turn import TurnSettings
 
 log = logging.getLogger("loopd")
 
@@ -188,16 +191,16 @@ def cut_summary(summary: str, keep: int) -> str:
     return f"{summary[:keep].rstrip()}\n{note}" if keep > 0 else note
 
 
-def needs_compaction(session: Session, settings: EpochSettings) -> bool:
-    """True if the session's last completion left the slot at or above the limit, counting
-    what was appended after it (a turn that ended on its tool results, or on a request the
-    slot refused) at its UTF-8 bytes, more than its tokens: pure, and never short."""
-    usage = session.last_usage
+def needs_compaction(records: Sequence[Record], settings: EpochSettings) -> bool:
+    """True if the epoch's last completion left the slot at or above the limit, counting what
+    was appended after it (a turn that ended on its tool results, or on a request the slot
+    refused) at its UTF-8 bytes, more than its tokens: pure, and never short."""
     limit = settings.compact_at_tokens
-    if limit is None or session.closed:
+    if limit is None or isinstance(records[-1], EpochEnd):
         return False
+    usage = next((r for r in reversed(records) if isinstance(r, Usage)), None)
     held = 0 if usage is None else usage.cache_n + usage.prompt_n + usage.predicted_n
-    return held + appended_since_completion(session.records) >= limit
+    return held + appended_since_completion(records) >= limit
 
 
 def appended_since_completion(records: Sequence[Record]) -> int:
@@ -209,53 +212,6 @@ def appended_since_completion(records: Sequence[Record]) -> int:
         if isinstance(record, User | ToolResult):
             added += len(record.content.encode("utf-8")) + MESSAGE_TOKENS
     return added
-
-
-async def close_epoch(
-    loop: Loop, session: Session, events: EventSink, settings: EpochSettings, *,
-    summary_cap: int | None = None,
-) -> bool:
-    """Ask for the summary (at most ``summary_cap`` tokens, else ``summary_tokens``) and close
-    the epoch with it, or with ``no_summary_notice`` if the model wrote none. False (nothing
-    appended) if the model server failed. Asked without reasoning: a reasoning model would
-    spend a small cap thinking and return no summary, every time (the third attack on issue
-    32). A template that renders ``enable_thinking`` before the last message would cost this
-    one request its cache."""
-    instruction = UserMessage(content=COMPACT_INSTRUCTION)
-    opening = len(session.baseline.opening())
-    for messages in fitting_views(session.messages, opening):
-        request = ChatRequest(
-            messages=(*messages, instruction), tools=tuple(session.baseline.tools),
-            slot=session.slot, session=session.id,
-            max_tokens=settings.summary_tokens if summary_cap is None else summary_cap,
-            tool_choice="none", thinking=False,
-        )
-        try:
-            completion = await loop.inference.chat(request, _progress_only(events))
-            break
-        except SessionFull as exc:
-            log.warning("session %s: the compaction request of %d messages does not fit the "
-                        "slot; asking with less of epoch %d: %s", session.id, len(messages),
-                        session.epoch, exc)
-        except InferenceError as exc:
-            log.warning("session %s: compaction failed, the turn runs in epoch %d: %s",
-                        session.id, session.epoch, exc)
-            return False
-    else:
-        log.warning("session %s: not even the baseline fits the slot; epoch %d goes on",
-                    session.id, session.epoch)
-        return False
-    notice = None
-    if not shows_anything(completion.content or ""):
-        wrote = ("a tool call" if completion.tool_calls else
-                 "only invisible characters" if (completion.content or "").strip() else "nothing")
-        log.warning("session %s: the model wrote %s as its compaction summary; epoch %d closes "
-                    "with a notice in its place", session.id, wrote, session.epoch)
-        notice = no_summary_notice(session.records, wrote)
-    session.append(User(time=loop.now(), content=COMPACT_INSTRUCTION))
-    await record_completion(loop, session, completion, _progress_only(events))
-    session.append(EpochEnd(time=loop.now(), next_epoch=session.epoch + 1, summary=notice))
-    return True
 
 
 def shows_anything(text: str) -> bool:
@@ -280,27 +236,22 @@ def no_summary_notice(records: Sequence[Record], wrote: str) -> str:
     return "\n".join(lines)
 
 
-def summary_of(closed: Session) -> str:
+def summary_of(records: Sequence[Record]) -> str:
     """The summary a closed epoch ends with: its ``epoch_end``'s notice, else its last
     assistant message's content."""
-    end = closed.records[-1]
+    end = records[-1]
     if isinstance(end, EpochEnd) and end.summary is not None:
         return end.summary
-    last = next((r for r in reversed(closed.records) if isinstance(r, Assistant)), None)
+    last = next((r for r in reversed(records) if isinstance(r, Assistant)), None)
     if last is None or not (last.content or "").strip():
-        raise CorruptSession(f"{closed.log_path}: closed without a summary before epoch_end")
+        start = records[0]
+        where = f"session {start.session} epoch {start.epoch}" \
+            if isinstance(start, SessionStart) else "the epoch"
+        raise CorruptSession(f"{where}: closed without a summary before epoch_end")
     return last.content or ""
 
 
-async def open_epoch(
-    store: SessionStore, closed: Session, new_baseline: BaselineSource, *, time: str
-) -> Session:
-    """The next epoch of a closed session: the baseline as it is now, plus the summary."""
-    baseline = await new_baseline(closed.id, closed.epoch + 1, summary_of(closed))
-    return store.start_epoch(closed, baseline, time=time)
-
-
-def _progress_only(events: EventSink) -> EventSink:
+def progress_only(events: EventSink) -> EventSink:
     """The channel sees the summary's progress, queueing and retries, not its text: the text is
     for the next epoch, not the answer to the turn."""
 

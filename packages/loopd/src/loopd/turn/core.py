@@ -53,14 +53,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from enum import Enum
-from typing import NoReturn
 
 from bxcore.chat import ToolCall
 from bxcore.errors import ErrorCode
 from bxcore.records import Assistant, CacheLoss, ToolResult, Usage
 
-from ..errors import IllegalTransition
 from ..log import Record
+from ..machine import Machine
 from .events import (
     Abandon,
     Action,
@@ -125,32 +124,11 @@ _TABLE: dict[TurnState, dict[type[CoreEvent], TurnState]] = {
 }
 
 
-class TurnMachine:
-    """The table alone: event types in, states out."""
+class TurnMachine(Machine[TurnState]):
+    """The turn's table alone: event types in, states out."""
 
     def __init__(self) -> None:
-        self._state = TurnState.IDLE
-
-    def __repr__(self) -> str:
-        return f"<TurnMachine {self._state.value}>"
-
-    @property
-    def state(self) -> TurnState:
-        return self._state
-
-    def process(self, move: type[CoreEvent]) -> TurnState:
-        following = _TABLE[self._state].get(move)
-        if following is None:
-            self.fail(f"{move.__name__} is not allowed in state {self._state.value}")
-        self._state = following
-        return following
-
-    def fail(self, why: str) -> NoReturn:
-        self._state = TurnState.ERROR
-        raise IllegalTransition(why)
-
-    def can(self, move: type[CoreEvent]) -> bool:
-        return move in _TABLE[self._state]
+        super().__init__(_TABLE, TurnState.IDLE, TurnState.ERROR)
 
 
 class TurnCore:
