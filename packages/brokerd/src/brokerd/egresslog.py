@@ -32,7 +32,7 @@ from bxcore._base import Count, Model, Text
 from bxcore.config import ConsultSection
 from bxcore.ids import SessionId
 from bxcore.tools import ToolRequest
-from bxcore.util import fsync_dir, now_rfc3339, write_durably
+from bxcore.util import fsync_dir, now_rfc3339, write_all, write_durably
 from pydantic import StrictFloat, StrictInt, ValidationError
 
 from .errors import EgressLogError
@@ -125,9 +125,7 @@ class ConsultEgress:
         try:
             size = self._repair(fd)
             try:
-                view = memoryview(line)
-                while view:  # one record per call; a short write goes on, a failed one is cut
-                    view = view[os.write(fd, view):]
+                write_all(fd, line)  # a failed write is cut back below
                 os.fsync(fd)
                 if created:
                     fsync_dir(directory)

@@ -30,7 +30,7 @@ from pathlib import Path
 from bxcore._base import Count, Flag, Model, Text
 from bxcore.canonical import canonical_json
 from bxcore.tools import DataClass
-from bxcore.util import fsync_dir
+from bxcore.util import fsync_dir, write_all
 from pydantic import Field, ValidationError
 
 from .errors import FlowRefused, LabelError
@@ -163,9 +163,7 @@ class LabelStore:
             try:
                 os.ftruncate(fd, self._whole)  # a torn tail, from a crash or a failed append
                 os.lseek(fd, self._whole, os.SEEK_SET)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)

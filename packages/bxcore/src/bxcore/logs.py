@@ -45,6 +45,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, TextIO
 
+from .util import write_all
+
 JOURNAL_SOCKET = Path("/run/systemd/journal/socket")
 TARGET_VARIABLE = "BOXMAKER_LOG"
 FIELDS_ATTRIBUTE = "boxmaker_fields"  # the LogRecord attribute ``fields`` puts them on
@@ -177,9 +179,7 @@ class JournalHandler(logging.Handler):
     def _send_as_memfd(self, data: bytes) -> None:
         fd = os.memfd_create("journal-entry", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)  # journald takes only a sealed memfd
             rights = array.array("i", [fd])
             self._socket.sendmsg([], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)], 0,

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bxcore.util import fsync_dir, now_rfc3339, sha256, write_durably
+from bxcore.util import fsync_dir, now_rfc3339, sha256, write_all, write_durably
 from pydantic import ValidationError
 
 from ..errors import AuditError
@@ -354,9 +354,7 @@ class AuditLog:
             return
         fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
             os.fsync(fd)
             self.fsyncs += 1
         finally:

@@ -17,12 +17,11 @@ which start-up reads already to reconcile taint. docs/decisions/open-calls.md sa
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from bxcore.util import fsync_dir
+from bxcore.util import write_durably
 
 from ..errors import AuditError
 from .records import DecisionEntry, Entry, ResultEntry
@@ -69,19 +68,8 @@ def checkpoint_path(log_file: Path) -> Path:
 def write_checkpoint(log_file: Path, calls: Mapping[Key, OpenCall]) -> None:
     """Durably, before ``log_file`` gets its first record: the calls open just before it.
     Raises OSError (the writer cuts the batch back)."""
-    path = checkpoint_path(log_file)
-    partial = path.with_name(f".{path.name}.partial")
     data = json.dumps([c._asdict() for c in calls.values()], sort_keys=True).encode("utf-8")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    partial.replace(path)
-    fsync_dir(path.parent)
+    write_durably(checkpoint_path(log_file), data, mode=0o640)
 
 
 def read_checkpoint(log_file: Path) -> dict[Key, OpenCall]:
