@@ -5,16 +5,26 @@ directory inside it with a symlink, and the next reload would point any grant re
 through that directory somewhere else. brokerd refuses such a grant at load, loudly, naming
 both grants; the attack (shell.run plants the symlink, the grants directory changes, the
 re-targeted read is tried) then meets no grant. Real brokerd (bubblewrap), loopd, memoryd.
+
+The symlink outlives the grant that let the tool write there: every root a call has had
+writable (the mount labels' roots) counts, so retiring, narrowing or making read-only the wide
+grant does not bring a grant through the symlink into force (the attack 31g's B1). Real
+``brokerd serve``, as root and unprivileged.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 from brokerd.grantstore import load_grants
 from faults.stack import BIN
 
+from .label_rig import LabelRig
 from .laundering_support import (
     audited,
     chain_ok,
@@ -84,3 +94,59 @@ def test_a_planted_symlink_does_not_re_target_a_grant_at_reload(short_dir):
         assert audited(home, "fs.read")[-1][0] == "deny"
         assert "sub.toml" in stack.log("brokerd") and "symlink" in stack.log("brokerd")
         assert chain_ok(home) and tree_hash(rig.outside) == before
+
+
+# How the owner retires the wide grant, and where its tool planted the symlink.
+RETIREMENTS = [("deleted", "pub"), ("made read-only", "a/b/pub"),
+               ("narrowed to another tree", "a/pub"), ("deleted, the reader written after", "pub")]
+
+
+@pytest.mark.parametrize("unprivileged", [False, True], ids=["root", "unprivileged"])
+@pytest.mark.parametrize(("retired", "planted"), RETIREMENTS)
+def test_a_symlink_planted_under_a_retired_writable_grant_re_targets_nothing(
+        unprivileged, retired, planted):
+    """A public session, through a grant writing ``data/``, puts a symlink to the owner's
+    secret tree where a public reader grant over ``data/<planted>`` will resolve. However the
+    owner then retires the wide grant, the reader is refused at load, naming the written root,
+    and a fresh public session gets no canary."""
+    top = Path(tempfile.mkdtemp(prefix="bx-retired-"))
+    try:
+        rig = LabelRig(top, unprivileged=unprivileged)
+        secret = rig.directory("owner-secret")
+        (secret / "s.txt").write_text(CANARY)
+        os.chmod(secret / "s.txt", 0o644)
+        data = rig.directory("data")
+        target = data / planted
+        rig.directory(f"data/{Path(planted).parent}")
+        rig.directory("elsewhere")
+        rig.grant("wide", tools=["shell.run"], result_class="public", mounts=[(data, True)],
+                  argument=("cwd", str(data)))
+
+        def reader() -> None:
+            rig.grant("reader", tools=["fs.read"], result_class="public",
+                      mounts=[(target, False)], argument=("path", f"{target}/**"))
+
+        if "written after" not in retired:
+            reader()  # refused while the wide grant is in force
+        with rig:
+            planting = rig.shell("plant", f"ln -s {secret} {planted}", data)
+            assert planting.status == "ok" and target.is_symlink(), planting
+            wide = rig.top / "grants" / "wide.toml"
+            if retired.startswith("deleted"):
+                wide.unlink()
+            elif retired == "made read-only":
+                wide.write_text(wide.read_text().replace("write = true", "write = false"))
+            else:
+                rig.grant("wide", tools=["shell.run"], result_class="public",
+                          mounts=[(rig.directory("elsewhere"), True)],
+                          argument=("cwd", str(rig.directory("elsewhere"))))
+            if "written after" in retired:
+                reader()
+            got = rig.call("fresh", "fs.read", {"path": f"{target}/s.txt"})
+            assert got.status == "denied" and CANARY not in got.content, got
+            checked = rig.brokerd("grants", "check")
+            refused = checked.stdout + checked.stderr
+            assert "reader.toml" in refused and str(data) in refused, refused
+            assert rig.brokerd("audit", "verify").returncode == 0
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -61,10 +61,12 @@ def read_grant(path: Path, protected: tuple[Protected, ...] = ()) -> tuple[Grant
     return grant, resolved
 
 
-def load_grants(directory: Path, protected: tuple[Protected, ...] = ()) -> GrantSet:
+def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
+                written: Iterable[str] = ()) -> GrantSet:
     """Every ``*.toml`` grant in ``directory``; broken files are in ``errors`` and grant nothing,
     and so does a grant reaching the harness's own files, or an auto or ask grant a tool could
-    re-target (``retarget_risk``)."""
+    re-target (``retarget_risk``). ``written``: every root a call has had writable (the mount
+    labels' roots): a symlink a tool planted there outlives the grant that let it."""
     parsed: list[tuple[Path, Grant, list[str]]] = []
     errors: list[GrantError] = []
     for path in toml_files(directory, GrantError, "grants"):
@@ -72,8 +74,10 @@ def load_grants(directory: Path, protected: tuple[Protected, ...] = ()) -> Grant
             parsed.append((path, *read_grant(path, protected)))
         except GrantError as exc:
             errors.append(exc)
-    writable = [(g.name, m.source) for _, g, _ in parsed if g.mode != "deny"
+    writable = [(f"grant {g.name}", m.source) for _, g, _ in parsed if g.mode != "deny"
                 for m in g.mounts if m.writable]
+    writable += [("a call's writable mount (brokerd labels show)", Path(root))
+                 for root in written]
     grants: list[Grant] = []
     for path, grant, resolved in parsed:
         why = None if grant.mode == "deny" else retarget_risk(resolved, writable)
@@ -88,7 +92,7 @@ def retarget_risk(paths: list[str], writable: list[tuple[str, Path]]) -> str | N
     """Why a grant resolving ``paths`` could be re-targeted by a tool, or None.
 
     Paths are resolved when grants load. If one step of that resolution is a directory entry
-    inside a mount some grant lets a tool write (not the mount itself: a tool cannot replace
+    inside a mount a tool can write or has written (not the mount itself: a tool cannot replace
     its own mount point), the tool can swap it for a symlink, and the next reload would point
     this grant wherever the symlink says. Such a grant is refused, loudly, naming both.
     """
@@ -102,7 +106,7 @@ def retarget_risk(paths: list[str], writable: list[tuple[str, Path]]) -> str | N
             for owner, source in writable:
                 if entry != source and entry.is_relative_to(source):
                     return (f"{written} resolves through {step}, inside the writable mount "
-                            f"{source} of grant {owner}: a tool could replace it with a symlink "
+                            f"{source} of {owner}: a tool could replace it with a symlink "
                             "and re-target this grant at the next reload; grant a path outside "
                             "every writable mount")
     return None
@@ -111,9 +115,11 @@ def retarget_risk(paths: list[str], writable: list[tuple[str, Path]]) -> str | N
 class GrantStore:
     """The grants in force. ``current()`` re-reads the directory when any file in it changed."""
 
-    def __init__(self, directory: Path, protected: tuple[Protected, ...] = ()):
+    def __init__(self, directory: Path, protected: tuple[Protected, ...] = (),
+                 written: Callable[[], Iterable[str]] = tuple):
         self.directory = directory
         self.protected = protected
+        self.written = written
         self._signature: tuple[Any, ...] | None = None
         self._set = GrantSet((), ())
 
@@ -126,7 +132,7 @@ class GrantStore:
 
     def _load(self) -> GrantSet:
         try:
-            grants = load_grants(self.directory, self.protected)
+            grants = load_grants(self.directory, self.protected, self.written())
         except GrantError as exc:
             log.error("%s: every call is denied until this is fixed", exc)
             return GrantSet((), (exc,))
