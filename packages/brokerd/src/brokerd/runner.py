@@ -130,8 +130,9 @@ class Runner:
         except Exception as exc:  # whatever broke, the allowed call gets its audited result
             log.exception("call %s/%s (%s) failed inside brokerd: a bug in brokerd",
                           request.session, request.call, request.tool)
-            answer = not_run(f"brokerd failed while running the call ({type(exc).__name__}); "
-                             "this is a bug in brokerd, and its log has the details")
+            answer = self.stopped(decision, f"brokerd failed while running the call "
+                                  f"({type(exc).__name__}); this is a bug in brokerd, and its "
+                                  "log has the details")
         except BaseException:  # brokerd is stopping (CancelledError): audited all the same
             await self._finish(request, self.stopped(decision, STOPPED_WHILE_RUNNING),
                                reason=STOPPED_WHILE_RUNNING)
@@ -139,9 +140,9 @@ class Runner:
         return await self._finish(request, answer)
 
     def stopped(self, decision: Decision, why: str) -> ToolResponse:
-        """The result of a call brokerd stopped before it ended: failed, and labelled with all
-        it may have seen, since what it gave back is unknown: its grant's result label joined
-        with the labels of everything it mounts."""
+        """The result of a call brokerd stopped, or failed in, before it ended: failed, and
+        labelled with all it may have seen, since whether and why it failed can depend on what
+        it read: its grant's result label joined with the labels of everything it mounts."""
         mounts = (str(m.source) for m in decision.mounts)
         label = Label(*decision.result_label).join(seen(self._labels.labels(), mounts))
         return raised_to(not_run(why), label)
@@ -178,7 +179,8 @@ class Runner:
             answer = await self._run_sandboxed(decision, request)
         finally:
             read = self._labels.finish(running)
-        return raised_to(answer, read)
+        # A failure is labelled as its output would be: the tool can fail on purpose.
+        return raised_to(answer, read.join(Label(*decision.result_label)))
 
     async def _run_sandboxed(self, decision: Decision, request: ToolRequest) -> ToolResponse:
         try:

@@ -248,7 +248,9 @@ def _consulted(applicable: list[Grant], first: list[str | None], arguments: Mapp
     call wrote there decides where they lead), and
     those of the mounts of every grant with egress that matches but for its ceiling (whether
     it matches then depends on them). Each of them can have been raised, or not, by a session
-    of a higher class, so whatever the decision answers carries them (rule 7)."""
+    of a higher class, so whatever the decision answers carries them (rule 7). The result
+    class of every grant whose tree the resolution read is consulted too: where a symlink in
+    it leads is that grant's data."""
     names = {c.name for g in applicable for c in g.arguments if c.paths is not None}
     names |= set(lookups)  # every argument resolved, constrained or not (a file tool's path)
     paths = [posixpath.normpath(v) for n in names
@@ -257,10 +259,23 @@ def _consulted(applicable: list[Grant], first: list[str | None], arguments: Mapp
     paths += [step for n in names for step in lookups.get(n, ())]
     found = join_all(label for root, label in labels.items()
                      if any(covers_path(root, p) for p in paths))
+    # What the resolution read inside a grant's tree is that grant's data: a symlink there
+    # decides the answer as much as a file's content would decide a result.
+    for grant in applicable:
+        if grant.mode != "deny" and any(covers_path(root, p) for root in _territory(grant)
+                                        for p in paths):
+            found = found.join(Label(grant.result_class, False))
     for grant, miss in zip(applicable, first, strict=True):
         if miss is None and ceiling_of(grant) is not None and grant.mode != "deny":
             found = found.join(seen(labels, [str(m.source) for m in grant.mounts]))
     return found
+
+
+def _territory(grant: Grant) -> set[str]:
+    """The host directories whose data ``grant`` classes: its mounts and its globs' literal
+    directories (where ``path_roots`` lets a path argument resolve)."""
+    return {str(m.source) for m in grant.mounts} | {
+        _literal_part(glob) for c in grant.arguments for glob in c.globs}
 
 
 def _egress_miss(grant: Grant, holds: Label, labels: Mapping[str, Label]) -> str | None:

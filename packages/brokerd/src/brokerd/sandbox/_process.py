@@ -122,7 +122,7 @@ def _output(
 def _one_object(data: bytes) -> dict[str, object] | None:
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # nesting deeper than the parser's
         return None
     return value if isinstance(value, dict) else None
 
