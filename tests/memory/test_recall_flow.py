@@ -224,12 +224,14 @@ def test_attack_31e_m1_two_public_notes_beside_private_ones(tmp_path):
 
 
 @contextlib.contextmanager
-def serving(directory: Path) -> Iterator[tuple[Path, Path]]:
-    """``memoryd serve`` over a fresh home (ceiling secret): (memory.sock, home)."""
-    home, run_dir = directory / "home", directory / "run"
+def serving(directory: Path, home: Path | None = None, extra: str = ""
+            ) -> Iterator[tuple[Path, Path]]:
+    """``memoryd serve`` over a fresh home (ceiling secret; ``directory``/home unless given;
+    ``extra``: more config): (memory.sock, home)."""
+    home, run_dir = home or directory / "home", directory / "run"
     run_dir.mkdir(parents=True)
     (directory / "config.toml").write_text(
-        f'[paths]\nhome = "{home}"\nrun = "{run_dir}"\n[memory]\nceiling = "secret"\n')
+        f'[paths]\nhome = "{home}"\nrun = "{run_dir}"\n[memory]\nceiling = "secret"\n{extra}')
     notify_path = directory / "notify.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
         notify.bind(str(notify_path))

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sqlite3
 
 from bxcore.config import Config
 from bxcore.errors import BoxmakerError, FrameError, Refused
@@ -22,7 +23,7 @@ from .honcho import HonchoClient, HonchoSync
 from .identity import SnapshotCache
 from .index import RecallIndex, StateDb
 from .layout import Layout
-from .notes import read_notes
+from .notes import NotesFile
 from .owner import perform
 from .recall import FtsRetriever, recall_response
 from .taint import SessionTaint, read_taint_file
@@ -42,6 +43,7 @@ class MemoryService:
         self.settings = config.memory
         self.layout = layout
         self.writer = writer
+        self.notes: NotesFile = writer.notes  # one parse of notes.md, kept, for every call
         self.index = index
         self.state = state
         self.retriever = FtsRetriever(self.index, self.state,
@@ -62,7 +64,28 @@ class MemoryService:
 
     def catch_up(self) -> int:
         self.index.reopen_if_replaced()
-        return self.index.catch_up(self.taint_of, read_notes(self.layout.notes))
+        return self.index.catch_up(self.taint_of, self.notes.notes())
+
+    def catch_up_if_room(self) -> None:
+        """Bring the index up to the files, or leave it for the next call when SQLite cannot
+        write (a full disk): the files are the record and the index is derived from them, so a
+        write already done is not failed for it, and a recall answers from what is indexed
+        (attack 31f). A file that cannot be read still fails the call (StoreError)."""
+        try:
+            self.catch_up()
+        except sqlite3.Error as exc:
+            log.warning("recall index not brought up to date (%s); the next call tries again",
+                        exc)
+
+    def index_notes_if_room(self) -> None:
+        """After a write: index its notes, or leave them to the next catch-up. The write is
+        done once its journal entry landed and is answered so, whatever fails here (attack
+        31f: a remove applied on a full disk was answered ``internal``, and written again)."""
+        try:
+            self.index.reopen_if_replaced()
+            self.index.add_notes(self.notes.notes())
+        except (sqlite3.Error, MemorydError) as exc:
+            log.warning("notes not indexed yet (%s); the next call tries again", exc)
 
     async def sync_forever(self) -> None:
         """Catch up with Honcho every ``sync_interval``, or sooner when a turn or a write kicks
@@ -94,7 +117,7 @@ class MemoryService:
                 self.index.reopen_if_replaced()
             else:
                 text = perform(command, self.config, lambda: self.writer)
-                self.index.add_notes(read_notes(self.layout.notes))  # an accept may add notes
+                self.index_notes_if_room()  # an accept may add notes
                 self.sync_wanted.set()
         except MemorydError as exc:
             raise Refused(str(exc)) from exc
@@ -104,11 +127,15 @@ class MemoryService:
     def turn_finished(self, turn: proto.TurnFinished) -> proto.TurnRecorded:
         self.index.reopen_if_replaced()
         source = f"{turn.session}/{turn.epoch}.jsonl"
-        if turn.first_line == self.index.upto(source) + 1:
-            added = self.index.add_records(turn.session, turn.epoch, turn.first_line,
-                                           turn.records, self.taint_of(turn.session))
-        else:  # memoryd missed turns (it was down): the log file has them all
-            added = self.catch_up()
+        try:
+            if turn.first_line == self.index.upto(source) + 1:
+                added = self.index.add_records(turn.session, turn.epoch, turn.first_line,
+                                               turn.records, self.taint_of(turn.session))
+            else:  # memoryd missed turns (it was down): the log file has them all
+                added = self.catch_up()
+        except sqlite3.Error as exc:  # the log holds the turn: a later catch-up indexes it
+            log.warning("turn of %s not indexed yet (%s)", turn.session, exc)
+            added = 0
         self.sync_wanted.set()
         return proto.TurnRecorded(indexed=added)
 
@@ -134,7 +161,7 @@ class MemoryService:
         raise FrameError(f"frame 'memory_call': {request.tool!r} is not a memory tool")
 
     def _recall(self, args: proto.RecallArgs, caller: Caller) -> ToolResponse:
-        self.catch_up()
+        self.catch_up_if_room()
         # What is searched: the session's taint, or more if it asks (``reach``); the answer
         # depends on all of it, so it is labelled so.
         searched = SessionTaint(max(caller.data_class, args.reach or DataClass.PUBLIC),
@@ -149,7 +176,7 @@ class MemoryService:
             return plain_response("denied", str(exc))
         except WriteRefused as exc:
             return failed(str(exc))
-        self.index.add_notes(read_notes(self.layout.notes))
+        self.index_notes_if_room()
         self.sync_wanted.set()
         return plain_response("ok", text)
 

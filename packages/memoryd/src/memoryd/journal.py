@@ -62,25 +62,40 @@ class Edit(Model):
 class Journal:
     def __init__(self, directory: Path):
         self._dir = directory
+        # Entries are never rewritten, so each is parsed once: listing the directory is what a
+        # call costs, not reading every entry ever written (attack 31f).
+        self._parsed: dict[str, Edit] = {}
+        self._last: int | None = None  # the last entry's seq, once known (next_seq)
+
+    def _names(self) -> list[str]:
+        try:
+            return sorted(p for p in os.listdir(self._dir) if p.endswith(".json"))
+        except FileNotFoundError:
+            return []
 
     def entries(self) -> list[Edit]:
         """Every entry, in order. One that does not parse is a StoreError naming its file."""
-        try:
-            names = sorted(p for p in os.listdir(self._dir) if p.endswith(".json"))
-        except FileNotFoundError:
-            return []
-        edits = []
+        names = self._names()
+        if len(self._parsed) > len(names):
+            self._parsed = {}  # entries were removed (a test's or an owner's fresh start)
         for name in names:
-            path = self._dir / name
-            try:
-                edits.append(Edit.model_validate_json(path.read_bytes()))
-            except (OSError, ValidationError) as exc:
-                raise StoreError(f"{path}: not a journal entry: {exc}") from None
-        return edits
+            if name not in self._parsed:
+                path = self._dir / name
+                try:
+                    self._parsed[name] = Edit.model_validate_json(path.read_bytes())
+                except (OSError, ValidationError) as exc:
+                    raise StoreError(f"{path}: not a journal entry: {exc}") from None
+        return [self._parsed[name] for name in names]
 
     def next_seq(self) -> int:
-        entries = self.entries()
-        return entries[-1].seq + 1 if entries else 1
+        """One past the last entry: the directory is listed once, then only the entries past
+        the last one seen are looked for (one stat, not a listing of every write)."""
+        if self._last is None:
+            entries = self.entries()
+            self._last = entries[-1].seq if entries else 0
+        while self.path(self._last + 1).exists():
+            self._last += 1
+        return self._last + 1
 
     def path(self, seq: int) -> Path:
         return self._dir / f"{seq:08d}.json"

@@ -54,7 +54,7 @@ async def serve(service: MemoryService, config: Config, source: str | Path = "co
     memory, owner = answerers(service)
 
     async def main() -> None:
-        service.catch_up()
+        service.catch_up_if_room()  # starts on a full disk too
         async with (
             listening(served.path, answering(memory, receives=TO_MEMORYD, sends=FROM_MEMORYD,
                                              log=log),

@@ -28,7 +28,7 @@ from .errors import CommandRefused, TaintRefused, WriteRefused
 from .intent import Reserve, commit, recover, writer_lock
 from .journal import Edit, Journal, PendingNote, text_hash
 from .layout import Layout, read_text
-from .notes import Note, next_ids, read_notes
+from .notes import Note, NotesFile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,8 +43,10 @@ class Caller:
 class MemoryWriter:
     def __init__(self, layout: Layout, *, stage_identity_writes: bool,
                  identity_ceiling: DataClass = DataClass.PUBLIC,
-                 clock: Callable[[], str] = now_rfc3339, reserve: Reserve | None = None):
+                 clock: Callable[[], str] = now_rfc3339, reserve: Reserve | None = None,
+                 notes: NotesFile | None = None):
         self.layout = layout
+        self.notes = notes or NotesFile(layout.notes)  # parsed once, kept (shared with recall)
         self._reserve = reserve or Reserve()  # kept free by a session's writes, not the owner's
         self.journal = Journal(layout.edits)
         self._stage = stage_identity_writes
@@ -61,7 +63,9 @@ class MemoryWriter:
     def _transaction(self) -> Iterator[None]:
         with writer_lock(self.layout):
             try:
-                recover(self.layout, self.journal)
+                # The start's recovery listed every intent; since then only this writer's
+                # last write can have left one (the lock keeps other writers out meanwhile).
+                recover(self.layout, self.journal, listing=False)
             except OSError as exc:  # finishing an earlier write needs room too
                 raise WriteRefused(f"not written: an earlier write could not be finished yet "
                                    f"({exc.strerror}); nothing more was written") from None
@@ -120,8 +124,7 @@ class MemoryWriter:
         return None
 
     def _note(self, text: str, caller: Caller) -> Note:
-        (note_id,) = next_ids(read_notes(self.layout.notes),
-                              [(caller.data_class, caller.untrusted)])
+        (note_id,) = self.notes.next_ids([(caller.data_class, caller.untrusted)])
         note = Note(
             id=note_id, kind="note", time=self._clock(), session=caller.session,
             data_class=caller.data_class, untrusted=caller.untrusted, text=text,
@@ -166,7 +169,7 @@ class MemoryWriter:
         edits = self.journal.entries()
         classes = [max(data_class or DataClass.PUBLIC, origin_class(edits, file, p.text))
                    for p in pending]
-        ids = next_ids(read_notes(self.layout.notes), [(c, False) for c in classes])
+        ids = self.notes.next_ids([(c, False) for c in classes])
         return [
             Note(id=note_id, kind=p.kind, time=time, session=session or "-",
                  data_class=note_class, untrusted=False, text=p.text, source=file)

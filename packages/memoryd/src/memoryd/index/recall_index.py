@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,8 @@ class RecallIndex:
         self._ceiling = ceiling
         self._conn = _open(path)
         self._inode = _inode(path)
+        self._notes_unchecked = True  # see add_notes
+        self._logs_read: dict[Path, tuple[int, int, int]] = {}  # see catch_up
 
     def close(self) -> None:
         self._conn.close()
@@ -77,6 +79,7 @@ class RecallIndex:
         self._conn.close()
         self._conn = _open(self.path)
         self._inode = _inode(self.path)
+        self._notes_unchecked, self._logs_read = True, {}
         return True
 
     # -- writing ----------------------------------------------------------------------------
@@ -129,13 +132,15 @@ class RecallIndex:
             )
         return added
 
-    def add_notes(self, notes: Iterable[Note]) -> int:
+    def add_notes(self, notes: Sequence[Note]) -> int:
         """Index the notes past the ones indexed: ``ingested`` holds how many entries of
         notes.md (append-only) are in. Before per-label note ids it held the highest id, which
-        is the same number: ids ran 1, 2, 3... in file order."""
-        done = self.upto(NOTES_SOURCE)
-        every = list(notes)
-        fresh = every[done:]
+        is that number only while the plain ids ran 1, 2, 3... in file order: an old file whose
+        numbers skip one left that many new notes out (attack 31f). So the first call after the
+        index is opened offers every note (one already in is ignored by its origin), and counts
+        from there on."""
+        done = 0 if self._notes_unchecked else self.upto(NOTES_SOURCE)
+        fresh = notes[done:]
         if not fresh:
             return 0
         with transaction(self._conn):
@@ -145,8 +150,9 @@ class RecallIndex:
             self._conn.execute(
                 "INSERT INTO ingested (source, upto) VALUES (?, ?) ON CONFLICT (source) "
                 "DO UPDATE SET upto = excluded.upto",
-                (NOTES_SOURCE, len(every)),
+                (NOTES_SOURCE, len(notes)),
             )
+        self._notes_unchecked = False
         return added
 
     def _insert(self, documents: list[Document]) -> int:
@@ -160,13 +166,21 @@ class RecallIndex:
 
     def catch_up(self, taint_of: TaintLookup, notes: Sequence[Note]) -> int:
         """Index whatever the files hold beyond what is indexed: new lines of every session log,
-        new notes. Only complete lines are read; a line that is not a record is a StoreError."""
+        new notes. Only complete lines are read; a line that is not a record is a StoreError.
+        A log whose inode, size and mtime are as when it was last read here is not read again:
+        it holds nothing new (memoryd is told of each turn), and reading every log on every
+        recall cost as much as all sessions ever logged."""
         added = 0
         for session, epoch, path in session_logs(self._sessions):
+            seen = _stamp(path)
+            if seen is not None and self._logs_read.get(path) == seen:
+                continue
             done = self.upto(f"{session}/{epoch}.jsonl")
             records = read_log(path, skip=done)
             if records:
                 added += self.add_records(session, epoch, done + 1, records, taint_of(session))
+            if seen is not None:
+                self._logs_read[path] = seen
         return added + self.add_notes(notes)
 
     # -- reading ----------------------------------------------------------------------------
@@ -299,6 +313,14 @@ def _open(path: Path) -> sqlite3.Connection:
     conn = connect(path, RECALL_MIGRATIONS, wal=False)
     conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
     return conn
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _inode(path: Path) -> int:

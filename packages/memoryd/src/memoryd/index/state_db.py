@@ -1,6 +1,10 @@
 """``index/state.sqlite``: what memoryd knows that the files do not say, so reindex keeps it.
 
-- ``hits``: how often each note (and log record) was found by recall, and when last;
+- ``hits``: how often each note (and log record) was found by recall, and when last. Counted
+  in memory and written when memoryd stops: a recall writes nothing to the state disk (attack
+  31f: counting each recall in the write-ahead log grew it by 4 MiB unchecked, below the audit
+  log's reserve, and failed recalls on a full disk). A crash loses the counts since the start;
+  the table holds at most one row per document found.
 - the Honcho ledger: which messages were written to which Honcho session, and which writes have
   an unknown outcome. Losing the file loses hit counts; the sync then asks Honcho about each
   message before writing it (see honcho/sync.py), so nothing is written twice.
@@ -8,11 +12,15 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
 from .migrations import connect, transaction
 from .schema import STATE_MIGRATIONS
+
+log = logging.getLogger("memoryd")
 
 
 class StateDb:
@@ -20,23 +28,42 @@ class StateDb:
         self.path = path
         self.fresh = not path.exists()  # no ledger: every write must be checked with Honcho
         self._conn = connect(path, STATE_MIGRATIONS, wal=True)
+        self._hits: dict[str, tuple[int, str]] = {}  # origin: (recalls since the start, last)
 
     def close(self) -> None:
+        """Write the hit counts kept in memory (a failure is logged: they are only counts)."""
+        try:
+            self._write_hits()
+        except sqlite3.Error as exc:
+            log.warning("recall hit counts of %d documents not written: %s",
+                        len(self._hits), exc)
         self._conn.close()
 
     def count_hits(self, origins: Iterable[str], now: str) -> None:
+        """Count a recall's hits, in memory only: see the module's docstring."""
+        for origin in origins:
+            count, _ = self._hits.get(origin, (0, now))
+            self._hits[origin] = (count + 1, now)
+
+    def _write_hits(self) -> None:
+        if not self._hits:
+            return
         with transaction(self._conn):
             self._conn.executemany(
-                "INSERT INTO hits (origin, hits, last_found) VALUES (?, 1, ?) ON CONFLICT (origin)"
-                " DO UPDATE SET hits = hits + 1, last_found = excluded.last_found",
-                [(origin, now) for origin in origins],
+                "INSERT INTO hits (origin, hits, last_found) VALUES (?, ?, ?) ON CONFLICT "
+                "(origin) DO UPDATE SET hits = hits + excluded.hits, "
+                "last_found = excluded.last_found",
+                [(origin, count, last) for origin, (count, last) in self._hits.items()],
             )
+        self._hits = {}
 
     def hits(self, origin: str) -> tuple[int, str | None]:
         row = self._conn.execute(
             "SELECT hits, last_found FROM hits WHERE origin = ?", (origin,)
         ).fetchone()
-        return (int(row[0]), str(row[1])) if row else (0, None)
+        written, last = (int(row[0]), str(row[1])) if row else (0, None)
+        counted, found = self._hits.get(origin, (0, last))
+        return written + counted, found
 
     def settled(self, keys: Iterable[str]) -> set[str]:
         """The keys that are in Honcho, or that Honcho refused: nothing more to do for them."""
