@@ -150,3 +150,31 @@ def test_a_symlink_planted_under_a_retired_writable_grant_re_targets_nothing(
             assert rig.brokerd("audit", "verify").returncode == 0
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.parametrize("unprivileged", [False, True], ids=["root", "unprivileged"])
+def test_a_mount_that_resolves_elsewhere_than_when_its_grant_loaded_is_not_mounted(unprivileged):
+    """A grant loads while ``data/pub`` is a plain directory; later a symlink to the owner's
+    secret tree stands in its place (what a call approved under a retired wide grant could still
+    do) and the grants directory has not changed. The next call runs nothing and reads no
+    canary; once the grants reload, the grant is refused."""
+    top = Path(tempfile.mkdtemp(prefix="bx-moved-"))
+    try:
+        rig = LabelRig(top, unprivileged=unprivileged)
+        secret = rig.directory("owner-secret")
+        (secret / "s.txt").write_text(CANARY)
+        os.chmod(secret / "s.txt", 0o644)
+        pub = rig.directory("data/pub")
+        (pub / "s.txt").write_text("public words")
+        rig.grant("reader", tools=["fs.read", "shell.run"], result_class="public",
+                  mounts=[(pub, False)], argument=("path", f"{pub}/**"))
+        with rig:
+            assert rig.call("before", "fs.read", {"path": f"{pub}/s.txt"}).status == "ok"
+            pub.rename(pub.with_name("pub.old"))
+            pub.symlink_to(secret)
+            got = rig.call("after", "fs.read", {"path": f"{pub}/s.txt"})
+            assert got.status != "ok" and CANARY not in got.content, got
+            assert "resolves elsewhere" in got.content, got
+            assert rig.brokerd("audit", "verify").returncode == 0
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -100,7 +100,7 @@ def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> No
     config = load_config(config_path) if directory is None or config_path.is_file() else None
     directory = directory or config.broker.grants_dir()  # type: ignore[union-attr]
     protected = code_paths(None) if config is None else wiring.harness_paths(config, os.environ)
-    written = () if config is None else LabelStore(wiring.labels_file(config)).labels()
+    written = None if config is None else LabelStore(wiring.labels_file(config)).written()
     found = load_grants(directory, protected, written)
     if as_json:
         click.echo(json.dumps({

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -62,11 +62,12 @@ def read_grant(path: Path, protected: tuple[Protected, ...] = ()) -> tuple[Grant
 
 
 def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
-                written: Iterable[str] = ()) -> GrantSet:
+                written: Mapping[str, bool] | None = None) -> GrantSet:
     """Every ``*.toml`` grant in ``directory``; broken files are in ``errors`` and grant nothing,
     and so does a grant reaching the harness's own files, or an auto or ask grant a tool could
     re-target (``retarget_risk``). ``written``: every root a call has had writable (the mount
-    labels' roots): a symlink a tool planted there outlives the grant that let it."""
+    labels' roots), and whether a running call can write it now: a symlink a tool planted
+    there outlives the grant that let it."""
     parsed: list[tuple[Path, Grant, list[str]]] = []
     errors: list[GrantError] = []
     for path in toml_files(directory, GrantError, "grants"):
@@ -76,11 +77,12 @@ def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
             errors.append(exc)
     writable = [(f"grant {g.name}", m.source) for _, g, _ in parsed if g.mode != "deny"
                 for m in g.mounts if m.writable]
-    writable += [("a call's writable mount (brokerd labels show)", Path(root))
-                 for root in written]
+    written = written or {}
+    writable += [("a running call", Path(root)) for root, running in written.items() if running]
+    retired = [Path(root) for root, running in written.items() if not running]
     grants: list[Grant] = []
     for path, grant, resolved in parsed:
-        why = None if grant.mode == "deny" else retarget_risk(resolved, writable)
+        why = None if grant.mode == "deny" else retarget_risk(resolved, writable, retired)
         if why is None:
             grants.append(grant)
         else:
@@ -88,13 +90,17 @@ def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
     return GrantSet(tuple(grants), tuple(errors))
 
 
-def retarget_risk(paths: list[str], writable: list[tuple[str, Path]]) -> str | None:
+def retarget_risk(paths: list[str], writable: list[tuple[str, Path]],
+                  retired: Sequence[Path] = ()) -> str | None:
     """Why a grant resolving ``paths`` could be re-targeted by a tool, or None.
 
     Paths are resolved when grants load. If one step of that resolution is a directory entry
-    inside a mount a tool can write or has written (not the mount itself: a tool cannot replace
+    inside a mount some grant lets a tool write (not the mount itself: a tool cannot replace
     its own mount point), the tool can swap it for a symlink, and the next reload would point
-    this grant wherever the symlink says. Such a grant is refused, loudly, naming both.
+    this grant wherever the symlink says. Such a grant is refused, loudly, naming both. In a
+    root that tools wrote once and no grant or running call lets them write now (``retired``)
+    nothing can be swapped any more, but a symlink a tool left there still points the grant
+    where the tool chose: a step that is a symlink there is refused too.
     """
     for written in paths:
         parts = PurePosixPath(written).parts
@@ -109,6 +115,12 @@ def retarget_risk(paths: list[str], writable: list[tuple[str, Path]]) -> str | N
                             f"{source} of {owner}: a tool could replace it with a symlink "
                             "and re-target this grant at the next reload; grant a path outside "
                             "every writable mount")
+            for source in retired:
+                if entry != source and entry.is_relative_to(source) and entry.is_symlink():
+                    return (f"{written} resolves through {step}, a symlink inside {source}, "
+                            "which tools have written (brokerd labels show): a tool may have "
+                            "put it there to re-target this grant; grant the path it points "
+                            "to, or remove the symlink")
     return None
 
 
@@ -116,7 +128,7 @@ class GrantStore:
     """The grants in force. ``current()`` re-reads the directory when any file in it changed."""
 
     def __init__(self, directory: Path, protected: tuple[Protected, ...] = (),
-                 written: Callable[[], Iterable[str]] = tuple):
+                 written: Callable[[], Mapping[str, bool]] = dict):
         self.directory = directory
         self.protected = protected
         self.written = written

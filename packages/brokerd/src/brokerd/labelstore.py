@@ -79,6 +79,12 @@ class LabelStore:
         with self._lock:
             return dict(self._labels)
 
+    def written(self) -> dict[str, bool]:
+        """Every root a call has had writable, and whether a running call can write it now."""
+        with self._lock:
+            writing = {root for entry in self._running.values() for root in entry.reach.writes}
+            return {root: root in writing for root in self._labels}
+
     def start(self, reach: Reach, *, session: str, call: int) -> int:
         """Raise what ``reach`` writes, and what every running call that can read it (or shares
         a zone with it) writes, durably; register the call as running. A token for ``finish``.

@@ -34,6 +34,7 @@ brokerd never got to run, or one a SIGKILL cut off, is closed by the audit log's
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
@@ -183,6 +184,11 @@ class Runner:
         return raised_to(answer, read.join(Label(*decision.result_label)))
 
     async def _run_sandboxed(self, decision: Decision, request: ToolRequest) -> ToolResponse:
+        moved = [m.source for m in decision.mounts if os.path.realpath(m.source) != str(m.source)]
+        if moved:  # its grant was resolved when it loaded; a symlink put there since decides not
+            return not_run(f"Nothing ran: the mount {moved[0]} resolves elsewhere than when its "
+                           "grant loaded (a symlink on its way); brokerd reloads grants when "
+                           "their directory changes")
         try:
             self._audit.check_room(m.source for m in decision.mounts if m.writable)
             return (await self._backend.run(decision)).as_response()

@@ -149,7 +149,7 @@ def build_serving(config: Config, backend: Sandbox) -> tuple[Broker, Unfinished]
                     audit=audit, taints=taints, labels=labels,
                     result_cap=section.result_cap, consult=consult, clock=now)
     grants = GrantStore(section.grants_dir(), harness_paths(config, os.environ),
-                        written=labels.labels)
+                        written=labels.written)
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     broker = Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
                     secrets=secrets, clock=now,
