@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -101,80 +102,78 @@ RETIREMENTS = [("deleted", "pub"), ("made read-only", "a/b/pub"),
                ("narrowed to another tree", "a/pub"), ("deleted, the reader written after", "pub")]
 
 
-@pytest.mark.parametrize("unprivileged", [False, True], ids=["root", "unprivileged"])
+@pytest.fixture(params=["root", "unprivileged"])
+def owner(request) -> Iterator[tuple[LabelRig, Path]]:
+    """A LabelRig (brokerd as root, and unprivileged) and the owner's secret tree, holding the
+    canary."""
+    top = Path(tempfile.mkdtemp(prefix="bx-retarget-"))
+    try:
+        rig = LabelRig(top, unprivileged=request.param == "unprivileged")
+        secret = rig.directory("owner-secret")
+        (secret / "s.txt").write_text(CANARY)
+        os.chmod(secret / "s.txt", 0o644)
+        yield rig, secret
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 @pytest.mark.parametrize(("retired", "planted"), RETIREMENTS)
 def test_a_symlink_planted_under_a_retired_writable_grant_re_targets_nothing(
-        unprivileged, retired, planted):
+        owner, retired, planted):
     """A public session, through a grant writing ``data/``, puts a symlink to the owner's
     secret tree where a public reader grant over ``data/<planted>`` will resolve. However the
     owner then retires the wide grant, the reader is refused at load, naming the written root,
     and a fresh public session gets no canary."""
-    top = Path(tempfile.mkdtemp(prefix="bx-retired-"))
-    try:
-        rig = LabelRig(top, unprivileged=unprivileged)
-        secret = rig.directory("owner-secret")
-        (secret / "s.txt").write_text(CANARY)
-        os.chmod(secret / "s.txt", 0o644)
-        data = rig.directory("data")
-        target = data / planted
-        rig.directory(f"data/{Path(planted).parent}")
-        rig.directory("elsewhere")
-        rig.grant("wide", tools=["shell.run"], result_class="public", mounts=[(data, True)],
-                  argument=("cwd", str(data)))
+    rig, secret = owner
+    data = rig.directory("data")
+    target = data / planted
+    rig.directory(f"data/{Path(planted).parent}")
+    elsewhere = rig.directory("elsewhere")
+    rig.grant("wide", tools=["shell.run"], result_class="public", mounts=[(data, True)],
+              argument=("cwd", str(data)))
 
-        def reader() -> None:
-            rig.grant("reader", tools=["fs.read"], result_class="public",
-                      mounts=[(target, False)], argument=("path", f"{target}/**"))
+    def reader() -> None:
+        rig.grant("reader", tools=["fs.read"], result_class="public",
+                  mounts=[(target, False)], argument=("path", f"{target}/**"))
 
-        if "written after" not in retired:
-            reader()  # refused while the wide grant is in force
-        with rig:
-            planting = rig.shell("plant", f"ln -s {secret} {planted}", data)
-            assert planting.status == "ok" and target.is_symlink(), planting
-            wide = rig.top / "grants" / "wide.toml"
-            if retired.startswith("deleted"):
-                wide.unlink()
-            elif retired == "made read-only":
-                wide.write_text(wide.read_text().replace("write = true", "write = false"))
-            else:
-                rig.grant("wide", tools=["shell.run"], result_class="public",
-                          mounts=[(rig.directory("elsewhere"), True)],
-                          argument=("cwd", str(rig.directory("elsewhere"))))
-            if "written after" in retired:
-                reader()
-            got = rig.call("fresh", "fs.read", {"path": f"{target}/s.txt"})
-            assert got.status == "denied" and CANARY not in got.content, got
-            checked = rig.brokerd("grants", "check")
-            refused = checked.stdout + checked.stderr
-            assert "reader.toml" in refused and str(data) in refused, refused
-            assert rig.brokerd("audit", "verify").returncode == 0
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
+    if "written after" not in retired:
+        reader()  # refused while the wide grant is in force
+    with rig:
+        planting = rig.shell("plant", f"ln -s {secret} {planted}", data)
+        assert planting.status == "ok" and target.is_symlink(), planting
+        wide = rig.top / "grants" / "wide.toml"
+        if retired.startswith("deleted"):
+            wide.unlink()
+        elif retired == "made read-only":
+            wide.write_text(wide.read_text().replace("write = true", "write = false"))
+        else:
+            rig.grant("wide", tools=["shell.run"], result_class="public",
+                      mounts=[(elsewhere, True)], argument=("cwd", str(elsewhere)))
+        if "written after" in retired:
+            reader()
+        got = rig.call("fresh", "fs.read", {"path": f"{target}/s.txt"})
+        assert got.status == "denied" and CANARY not in got.content, got
+        checked = rig.brokerd("grants", "check")
+        refused = checked.stdout + checked.stderr
+        assert "reader.toml" in refused and str(data) in refused, refused
+        assert rig.brokerd("audit", "verify").returncode == 0
 
 
-@pytest.mark.parametrize("unprivileged", [False, True], ids=["root", "unprivileged"])
-def test_a_mount_that_resolves_elsewhere_than_when_its_grant_loaded_is_not_mounted(unprivileged):
+def test_a_mount_that_resolves_elsewhere_than_when_its_grant_loaded_is_not_mounted(owner):
     """A grant loads while ``data/pub`` is a plain directory; later a symlink to the owner's
     secret tree stands in its place (what a call approved under a retired wide grant could still
     do) and the grants directory has not changed. The next call runs nothing and reads no
-    canary; once the grants reload, the grant is refused."""
-    top = Path(tempfile.mkdtemp(prefix="bx-moved-"))
-    try:
-        rig = LabelRig(top, unprivileged=unprivileged)
-        secret = rig.directory("owner-secret")
-        (secret / "s.txt").write_text(CANARY)
-        os.chmod(secret / "s.txt", 0o644)
-        pub = rig.directory("data/pub")
-        (pub / "s.txt").write_text("public words")
-        rig.grant("reader", tools=["fs.read", "shell.run"], result_class="public",
-                  mounts=[(pub, False)], argument=("path", f"{pub}/**"))
-        with rig:
-            assert rig.call("before", "fs.read", {"path": f"{pub}/s.txt"}).status == "ok"
-            pub.rename(pub.with_name("pub.old"))
-            pub.symlink_to(secret)
-            got = rig.call("after", "fs.read", {"path": f"{pub}/s.txt"})
-            assert got.status != "ok" and CANARY not in got.content, got
-            assert "resolves elsewhere" in got.content, got
-            assert rig.brokerd("audit", "verify").returncode == 0
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
+    canary."""
+    rig, secret = owner
+    pub = rig.directory("data/pub")
+    (pub / "s.txt").write_text("public words")
+    rig.grant("reader", tools=["fs.read", "shell.run"], result_class="public",
+              mounts=[(pub, False)], argument=("path", f"{pub}/**"))
+    with rig:
+        assert rig.call("before", "fs.read", {"path": f"{pub}/s.txt"}).status == "ok"
+        pub.rename(pub.with_name("pub.old"))
+        pub.symlink_to(secret)
+        got = rig.call("after", "fs.read", {"path": f"{pub}/s.txt"})
+        assert got.status != "ok" and CANARY not in got.content, got
+        assert "resolves elsewhere" in got.content, got
+        assert rig.brokerd("audit", "verify").returncode == 0
