@@ -27,9 +27,9 @@ from typing import Any
 from bxcore.canonical import canonical_text
 from bxcore.frames import Frame
 from bxcore.framestream import SyncFrameSocket
+from bxcore.memory_tool import MEMORY_TOOL_SCHEMAS
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
-from bxcore.protocol.memory import MEMORY_TOOL_SCHEMAS
 from bxctl.stack.local import network_isolation
 from bxctl.stack.notify import NotifyListener
 from bxctl.stack.processes import Started, alive, spawn, stop

@@ -24,8 +24,8 @@ import anyio
 from bxcore.canonical import canonical_json
 from bxcore.chat import ChatMessage, ToolSchema
 from bxcore.config.inference import SlotSection
+from bxcore.memory_tool import join_entries, split_entries
 from bxcore.protocol.loop import Turn
-from bxcore.protocol.memory import join_entries, split_entries
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from loopd.baseline import SUMMARY_HEADING, Identity, IdentityPart

@@ -8,7 +8,7 @@ import json
 import pytest
 from bxcore.chat import FunctionCall, ToolCall, ToolSchema
 from bxcore.config import parse_config
-from bxcore.protocol.memory import MEMORY_TOOL_SCHEMAS
+from bxcore.memory_tool import MEMORY_TOOL_SCHEMAS
 from loopd.tools import Registry, ToolRunner, with_memory_tools
 from loopd.wiring import build
 from support.fake_tools import FakeTools

@@ -45,6 +45,7 @@ from loopd.sessions import Sessions
 from loopd.store import SessionStore
 from loopd.tools import ToolRunner, with_memory_tools
 from loopd.turn import Loop, TurnSettings
+from memoryd.layout import IDENTITY_LIMITS
 from support.llama import LlamaServer, llama_router, nonce
 
 from .memoryd_process import Memoryd, running_memoryd
@@ -76,8 +77,8 @@ def script_text(max_size: int) -> st.SearchStrategy[str]:
         st.integers(1, max_size)).map(lambda t: (t[0] * t[1])[: t[1]].strip() or "x")
 
 
-identity = st.tuples(st.one_of(st.just(""), script_text(wire.IDENTITY_LIMITS["memory.md"])),
-                     st.one_of(st.just(""), script_text(wire.IDENTITY_LIMITS["user.md"])))
+identity = st.tuples(st.one_of(st.just(""), script_text(IDENTITY_LIMITS["memory.md"])),
+                     st.one_of(st.just(""), script_text(IDENTITY_LIMITS["user.md"])))
 added = st.one_of(st.none(), script_text(1000))
 budgets = st.integers(1500, 3600)
 

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bxcore.protocol.memory import MemoryArgs
 from bxcore.tools import DataClass
 from memoryd import intent, journal
+from memoryd.arguments import MemoryArgs
 from memoryd.layout import Layout, read_text
 from memoryd.notes import label_of, read_notes
 from memoryd.writer import Caller, MemoryWriter

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from bxcore.protocol import memory as proto
 from click.testing import CliRunner
+from loopd.memory import render_identity_file
 from memoryd.cli import main
 from memoryd.notes import read_notes
 from memoryd.wiring import build
@@ -155,8 +156,8 @@ def test_a_write_takes_effect_at_the_next_epoch_never_mid_session(service, home)
     after = identity(service, "s1", 1)
     assert [f.name for f in after.files] == ["soul.md", "memory.md", "user.md"]
     assert after.files[1].text == "new fact" and after.files[1].used == 8
-    rendered = proto.render_identity(after)
-    assert rendered.startswith("## soul.md (14 of 4,000 characters, 0% full)\nI am Boxmaker.")
+    assert render_identity_file(after.files[0]).startswith(
+        "## soul.md (14 of 4,000 characters, 0% full)\nI am Boxmaker.")
 
 
 def test_the_sanitizer_runs_again_when_the_baseline_is_built(service, home):

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from bxcore.protocol.memory import split_entries
+from bxcore.memory_tool import split_entries
 from hypothesis import given
 from hypothesis import strategies as st
 from memoryd.errors import CommandRefused, StoreError, WriteRefused

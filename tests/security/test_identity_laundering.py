@@ -116,7 +116,7 @@ def test_an_entry_moved_out_of_identity_keeps_the_class_it_was_written_at(tmp_pa
     layout = Layout(tmp_path)
     layout.ensure()
     writer = MemoryWriter(layout, stage_identity_writes=False, identity_ceiling=DataClass.PRIVATE)
-    from bxcore.protocol.memory import AddArgs, ConsolidateArgs
+    from memoryd.arguments import AddArgs, ConsolidateArgs
     writer.write(AddArgs(action="add", file="memory.md", text="private fact"),
                  Caller(session="p", data_class=DataClass.PRIVATE, untrusted=False))
     writer.write(AddArgs(action="add", file="memory.md", text="public fact"),
@@ -133,7 +133,7 @@ def test_an_entry_written_by_hand_leaves_identity_as_private(tmp_path):
     layout.ensure()
     layout.identity("user.md").write_text("The owner's address is 1 Main St.\n")
     writer = MemoryWriter(layout, stage_identity_writes=False)
-    from bxcore.protocol.memory import ConsolidateArgs
+    from memoryd.arguments import ConsolidateArgs
     plan = ConsolidateArgs.model_validate({"action": "consolidate", "file": "user.md",
                                            "plan": [{"entry": 0, "fate": "moved"}]})
     writer.write(plan, Caller(session="c", data_class=DataClass.PUBLIC, untrusted=False))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bxcore.chat import ChatMessage, ToolSchema
-from bxcore.protocol.memory import EditableFile
+from bxcore.memory_tool import EditableFile
 
 from .baseline import Baseline, Identity, IdentityPart
 from .errors import BaselineOverBudget, BudgetUncounted

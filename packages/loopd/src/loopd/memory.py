@@ -23,14 +23,9 @@ from typing import Protocol
 from bxcore.errors import BoxmakerError, FrameError, WireError
 from bxcore.frames import Frame
 from bxcore.framestream import FrameStream
+from bxcore.memory_tool import split_entries
 from bxcore.protocol import memory as wire
-from bxcore.protocol.memory import (
-    IDENTITY_ORDER,
-    IdentitySnapshot,
-    TurnFinished,
-    render_identity_file,
-    split_entries,
-)
+from bxcore.protocol.memory import IDENTITY_ORDER, IdentityFile, IdentitySnapshot, TurnFinished
 from bxcore.sanitizer import Refused, check
 
 from .baseline import Identity, IdentityPart, read_identity_files
@@ -135,6 +130,15 @@ class MemoryLink:
     async def aclose(self) -> None:
         if self._reports:
             await asyncio.gather(*self._reports, return_exceptions=True)
+
+
+def render_identity_file(file: IdentityFile) -> str:
+    """A file's part of the system prompt: a heading that says how full it is, then its text or
+    why it is withheld. An empty or withheld file still gets its heading, so the model knows it
+    exists and how much room is left."""
+    heading = f"## {file.name} ({file.used:,} of {file.limit:,} characters, {file.percent}% full)"
+    body = file.text.strip() if file.withheld is None else f"[withheld: {file.withheld}]"
+    return f"{heading}\n{body}" if body else heading
 
 
 def checked(snapshot: IdentitySnapshot) -> IdentitySnapshot:

@@ -11,20 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bxcore.protocol.memory import (
-    ENTRY_SEPARATOR,
-    IDENTITY_LIMITS,
-    AddArgs,
-    ConsolidateArgs,
-    RemoveArgs,
-    ReplaceArgs,
-    join_entries,
-    split_entries,
-)
+from bxcore.memory_tool import ENTRY_SEPARATOR, join_entries, split_entries
 from bxcore.sanitizer import Refused, check
 
+from .arguments import AddArgs, ConsolidateArgs, RemoveArgs, ReplaceArgs
 from .errors import WriteRefused
 from .journal import PendingNote
+from .layout import IDENTITY_LIMITS
 
 IdentityArgs = AddArgs | ReplaceArgs | RemoveArgs | ConsolidateArgs
 

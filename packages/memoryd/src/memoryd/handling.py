@@ -18,6 +18,7 @@ from bxcore.protocol import memory as proto
 from bxcore.tools import DataClass, ToolResponse, plain_response
 from pydantic import TypeAdapter, ValidationError
 
+from .arguments import AskMemoryArgs, MemoryArgs, RecallArgs
 from .errors import HonchoError, MemorydError, TaintRefused, WriteRefused
 from .honcho import HonchoClient, HonchoSync
 from .identity import SnapshotCache
@@ -30,7 +31,7 @@ from .taint import SessionTaint, read_taint_file
 from .writer import Caller, MemoryWriter
 
 log = logging.getLogger("memoryd")
-_MEMORY_ARGS: TypeAdapter[proto.MemoryArgs] = TypeAdapter(proto.MemoryArgs)
+_MEMORY_ARGS: TypeAdapter[MemoryArgs] = TypeAdapter(MemoryArgs)
 
 
 class MemoryService:
@@ -151,16 +152,16 @@ class MemoryService:
             return failed(f"{request.tool}: the arguments are not JSON")
         try:
             if request.tool == "recall":
-                return self._recall(proto.RecallArgs.model_validate(arguments), caller)
+                return self._recall(RecallArgs.model_validate(arguments), caller)
             if request.tool == "ask_memory":
-                return await self._ask(proto.AskMemoryArgs.model_validate(arguments), caller)
+                return await self._ask(AskMemoryArgs.model_validate(arguments), caller)
             if request.tool == "memory":
                 return self._write(_MEMORY_ARGS.validate_python(arguments), caller)
         except ValidationError as exc:
             return failed(f"{request.tool}: bad arguments: {describe_validation(exc)}")
         raise FrameError(f"frame 'memory_call': {request.tool!r} is not a memory tool")
 
-    def _recall(self, args: proto.RecallArgs, caller: Caller) -> ToolResponse:
+    def _recall(self, args: RecallArgs, caller: Caller) -> ToolResponse:
         self.catch_up_if_room()
         # What is searched: the session's taint, or more if it asks (``reach``); the answer
         # depends on all of it, so it is labelled so.
@@ -169,7 +170,7 @@ class MemoryService:
         hits = self.retriever.recall(args.query, min(args.k, self.settings.recall_max_k), searched)
         return recall_response(hits, searched)
 
-    def _write(self, args: proto.MemoryArgs, caller: Caller) -> ToolResponse:
+    def _write(self, args: MemoryArgs, caller: Caller) -> ToolResponse:
         try:
             text = self.writer.write(args, caller)
         except TaintRefused as exc:
@@ -180,7 +181,7 @@ class MemoryService:
         self.sync_wanted.set()
         return plain_response("ok", text)
 
-    async def _ask(self, args: proto.AskMemoryArgs, caller: Caller) -> ToolResponse:
+    async def _ask(self, args: AskMemoryArgs, caller: Caller) -> ToolResponse:
         honcho = self.settings.honcho
         if honcho is None or self.honcho is None:
             return failed("ask_memory: no Honcho is configured; use recall")

@@ -10,15 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from bxcore.protocol.memory import (
-    IDENTITY_LIMITS,
-    IDENTITY_ORDER,
-    IdentityFile,
-    IdentitySnapshot,
-)
+from bxcore.protocol.memory import IDENTITY_ORDER, IdentityFile, IdentitySnapshot
 from bxcore.sanitizer import Refused, check
 
-from .layout import Layout, read_text
+from .layout import IDENTITY_LIMITS, Layout, read_text
 
 log = logging.getLogger("memoryd.identity")
 

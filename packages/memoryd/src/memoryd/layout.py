@@ -15,7 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from bxcore.protocol.memory import IDENTITY_LIMITS
+# The identity files and the characters each may hold (IdentityFile.limit on memory.sock).
+IDENTITY_LIMITS: dict[str, int] = {"soul.md": 4000, "memory.md": 2200, "user.md": 1375}
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from bxcore.protocol.memory import IDENTITY_LIMITS, AddArgs, MemoryArgs, NoteArgs, split_entries
+from bxcore.memory_tool import split_entries
 from bxcore.tools import DataClass
 from bxcore.util import now_rfc3339
 
+from .arguments import AddArgs, MemoryArgs, NoteArgs
 from .edits import IdentityChange, plan_identity_edit, sanitized
 from .errors import CommandRefused, TaintRefused, WriteRefused
 from .intent import Reserve, commit, recover, writer_lock
 from .journal import Edit, Journal, PendingNote, text_hash
-from .layout import Layout, read_text
+from .layout import IDENTITY_LIMITS, Layout, read_text
 from .notes import Note, NotesFile
 
 

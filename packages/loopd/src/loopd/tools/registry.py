@@ -15,7 +15,7 @@ from pathlib import Path
 from bxcore.canonical import canonical_text
 from bxcore.chat import ToolSchema
 from bxcore.frames import describe_validation
-from bxcore.protocol.memory import MEMORY_TOOL_SCHEMAS
+from bxcore.memory_tool import MEMORY_TOOL_SCHEMAS
 from bxcore.tools import CLOCK
 from pydantic import TypeAdapter, ValidationError
 
