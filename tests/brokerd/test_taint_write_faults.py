@@ -70,3 +70,18 @@ def test_a_consulted_raise_that_cannot_be_written_closes_the_call_and_the_next_r
     assert DataClass.SECRET in taint_module.TaintStore(rig.taint_dir).get("s1").classes
     assert not rig.broker.taints.owed("s1")
     assert verify(rig.audit_dir)[0] == []
+
+
+def test_the_start_up_reconcile_removes_a_taint_write_a_crash_cut(tmp_path):
+    """SIGKILL between write_durably's write and its rename leaves ``.<session>.json.tmp``; the
+    reconcile at start removes it and leaves the taint files as the audit log says (the crash
+    trials found the leftover beside a whole file)."""
+    store = taint_module.TaintStore(tmp_path / "sessions")
+    store.record("s1", DataClass.PRIVATE, False)
+    whole = store.path("s1").read_bytes()
+    cut = store.path("s1").with_name(".s1.json.tmp")
+    cut.write_bytes(b'{"classes":["sec')
+    raised = taint_module.reconcile([("s1", DataClass.PRIVATE, False)], store)
+    assert raised == [] and not cut.exists()
+    assert sorted(p.name for p in store.directory.iterdir()) == ["s1.json"]
+    assert store.path("s1").read_bytes() == whole

@@ -57,8 +57,13 @@ def taint_mismatches(config: Path, home: Path) -> list[str]:
         live = home / "broker" / "sessions"
         names = {p.name for p in Path(out).iterdir()} | (
             {p.name for p in live.iterdir()} if live.is_dir() else set())
-        return sorted(n for n in names if not (live / n).is_file() or not (Path(out) / n).is_file()
+        return sorted(f"{n}: live {_text(live / n)}, rebuilt {_text(Path(out) / n)}"
+                      for n in names if not (live / n).is_file() or not (Path(out) / n).is_file()
                       or not filecmp.cmp(live / n, Path(out) / n, shallow=False))
+
+
+def _text(path: Path) -> str:
+    return path.read_text().strip() if path.is_file() else "(none)"
 
 
 def memory_problems(home: Path) -> list[str]:
@@ -77,5 +82,6 @@ def assert_consistent(config: Path, home: Path) -> None:
         # A refusal is allowed only as a clear error naming the file and the line.
         assert f"sessions/{session}/" in why and "line" in why, why
     assert audit_problems(home) == []
-    assert taint_mismatches(config, home) == []
+    mismatches = taint_mismatches(config, home)
+    assert mismatches == [], mismatches
     assert memory_problems(home) == []

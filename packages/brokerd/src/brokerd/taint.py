@@ -110,7 +110,12 @@ def reconcile(results: Iterable[tuple[str, DataClass, bool]], store: TaintStore)
 
     A file that cannot be written (a full disk) is a warning, not a refusal to start: its
     session's taint is owed (TaintStore), and no call of that session runs until it is written.
+    The temp file of a write a crash cut is removed (the file it was to replace is whole: the
+    rename never came).
     """
+    for leftover in store.directory.glob(".*.json.tmp"):  # a write a crash cut: never renamed
+        with contextlib.suppress(OSError):
+            leftover.unlink()
     raised = []
     for session, logged in sorted(replay(results).items()):
         current = store.get(session)
