@@ -32,9 +32,11 @@ RETRIES = 2
 INFERENCE = {"model": "qwen-tools", "retries": RETRIES, "retry_backoff": 0.2,
              "liveness_timeout": 120, "first_byte_timeout": 60, "waiting_notice": 2,
              "max_tokens": 24}
-# The stall cases wait a timeout out, so they run last, on short ones: by then the session's
-# prompt is in the slot and each turn reads a few new tokens (loopd restarted on them).
-WARM = {**INFERENCE, "liveness_timeout": 10, "first_byte_timeout": 10}
+# The stall cases wait a timeout out, so they run last, on shorter ones: by then the session's
+# prompt is in the slot and each turn reads a few new tokens (loopd restarted on them). Shorter,
+# not short: loopd's restart runs the self-test's slot_switch requests on them, which took over
+# 10 s with both cores busy (a suite in two lanes beside other work).
+WARM = {**INFERENCE, "liveness_timeout": 30, "first_byte_timeout": 30}
 
 # fault -> what must end the turn: "done" (a retry cures it) or words of the error message
 CASES = [
