@@ -18,7 +18,8 @@ same record and the prompt cache diverges at that message once, never again; arg
 are a plain JSON object pass through unchanged, byte for byte
 (docs/decisions/replay-what-the-server-reads.md).
 
-``arguments_problem`` is the single test: dispatch.py answers a call it names "Not run", with the
+``read_back`` is the single test, and loopd's one parse of a call's arguments: dispatch.py runs
+a call on the object it gives, and answers a call it names a problem for "Not run", with the
 reason, so the model never sees a tool run on arguments its own context does not show.
 """
 
@@ -48,9 +49,9 @@ class _Unreadable(ValueError):
     """The reason the server's strict parser would refuse the text."""
 
 
-def arguments_problem(text: str) -> str | None:
-    """Why the server could not read ``text`` back as a tool call's arguments, or None if it
-    is one JSON object it reads as it is. The reason names what was wrong and where."""
+def read_back(text: str) -> dict[str, Any] | str:
+    """``text`` as the server would read it back as a tool call's arguments: the one JSON object
+    it holds, or (a str) why it cannot be read as it is, naming what was wrong and where."""
     try:
         raw = text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -70,7 +71,14 @@ def arguments_problem(text: str) -> str | None:
         return "not valid JSON: a number too large for a double"
     if not isinstance(value, dict):
         return f"a JSON {_kind(value)}, not an object"
-    return None
+    return value
+
+
+def arguments_problem(text: str) -> str | None:
+    """Why the server could not read ``text`` back as a tool call's arguments, or None if it
+    is one JSON object it reads as it is."""
+    read = read_back(text)
+    return read if isinstance(read, str) else None
 
 
 def readable_arguments(text: str) -> str:

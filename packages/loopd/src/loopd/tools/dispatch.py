@@ -19,7 +19,7 @@ from bxcore.tools import ToolRequest, ToolResponse, plain_response
 from bxcore.tools import cap_text as cap_text  # the turn caps results with it
 
 from ..inference.api import EventSink
-from ..readback import arguments_problem
+from ..readback import read_back
 from .port import ToolPort
 from .registry import CALL_TOOL, FIND_TOOL, QUOTED, Registry, quoted
 
@@ -75,11 +75,11 @@ class ToolRunner:
     async def _run(self, call: ToolCall, *, session: str, number: int, events: EventSink,
                    cut: bool) -> ToolOutcome:
         name = call.function.name
-        problem = arguments_problem(call.function.arguments)
-        if problem is not None:  # the replay shows the model a placeholder, not these
+        read = read_back(call.function.arguments)  # the one parse: the call runs on its object
+        if isinstance(read, str):  # the replay shows the model a placeholder, not these
             told = cut_text if cut else unreadable_text
-            return _ours(name, told(name, call.function.arguments, problem))
-        arguments = json.loads(call.function.arguments)
+            return _ours(name, told(name, call.function.arguments, read))
+        arguments = read
         if name == FIND_TOOL.name:
             query = arguments.get("query")
             if not isinstance(query, str):
@@ -106,11 +106,10 @@ class ToolRunner:
             return _ours(CALL_TOOL.name, unknown)
         inner = arguments.get("arguments", {})
         if isinstance(inner, str):  # small models often send the object as JSON text
-            problem = arguments_problem(inner)
-            if problem is not None:
-                return _ours(target, unreadable_text(f"{target} (inside call_tool)", inner,
-                                                     problem))
-            inner = json.loads(inner)
+            read = read_back(inner)
+            if isinstance(read, str):
+                return _ours(target, unreadable_text(f"{target} (inside call_tool)", inner, read))
+            inner = read
         if not isinstance(inner, dict):
             return _ours(target, "Not run: call_tool's arguments must be a JSON object.")
         refusal = await self._refusal(target, inner)
