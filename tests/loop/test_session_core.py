@@ -52,6 +52,8 @@ from loopd.session.events import (
     TurnFinished,
 )
 
+from .machine_table import brought_to, check_error_is_for_good, check_move
+
 S = SessionState
 ALL_MOVES = [NewAsked, ResumeAsked, LogRead, Resent, CompactionDue, FoundClosed, Ready,
              SummaryRoom, SummaryTooLong, NothingFits, SummaryFailed, SummaryWritten,
@@ -91,11 +93,7 @@ PATHS = {
 
 
 def machine_in(state: SessionState) -> SessionMachine:
-    machine = SessionMachine()
-    for move in PATHS[state]:
-        machine.process(move)
-    assert machine.state is state
-    return machine
+    return brought_to(SessionMachine(), state, PATHS)
 
 
 # --- the table, by event types alone -----------------------------------------------------
@@ -107,25 +105,11 @@ def test_every_state_but_error_has_a_path():
 @pytest.mark.parametrize("state", list(PATHS))
 @pytest.mark.parametrize("move", ALL_MOVES)
 def test_every_state_and_move(state, move):
-    machine = machine_in(state)
-    expected = LEGAL.get((state, move))
-    if expected is None:
-        with pytest.raises(IllegalTransition, match=f"{move.__name__} is not allowed"):
-            machine.process(move)
-        assert machine.state is S.ERROR
-        assert repr(machine) == "<SessionMachine ERROR>"
-    else:
-        assert machine.process(move) is expected
-        assert repr(machine) == f"<SessionMachine {expected.value}>"
+    check_move(machine_in(state), move, LEGAL.get((state, move)), S.ERROR)
 
 
 def test_error_is_for_good():
-    machine = SessionMachine()
-    with pytest.raises(IllegalTransition):
-        machine.process(LogRead)
-    for move in ALL_MOVES:
-        with pytest.raises(IllegalTransition):
-            machine.process(move)
+    check_error_is_for_good(SessionMachine(), LogRead, ALL_MOVES)
 
 
 # --- a turn's way through its session, as events and actions --------------------------------

@@ -39,6 +39,8 @@ from loopd.turn.events import (
 )
 from loopd.turn.limits import REPEATED, STOPPED, TurnSettings
 
+from .machine_table import brought_to, check_error_is_for_good, check_move
+
 S = TurnState
 ALL_MOVES = [TurnStarted, UserRecorded, Answered, CalledTools, CompletionFailed, ToolRecorded,
              RoundDone, LimitHit, Cancelled]
@@ -76,11 +78,7 @@ PATHS = {
 
 
 def machine_in(state: TurnState) -> TurnMachine:
-    machine = TurnMachine()
-    for move in PATHS[state]:
-        machine.process(move)
-    assert machine.state is state
-    return machine
+    return brought_to(TurnMachine(), state, PATHS)
 
 
 # --- the table, by event types alone -----------------------------------------------------
@@ -88,25 +86,11 @@ def machine_in(state: TurnState) -> TurnMachine:
 @pytest.mark.parametrize("state", list(PATHS))
 @pytest.mark.parametrize("move", ALL_MOVES)
 def test_every_state_and_move(state, move):
-    machine = machine_in(state)
-    expected = LEGAL.get((state, move))
-    if expected is None:
-        with pytest.raises(IllegalTransition, match=f"{move.__name__} is not allowed"):
-            machine.process(move)
-        assert machine.state is S.ERROR
-        assert repr(machine) == "<TurnMachine ERROR>"
-    else:
-        assert machine.process(move) is expected
-        assert repr(machine) == f"<TurnMachine {expected.value}>"
+    check_move(machine_in(state), move, LEGAL.get((state, move)), S.ERROR)
 
 
 def test_error_is_for_good():
-    machine = TurnMachine()
-    with pytest.raises(IllegalTransition):
-        machine.process(Answered)
-    for move in ALL_MOVES:
-        with pytest.raises(IllegalTransition):
-            machine.process(move)
+    check_error_is_for_good(TurnMachine(), Answered, ALL_MOVES)
 
 
 # --- the turn, as events and actions -------------------------------------------------------
