@@ -175,7 +175,8 @@ class Runner:
             return raised_to(not_run(f"Nothing ran: {exc}"), exc.consulted)
         except LabelError as exc:
             log.error("call %s/%s not run: %s", request.session, request.call, exc)
-            return not_run(f"Nothing ran: {exc}")
+            return raised_to(not_run("Nothing ran: brokerd cannot write its mount labels (its "
+                                     "log says why)"), exc.consulted)
         try:
             answer = await self._run_sandboxed(decision, request)
         finally:
@@ -224,7 +225,10 @@ class Runner:
         # A tool's answer may hold what is not Unicode (a file name that is not UTF-8): shown
         # escaped, so the answer can be measured, audited and sent (issue 31, class 4).
         content, cut = cap_text(valid_unicode(answer.content), self._cap)
-        response = answer.model_copy(update={"content": content,
+        # "denied" is policy's word, and policy allowed this call: a refusal by what ran it
+        # (memoryd's own rules for identity edits) is a call that did not complete.
+        status = "failed" if answer.status == "denied" else answer.status
+        response = answer.model_copy(update={"content": content, "status": status,
                                              "truncated": answer.truncated or cut})
         try:
             await self._audit.result(
