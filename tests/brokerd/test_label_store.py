@@ -150,7 +150,10 @@ def test_a_call_whose_raises_cannot_be_written_does_not_run_and_is_audited(tmp_p
     rig, _work = rig_with(tmp_path, RaisingBackend(RuntimeError("ran"), tmp_path / "none"))
     (rig.home / "broker" / "labels.jsonl").mkdir(parents=True)  # cannot be appended to
     answer = one_call(rig, tmp_path, "s1", 1)
-    assert answer.status == "failed" and "mount labels cannot be written" in answer.content
+    assert answer.status == "failed" and "cannot write its mount labels" in answer.content
+    assert str(rig.home) not in answer.content  # brokerd's paths stay in its log
+    # the raise it needed tells what the call would have read: the answer is labelled with it
+    assert answer.data_class == "private", answer
     assert [e.status for e in entries(rig.audit_dir) if e.kind == "result"] == ["failed"]
 
 

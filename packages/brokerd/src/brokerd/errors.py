@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from bxcore.errors import BoxmakerError, ErrorCode, Refused
 
-from .labels import Label
+from .labels import PLAIN, Label
 
 
 class NotAuthorized(Exception):
@@ -66,17 +66,18 @@ class EgressLogError(BrokerError):
 
 
 class LabelError(BrokerError):
-    pass
+    """The mount labels cannot be read or written. ``consulted``: the labels whether it
+    happened depends on (a raise is written only when one is needed), for its answer's label."""
+
+    def __init__(self, why: str, consulted: Label = PLAIN):
+        super().__init__(why)
+        self.consulted = consulted
 
 
 class FlowRefused(LabelError):
     """A call would bring data over the ceiling of a call that reaches the network.
     ``consulted``: the labels the refusal depends on (what reached the calls it looked at);
     whether it happens says something about them, so its answer is labelled with them."""
-
-    def __init__(self, why: str, consulted: Label):
-        super().__init__(why)
-        self.consulted = consulted
 
 
 class ApprovalError(BrokerError, Refused):

@@ -102,10 +102,14 @@ class LabelStore:
                 consulted = join_all(settled.exposures[i] for i in (*settled.over, len(running)))
                 raise FlowRefused(_over_why(running, index, settled.exposures[index], reach,
                                             consulted), consulted)
-            self._append([LabelLine.model_validate({
-                "path": path, "class": label.data_class, "untrusted": label.untrusted,
-                "session": session, "call": call})
-                for path, label in sorted(settled.raised.items())])
+            try:
+                self._append([LabelLine.model_validate({
+                    "path": path, "class": label.data_class, "untrusted": label.untrusted,
+                    "session": session, "call": call})
+                    for path, label in sorted(settled.raised.items())])
+            except LabelError as exc:  # only a needed raise is written: that tells of them all
+                raise LabelError(str(exc), join_all([*settled.exposures,
+                                                     *settled.raised.values()])) from None
             self._labels.update(settled.raised)
             for entry, exposure in zip(running, settled.exposures, strict=False):
                 entry.exposure = exposure
