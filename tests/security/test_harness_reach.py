@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 from brokerd.audit import entries
+from brokerd.wiring import harness_paths
+from bxcore.config import load_config
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from bxcore.daemon import accepting, listening
 from bxcore.frames import Frame
@@ -37,6 +39,7 @@ from bxcore.peers import PeerPolicy
 from bxcore.protocol import broker as broker_wire
 from bxcore.tools import ToolRequest
 from faults.rig import grant, scripted_rig
+from faults.stack import BIN
 
 PROBE = """\
 import socket, sys
@@ -238,3 +241,38 @@ def test_the_peer_check_alone_refuses_a_uid_the_socket_does_not_list(kind, short
     assert grouped == ["OPEN", "OPEN"]
     assert outside == ["CLOSED", "OPEN"]
     assert f"refused a connection from uid {DEFAULT_SANDBOX_UID}" in caplog.text
+
+
+def test_the_config_file_the_local_stacks_directory_and_a_symlinked_grants_dir_are_protected(
+        short_dir):
+    """The attack 31h's B3 and B4: brokerd's config file (a tool rewriting it points brokerd
+    at its own grants at the next start), the local stack's directory (``[paths] protected``:
+    its config, logs and stack.json) and a grants directory named through a symlink that sits
+    in a writable tree (a tool re-points the link) are the harness's. ``brokerd grants check``
+    refuses each grant that reaches them, naming what."""
+    state, tree, real_grants = short_dir / "state", short_dir / "tree", short_dir / "real-grants"
+    for directory in (state / "logs", tree, real_grants):
+        directory.mkdir(parents=True)
+    (tree / "grants").symlink_to(real_grants)
+    config_path = short_dir / "etc" / "config.toml"
+    config_path.parent.mkdir()
+    config_path.write_text(f'[paths]\nhome = "{state}/home"\nrun = "{state}/run"\n'
+                           f'protected = ["{state}"]\n'
+                           f'[broker]\ngrants = "{tree}/grants"\n')
+    cases = {
+        "config.toml": (config_path.parent, "brokerd's config file"),
+        "logs.toml": (state / "logs", "a path of the harness ([paths] protected)"),
+        "link.toml": (tree, "the grants directory, as configured"),
+    }
+    for name, (mount, _what) in cases.items():
+        (real_grants / name).write_text(grant(
+            ["shell.run"], "auto", "private", argument=("cwd", "paths", f"{mount}/**"),
+            sandbox=f'mounts = [{{ path = "{mount}", write = true }}]'))
+    checked = subprocess.run([str(BIN / "brokerd"), "grants", "check", "--config",
+                              str(config_path)], capture_output=True, text=True)
+    said = checked.stdout + checked.stderr
+    for name, (_mount, what) in cases.items():
+        line = next(x for x in said.splitlines() if f"/grants/{name}:" in x)
+        assert line.startswith("REFUSED") and what in line, said
+    protected = {p.what for p in harness_paths(load_config(config_path), {}, config_path)}
+    assert {"brokerd's config file", "the grants directory, as configured"} <= protected

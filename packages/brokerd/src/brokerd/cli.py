@@ -48,7 +48,7 @@ def serve(config_path: Path) -> None:
     with held(wiring.labels_lock(config)):  # no label is lowered while calls run
         backend = wiring.backend_for(config)
         wiring.remove_leftovers(backend)
-        broker, unfinished = wiring.build_serving(config, backend)
+        broker, unfinished = wiring.build_serving(config, backend, config_path)
         asyncio.run(sockets.serve(broker, config, config_path, unfinished))
 
 
@@ -99,7 +99,8 @@ def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> No
     # its code (writable mounts of it) always is.
     config = load_config(config_path) if directory is None or config_path.is_file() else None
     directory = directory or config.broker.grants_dir()  # type: ignore[union-attr]
-    protected = code_paths(None) if config is None else wiring.harness_paths(config, os.environ)
+    protected = code_paths(None) if config is None else \
+        wiring.harness_paths(config, os.environ, config_path)
     written = None if config is None else LabelStore(wiring.labels_file(config)).written()
     found = load_grants(directory, protected, written)
     if as_json:

@@ -89,9 +89,12 @@ def backend_for(config: Config) -> Sandbox:
                              sandbox_uid=section.sandbox_uid, owner=instance_of(config))
 
 
-def harness_paths(config: Config, environ: Mapping[str, str]) -> tuple[Protected, ...]:
-    """The harness's own directories and files, which no grant may reach (resolved), and its
-    code, which no grant may mount writable."""
+def harness_paths(config: Config, environ: Mapping[str, str],
+                  config_file: Path | None = None) -> tuple[Protected, ...]:
+    """The harness's own directories and files, which no grant may reach, and its code, which
+    no grant may mount writable. Each path counts resolved and as configured: a symlink on the
+    way (``[broker] grants`` naming a link in a writable tree) is the harness's too, or a tool
+    could re-point it."""
     section = config.broker
     found = [
         (config.paths.home, "the state directory ([paths] home)"),
@@ -100,14 +103,20 @@ def harness_paths(config: Config, environ: Mapping[str, str]) -> tuple[Protected
         (section.jobs_dir(), "the jobs directory"),
         (section.scratch or default_scratch_root(), "the calls' scratch directory"),
     ]
+    found += [(path, "a path of the harness ([paths] protected)")
+              for path in config.paths.protected]
+    if config_file is not None:
+        found.append((config_file, "brokerd's config file"))
     found += [(each.path.parent, f"the directory of {name}.sock")
               for name, each in served_sockets(config).items()]
     found += [(path.parent, f"the directory of secret {key!r}")
               for key, spec in config.secrets.items() if (path := spec.path) is not None]
     if credentials := environ.get("CREDENTIALS_DIRECTORY"):
         found.append((Path(credentials), "the credentials directory (CREDENTIALS_DIRECTORY)"))
-    harness = tuple(Protected(path=real_path(str(path)), what=what) for path, what in found)
-    return harness + code_paths(section.toolkit_dir)
+    harness = [Protected(path=real_path(str(path)), what=what) for path, what in found]
+    harness += [Protected(path=os.path.abspath(path), what=f"{what}, as configured")
+                for path, what in found if os.path.abspath(path) != real_path(str(path))]
+    return tuple(harness) + code_paths(section.toolkit_dir)
 
 
 def _installed_toolkit() -> Path:
@@ -122,7 +131,8 @@ def build(config: Config, backend: Sandbox) -> Broker:
     return build_serving(config, backend)[0]
 
 
-def build_serving(config: Config, backend: Sandbox) -> tuple[Broker, Unfinished]:
+def build_serving(config: Config, backend: Sandbox,
+                  config_file: Path | None = None) -> tuple[Broker, Unfinished]:
     """The Broker, and what closes the calls the audit log holds open (brokerd.unfinished)."""
     section = config.broker
     if not section.approvers:
@@ -148,7 +158,9 @@ def build_serving(config: Config, backend: Sandbox) -> tuple[Broker, Unfinished]
                     memory=MemoryClient(config.served("memory").path),
                     audit=audit, taints=taints, labels=labels,
                     result_cap=section.result_cap, consult=consult, clock=now)
-    grants = GrantStore(section.grants_dir(), harness_paths(config, os.environ),
+    # The directory as it resolved at start: a symlink to it re-pointed later is not followed.
+    grants = GrantStore(Path(real_path(str(section.grants_dir()))),
+                        harness_paths(config, os.environ, config_file),
                         written=labels.written)
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     broker = Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,

@@ -22,6 +22,9 @@ def _default_run() -> Path:
 class PathsSection(Section):
     home: ConfigPath = Field(default_factory=_default_home)  # state: sessions/, memory/, ...
     run: ConfigPath = Field(default_factory=_default_run)  # sockets
+    # More of the harness's own files, which no grant may reach: the local stack's directory
+    # (its config, logs, serving settings and process record).
+    protected: tuple[ConfigPath, ...] = ()
 
 
 class SecretSpec(Section):

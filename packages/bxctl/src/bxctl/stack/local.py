@@ -93,6 +93,7 @@ def render_config(layout: StackLayout, *, grants: Path, registry: Path, model: s
 [paths]
 home = {q(layout.home)}
 run = {q(layout.run)}
+protected = [{q(layout.state)}]  # this file, the logs, the serving settings, stack.json
 
 [inferproxy]
 upstream = {q("unix:" + str(layout.socket("llama")))}
