@@ -162,7 +162,7 @@ class Broker:
                 self.desk.abandon(approval)
                 gone = settle(decision, approved=False, reason=str(exc))
                 await self.audit.decision(decision=gone.record, approval=approval.id)
-                raise
+                return _owed(exc, consulted)
             asked = asyncio.get_running_loop().time()
 
             async def pending(approval: approval_wire.ApprovalRequest) -> None:
@@ -187,7 +187,7 @@ class Broker:
             except TaintError as exc:
                 if decision.allowed:  # not run, and closed: an allowed call has one result
                     await self._not_run(request, consulted, str(exc))
-                raise
+                return _owed(exc, consulted)
         _log_decision(decision.record)
         if not decision.allowed:
             return raised_to(denied(decision.record.reason), consulted)
@@ -245,3 +245,11 @@ class Broker:
             except SecretError as exc:
                 log.error("a grant for %s needs a secret that cannot be read: %s", tool, exc)
         return found
+
+
+def _owed(exc: TaintError, consulted: Label) -> ToolResponse:
+    """The answer to a call whose session could not be raised to the labels its decision
+    consulted (a full disk): whether this happened depends on them, so it is labelled with them
+    (the attack 31h, B6: an error frame carries no label, and the caller's view of the session's
+    taint stayed public)."""
+    return raised_to(plain_response("failed", f"Nothing ran: {exc}"), consulted)
