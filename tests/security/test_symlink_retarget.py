@@ -177,3 +177,38 @@ def test_a_mount_that_resolves_elsewhere_than_when_its_grant_loaded_is_not_mount
         assert got.status != "ok" and CANARY not in got.content, got
         assert "resolves elsewhere" in got.content, got
         assert rig.brokerd("audit", "verify").returncode == 0
+
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_a_grant_through_the_owners_symlinks_into_a_writable_mount_is_refused(
+        tmp_path, hops, relative):
+    """The owner's ``~/notes`` may be a symlink (docs/grants.md); when it, or a chain of them,
+    leads into a tree a tool may write, a tool could swap the entry there: every entry the
+    resolution reads counts, not only the path as written (the attack 31i's A1: the reader was
+    re-targeted at the owner's secret tree). The same tree no tool writes any more (a retired
+    root) refuses only once a symlink stands in it."""
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    grants = tmp_path / "grants"
+    grants.mkdir()
+    (grants / "shell.toml").write_text(shell_grant(work))
+    target = work / "sub"
+    for hop in range(hops):
+        link = tmp_path / f"owner{hop}" / "notes"
+        link.parent.mkdir()
+        link.symlink_to(os.path.relpath(target, link.parent) if relative else target)
+        target = link
+    (grants / "reader.toml").write_text(grant(
+        ["fs.read"], "auto", "private", argument=("path", "paths", f"{target}/**"),
+        sandbox=f'mounts = [{{ path = "{target}" }}]'))
+    loaded = load_grants(grants)
+    assert [g.name for g in loaded.grants] == ["shell"]
+    (error,) = loaded.errors
+    assert "reader.toml" in str(error) and f"{work}/sub" in str(error), error
+
+    (grants / "shell.toml").unlink()  # retired: what stands there now decides
+    assert [g.name for g in load_grants(grants, written={str(work): False}).grants] == ["reader"]
+    (work / "sub").rename(work / "sub.old")
+    (work / "sub").symlink_to(tmp_path)
+    assert load_grants(grants, written={str(work): False}).grants == ()

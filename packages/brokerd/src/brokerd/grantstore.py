@@ -103,25 +103,46 @@ def retarget_risk(paths: list[str], writable: list[tuple[str, Path]],
     where the tool chose: a step that is a symlink there is refused too.
     """
     for written in paths:
-        parts = PurePosixPath(written).parts
-        for end in range(2, len(parts) + 1):
-            step = str(PurePosixPath(*parts[:end]))
-            # Where the entry itself is (its parent resolved, not the entry: a symlink already
-            # planted there must count where it sits, not where it points).
-            entry = Path(real_path(str(PurePosixPath(*parts[:end - 1])))) / parts[end - 1]
+        for entry in resolution_steps(written):
             for owner, source in writable:
                 if entry != source and entry.is_relative_to(source):
-                    return (f"{written} resolves through {step}, inside the writable mount "
+                    return (f"{written} resolves through {entry}, inside the writable mount "
                             f"{source} of {owner}: a tool could replace it with a symlink "
                             "and re-target this grant at the next reload; grant a path outside "
                             "every writable mount")
             for source in retired:
                 if entry != source and entry.is_relative_to(source) and entry.is_symlink():
-                    return (f"{written} resolves through {step}, a symlink inside {source}, "
+                    return (f"{written} resolves through {entry}, a symlink inside {source}, "
                             "which tools have written (brokerd labels show): a tool may have "
                             "put it there to re-target this grant; grant the path it points "
                             "to, or remove the symlink")
     return None
+
+
+def resolution_steps(path: str, links: int = 40) -> list[Path]:
+    """Every directory entry resolving ``path`` reads, where it sits (its parent resolved): the
+    path's own components and, through each symlink met, its target's (an owner's
+    ``~/notes -> /data/sub`` reads ``/data/sub``, which a tool writing ``/data`` could swap)."""
+    steps: list[Path] = []
+    pending = list(PurePosixPath(path).parts[1:])
+    where = Path("/")
+    while pending:
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            where = where.parent
+            continue
+        entry = where / name
+        steps.append(entry)
+        if links > 0 and entry.is_symlink():
+            links -= 1
+            target = PurePosixPath(os.readlink(entry))
+            where = Path("/") if target.is_absolute() else where
+            pending = list(target.parts[1:] if target.is_absolute() else target.parts) + pending
+        else:
+            where = entry
+    return steps
 
 
 class GrantStore:
