@@ -224,3 +224,27 @@ def test_a_scheduled_jobs_ask_call_is_listed_for_bxctl_approvals_and_answered_th
     assert (listed.session, listed.tool, listed.arguments) == \
         (job_session, "echo", '{"text": "morning"}')
     assert frames[-1].body["status"] == "ok" and len(rig.backend.runs) == 1
+
+
+@pytest.mark.parametrize("edit", ["deleted", "replaced by an auto grant", "given a mount"])
+def test_an_approval_that_comes_after_its_grant_changed_runs_nothing(tmp_path, edit):
+    """The owner edits the grants while a call waits for approval, then approves it: the call
+    is decided again and runs only if the same grant still asks with the same mounts (the
+    attack 31i: a call approved under a retired wide grant wrote where a newer grant read)."""
+    async def body(rig, broker_sock, approve_sock):
+        call = asyncio.create_task(call_tool(broker_sock, request("echo", '{"text": "hi"}')))
+        (approval_id,) = await pending_ids(approve_sock, 1)
+        if edit == "deleted":
+            (rig.grants / "echo.toml").unlink()
+        elif edit == "replaced by an auto grant":
+            write(rig.grants, "echo.toml", ASK.replace('mode = "ask"', 'mode = "auto"'))
+        else:
+            mounts = f'[sandbox]\nmounts = [{{ path = "{tmp_path}" }}]\n'
+            write(rig.grants, "echo.toml", ASK + mounts)
+        await approve_socket(approve_sock, wire.APPROVAL_ANSWER,
+                             wire.ApprovalAnswer(id=approval_id, verdict="approve", by="owner"))
+        return await call
+
+    rig, frames = scenario(tmp_path, body, pass_rig=True)
+    assert frames[-1].body["status"] == "denied" and rig.backend.runs == []
+    assert "grant changed while the owner was asked" in verdicts(rig)[-1][1]

@@ -177,7 +177,11 @@ class Broker:
                 gone = settle(decision, approved=False, reason="the caller went away")
                 await self.audit.decision(decision=gone.record, approval=approval.id)
                 raise
-            decision = settle(decision, approved=outcome.approved, reason=outcome.reason)
+            approved, reason = outcome.approved, outcome.reason
+            if approved and not self._still_granted(request, arguments, decision):
+                approved, reason = False, ("its grant changed while the owner was asked (the "
+                                           "grants were edited); nothing ran: ask again")
+            decision = settle(decision, approved=approved, reason=reason)
             await self.audit.decision(decision=decision.record, approval=outcome.approval,
                                       by=outcome.by)
         else:
@@ -216,6 +220,16 @@ class Broker:
             untrusted=label.untrusted, truncated=False,
             content_sha256=sha256(why.encode("utf-8")), reason=why,
             **{"class": label.data_class})
+
+    def _still_granted(self, request: ToolRequest, arguments: CallArguments,
+                       asked: Decision) -> bool:
+        """Whether the grants now decide ``request`` as they did when it was asked: the same
+        grant, with the same mounts. An approval can come long after the owner retired the
+        grant, and its mounts were checked against the grants of that time only."""
+        taint = self.taints.get(request.session).seen_at_least(self.floor)
+        now = self._decide(request, arguments, taint)
+        return now.record.verdict == "ask" and now.record.grant == asked.record.grant \
+            and now.mounts == asked.mounts
 
     def _learned(self, session: str, consulted: Label, taint: Taint) -> Taint:
         """The session's taint once it has heard a decision that depended on ``consulted``
