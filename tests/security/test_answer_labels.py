@@ -117,3 +117,20 @@ def test_a_denial_that_read_a_grants_tree_is_labelled_with_that_grants_class(rig
             assert answer.data_class == "secret", (name, answer)
             assert "secret" in taint_of(rig, session)["classes"], name
         assert rig.brokerd("audit", "verify").returncode == 0
+
+
+def test_a_denial_inside_a_deny_grants_tree_is_labelled_with_its_class(rig):
+    """A deny grant's tree (the shipped ~/.ssh shape) is walked to match; what a symlink there
+    leads to, or how long its target's name is, decided the denial's words, labelled public
+    (the attack 31i's A3). It now carries the deny grant's class, secret by default."""
+    tree = rig.directory("owner-ssh")
+    (tree / "id_key").write_text(CANARY)
+    os.symlink("/etc/hostname", tree / "link-out")
+    os.symlink("id_key", tree / "link-in")
+    (rig.top / "grants" / "ssh-deny.toml").write_text(
+        f'tools = ["fs.read"]\nmode = "deny"\n[arguments.path]\npaths = ["{tree}/**"]\n')
+    with rig:
+        for number, name in enumerate(["id_key", "nope", "link-in", "link-out"]):
+            answer = rig.call(f"public-{number}", "fs.read", {"path": f"{tree}/{name}"})
+            assert answer.status == "denied" and CANARY not in answer.content, answer
+            assert answer.data_class == "secret", (name, answer)

@@ -260,10 +260,10 @@ def _consulted(applicable: list[Grant], first: list[str | None], arguments: Mapp
     found = join_all(label for root, label in labels.items()
                      if any(covers_path(root, p) for p in paths))
     # What the resolution read inside a grant's tree is that grant's data: a symlink there
-    # decides the answer as much as a file's content would decide a result.
+    # decides the answer as much as a file's content would decide a result. A deny grant's tree
+    # too: it is walked to match, and its class is secret unless the owner says otherwise.
     for grant in applicable:
-        if grant.mode != "deny" and any(covers_path(root, p) for root in _territory(grant)
-                                        for p in paths):
+        if any(covers_path(root, p) for root in _territory(grant) for p in paths):
             found = found.join(Label(grant.result_class, False))
     for grant, miss in zip(applicable, first, strict=True):
         if miss is None and ceiling_of(grant) is not None and grant.mode != "deny":
