@@ -14,7 +14,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from faults.profile import by_profile
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,6 +57,8 @@ PLACES = ["brokerd", "brokerd/policy", "brokerd/sandbox", "brokerd/audit", "bxco
           "bxcore/protocol"]
 
 
+# Each example runs the script (a fraction of a second): 20 in the suite, 300 in the long run.
+@settings(max_examples=by_profile(short=20, long=300), deadline=None)
 @given(name=st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True),
        place=st.sampled_from(PLACES), imported_by_brokerd=st.booleans())
 def test_a_new_module_in_no_step_is_refused_unless_nothing_in_the_core_imports_it(
