@@ -212,3 +212,23 @@ def test_a_grant_through_the_owners_symlinks_into_a_writable_mount_is_refused(
     (work / "sub").rename(work / "sub.old")
     (work / "sub").symlink_to(tmp_path)
     assert load_grants(grants, written={str(work): False}).grants == ()
+
+
+@pytest.mark.parametrize("retired", [False, True], ids=["writable", "retired"])
+def test_a_grant_file_that_is_a_symlink_into_a_written_tree_is_refused(tmp_path, retired):
+    """The owner keeps a grant file elsewhere and links it into the grants directory; when it
+    lies in a tree a tool may write, or once could, the tool can have written the grant
+    (the attack 31i's H2: a tool rewrote it into a grant over the owner's secret tree)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    grants = tmp_path / "grants"
+    grants.mkdir()
+    if not retired:
+        (grants / "shell.toml").write_text(shell_grant(work))
+    (work / "reader.toml").write_text(grant(["fs.read"], "auto", "private",
+                                            argument=("path", "paths", f"{tmp_path}/x/**"),
+                                            sandbox=""))
+    (grants / "reader.toml").symlink_to(work / "reader.toml")
+    loaded = load_grants(grants, written={str(work): False} if retired else None)
+    assert "reader" not in [g.name for g in loaded.grants]
+    assert any("reader.toml" in str(e) and "symlink" in str(e) for e in loaded.errors), loaded

@@ -82,12 +82,27 @@ def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
     retired = [Path(root) for root, running in written.items() if not running]
     grants: list[Grant] = []
     for path, grant, resolved in parsed:
-        why = None if grant.mode == "deny" else retarget_risk(resolved, writable, retired)
+        why = _written_file(path, writable, retired)
+        if why is None and grant.mode != "deny":
+            why = retarget_risk(resolved, writable, retired)
         if why is None:
             grants.append(grant)
         else:
             errors.append(GrantError(f"{path}: {why}"))
     return GrantSet(tuple(grants), tuple(errors))
+
+
+def _written_file(path: Path, writable: list[tuple[str, Path]],
+                  retired: Sequence[Path]) -> str | None:
+    """Why a grant file a tool could have written is refused: the owner's symlink from the
+    grants directory into a tree a tool may write, or once could, hands it the grant's text."""
+    real = Path(real_path(str(path)))
+    for source in [source for _, source in writable] + list(retired):
+        if real.is_relative_to(source):
+            return (f"the grant file is a symlink to {real}, inside {source}, which tools may "
+                    "write or have written: a tool could have written this grant; keep grant "
+                    "files out of granted trees")
+    return None
 
 
 def retarget_risk(paths: list[str], writable: list[tuple[str, Path]],
