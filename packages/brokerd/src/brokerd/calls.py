@@ -226,8 +226,13 @@ class Broker:
         """Whether the grants now decide ``request`` as they did when it was asked: the same
         grant, with the same mounts. An approval can come long after the owner retired the
         grant, and its mounts were checked against the grants of that time only."""
-        taint = self.taints.get(request.session).seen_at_least(self.floor)
-        now = self._decide(request, arguments, taint)
+        try:
+            taint = self.taints.get(request.session).seen_at_least(self.floor)
+            now = self._decide(request, arguments, taint)
+        except Exception:  # not decided again is not granted: the ask still gets its outcome
+            log.exception("call %s/%s (%s) could not be decided again after its approval",
+                          request.session, request.call, request.tool)
+            return False
         return now.record.verdict == "ask" and now.record.grant == asked.record.grant \
             and now.mounts == asked.mounts
 

@@ -150,9 +150,12 @@ def resolution_steps(path: str, links: int = 40) -> list[Path]:
             continue
         entry = where / name
         steps.append(entry)
-        if links > 0 and entry.is_symlink():
+        try:
+            target = PurePosixPath(os.readlink(entry)) if links > 0 else None
+        except OSError:  # not a symlink, gone, or unreadable: the walk goes on as the kernel's
+            target = None
+        if target is not None:
             links -= 1
-            target = PurePosixPath(os.readlink(entry))
             where = Path("/") if target.is_absolute() else where
             pending = list(target.parts[1:] if target.is_absolute() else target.parts) + pending
         else:
