@@ -35,20 +35,10 @@ from hypothesis import strategies as st
 from support.disks import tmpfs
 
 from .support import call_frame
+from .test_memory_answers_flow import WORDS, words
+from .test_memory_answers_flow import action as memory_call
 from .test_recall_flow import ask, serving
 
-WORDS = ["heron", "kiwi", "mango", "tulip", "plan", "cobalt"]
-words = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)
-FILES = st.sampled_from(["memory.md", "user.md"])
-memory_call = st.one_of(
-    st.builds(lambda t: ("memory", {"action": "note", "text": t}), words),
-    st.builds(lambda f, t: ("memory", {"action": "add", "file": f, "text": t}), FILES, words),
-    st.builds(lambda f, o, t: ("memory", {"action": "replace", "file": f, "old_text": o,
-                                          "text": t}), FILES, st.sampled_from(WORDS), words),
-    st.builds(lambda f, o: ("memory", {"action": "remove", "file": f, "old_text": o}),
-              FILES, st.sampled_from(WORDS)),
-    st.builds(lambda q, k: ("recall", {"query": q, "k": k}), words, st.integers(1, 8)),
-)
 FULL = ["bytes", "inodes"]
 NO_RESERVE = "[broker]\naudit_reserve_bytes = 0\naudit_reserve_inodes = 0\n"
 SETTINGS = settings(max_examples=by_profile(short=2, long=30), deadline=None,
