@@ -18,7 +18,7 @@ from brokerd.sandbox import (
     ToolFailure,
     ToolOutput,
 )
-from brokerd.sandbox._call import check_spec, toolkit_args
+from brokerd.sandbox._call import Pin, check_spec, toolkit_args
 from brokerd.sandbox._process import Finished, interpret
 from brokerd.sandbox.bubblewrap import BECOME, BwrapLayout, _for_version, bwrap_argv
 from brokerd.sandbox.podman import podman_remove_argv, podman_run_argv
@@ -34,6 +34,7 @@ SPEC = SandboxSpec(
     limits=SandboxLimits(memory_mb=64, pids=10, timeout_s=2.5, output_cap=100),
     data_class=DataClass.PRIVATE,
 )
+PINS = (Pin(device=64769, inode=11), Pin(device=64769, inode=12))  # one a mount of SPEC
 
 
 @pytest.mark.parametrize(
@@ -59,9 +60,11 @@ def test_specs_no_sandbox_may_run_are_refused_naming_the_field(change, field):
 
 
 def test_the_toolkit_gets_its_context_as_options_not_environment():
-    assert toolkit_args(SPEC) == [
-        "fs.read", "--class", "private", "--cap", "100", "--root", "/home/o/notes",
-        "--root", "/home/o/inbox", "--proxy-socket", "/run/egress/proxy.sock",
+    assert toolkit_args(SPEC, PINS) == [
+        "fs.read", "--class", "private", "--cap", "100",
+        "--root", "/home/o/notes", "--pinned=64769:11:/home/o/notes",
+        "--root", "/home/o/inbox", "--pinned=64769:12:/home/o/inbox",
+        "--proxy-socket", "/run/egress/proxy.sock",
         "--workdir", "/home/o/notes",
     ]
 
@@ -73,7 +76,7 @@ def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
 def test_bwrap_unshares_everything_and_binds_only_what_was_granted():
     argv = bwrap_argv(SPEC, BwrapLayout(), toolkit_dir=Path("/src/toolkit"),
                       secrets_dir=Path("/dev/shm/c/secrets"), egress_dir=Path("/dev/shm/c/eg"),
-                      seccomp_fd=9)
+                      seccomp_fd=9, pins=PINS)
     for flag in ("--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                  "--new-session", "--clearenv"):
         assert flag in argv
@@ -93,20 +96,20 @@ def test_bwrap_unshares_everything_and_binds_only_what_was_granted():
     limits = argv[argv.index("/usr/bin/prlimit"):argv.index("/usr/bin/python3")]
     assert limits == ["/usr/bin/prlimit", f"--data={64 * 1024 * 1024}", "--nproc=10",
                       "--cpu=4", "--nofile=256", "--"]
-    assert argv[-len(toolkit_args(SPEC)):] == toolkit_args(SPEC)
+    assert argv[-len(toolkit_args(SPEC, PINS)):] == toolkit_args(SPEC, PINS)
 
 
 def test_bwrap_without_secrets_or_hosts_binds_neither():
     argv = bwrap_argv(SandboxSpec(program="echo", arguments="{}"), BwrapLayout(),
                       toolkit_dir=Path("/src/toolkit"), secrets_dir=None, egress_dir=None,
-                      seccomp_fd=9)
+                      seccomp_fd=9, pins=())
     targets = [target for _, target in _pairs(argv, "--ro-bind") + _pairs(argv, "--bind")]
     assert targets == ["/usr", "/proc/sys", "/opt/toolkit/toolkit"]
 
 
 def test_a_root_brokerds_bwrap_makes_no_user_namespace_and_changes_uid_before_the_toolkit():
     argv = bwrap_argv(SPEC, BwrapLayout(), toolkit_dir=Path("/src/toolkit"), secrets_dir=None,
-                      egress_dir=None, seccomp_fd=9, run_as=1234)
+                      egress_dir=None, seccomp_fd=9, pins=PINS, run_as=1234)
     assert "--unshare-all" not in argv and "--unshare-user" not in argv
     assert "--disable-userns" not in argv  # bwrap refuses it without a user namespace
     kept = argv[argv.index("--cap-drop"):argv.index("--", argv.index("--cap-drop"))]
@@ -115,7 +118,7 @@ def test_a_root_brokerds_bwrap_makes_no_user_namespace_and_changes_uid_before_th
     become = argv.index("-I") - 1
     # one interpreter: it drops to the uid, sets the limits prlimit would, then runs the toolkit
     assert argv[become:] == ["/usr/bin/python3", "-I", "-S", "-B", "-c", BECOME, "1234",
-                             str(64 * 1024 * 1024), "10", "4", "256", *toolkit_args(SPEC)]
+                             str(64 * 1024 * 1024), "10", "4", "256", *toolkit_args(SPEC, PINS)]
     assert "/usr/bin/prlimit" not in argv
     # bwrap would make the parents of a bind target 0700, which the tool could not pass
     opt = argv.index("/opt")
@@ -126,7 +129,7 @@ def test_podman_runs_the_image_by_digest_with_no_network_and_every_limit():
     setup = PodmanSetup(image=f"localhost/boxmaker/toolkit@{DIGEST}",
                         containers_conf=Path("/c.conf"), storage=("--root", "/r"))
     argv = podman_run_argv(SPEC, setup, name="bx-call-1", secrets_dir=Path("/s"),
-                           egress_dir=Path("/e"), seccomp_profile=Path("/p.json"))
+                           egress_dir=Path("/e"), seccomp_profile=Path("/p.json"), pins=PINS)
     assert argv[:4] == ["podman", "--root", "/r", "run"]
     for flag in ("--rm", "--network=none", "--pull=never", "--read-only", "--cap-drop=ALL",
                  "--security-opt=no-new-privileges", "--memory=64m", "--pids-limit=10",
@@ -142,7 +145,7 @@ def test_podman_runs_the_image_by_digest_with_no_network_and_every_limit():
     assert "--volume=/home/o/inbox:/home/o/inbox:rw" in argv
     assert "--volume=/s:/run/secrets:ro" in argv
     image_at = argv.index(setup.image)
-    assert argv[image_at + 1:] == toolkit_args(SPEC)
+    assert argv[image_at + 1:] == toolkit_args(SPEC, PINS)
     assert podman_remove_argv(setup, "bx-call-1") == [
         "podman", "--root", "/r", "rm", "--force", "--time=0", "--ignore", "bx-call-1"]
 
@@ -152,7 +155,7 @@ def test_through_a_podman_service_every_command_names_the_service_and_no_local_s
                         remote="unix:///run/boxmaker/tools/podman.sock")
     remote = ["podman", "--remote", "--url=unix:///run/boxmaker/tools/podman.sock"]
     argv = podman_run_argv(SPEC, setup, name="bx-call-1", secrets_dir=None, egress_dir=None,
-                           seccomp_profile=Path("/p.json"))
+                           seccomp_profile=Path("/p.json"), pins=PINS)
     assert argv[:4] == [*remote, "run"]
     # the service's unit has a UTS namespace of its own and may not make another
     assert "--uts=host" in argv
@@ -226,7 +229,7 @@ def test_an_older_bubblewrap_runs_without_disable_userns(version, disable_userns
     layout = _for_version(BwrapLayout(), version)
     assert layout.disable_userns is disable_userns
     argv = bwrap_argv(SPEC, layout, toolkit_dir=Path("/t"), secrets_dir=None, egress_dir=None,
-                      seccomp_fd=9)
+                      seccomp_fd=9, pins=PINS)
     assert ("--disable-userns" in argv) is disable_userns
     assert "--seccomp" in argv  # the filter refuses user namespaces either way
 

@@ -34,10 +34,8 @@ brokerd never got to run, or one a SIGKILL cut off, is closed by the audit log's
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Protocol
 
 from bxcore.errors import BoxmakerError
@@ -186,11 +184,6 @@ class Runner:
         return raised_to(answer, read.join(Label(*decision.result_label)))
 
     async def _run_sandboxed(self, decision: Decision, request: ToolRequest) -> ToolResponse:
-        moved = [m.source for m in decision.mounts if _moved(m.source)]
-        if moved:  # its grant was resolved when it loaded; a symlink put there since decides not
-            return not_run(f"Nothing ran: the mount {moved[0]} resolves elsewhere than when its "
-                           "grant loaded (a symlink on its way); brokerd reloads grants when "
-                           "their directory changes")
         try:
             self._audit.check_room(m.source for m in decision.mounts if m.writable)
             return (await self._backend.run(decision)).as_response()
@@ -242,12 +235,3 @@ class Runner:
         finally:  # a result the log could not take still raises the session's taint
             self._taints.record(request.session, response.data_class, response.untrusted)
         return response
-
-
-def _moved(source: Path) -> bool:
-    """Whether a mount's path no longer resolves to itself (a symlink stands on its way), or
-    cannot be resolved at all (one swapped while it was read)."""
-    try:
-        return os.path.realpath(source, strict=False) != str(source)
-    except OSError:
-        return True

@@ -27,14 +27,16 @@ EXIT_OUT_OF_MEMORY = 3
 
 
 # The options brokerd passes (``_call.toolkit_args``): each takes one value; ``--root``,
-# ``--glob`` and ``--descend`` may repeat. ``--beneath``, ``--relative``, ``--host-path``,
-# ``--glob`` and ``--descend`` say where the path a file tool opens is (``beneath.Opened``).
+# ``--pinned``, ``--glob`` and ``--descend`` may repeat. ``--beneath``, ``--relative``,
+# ``--host-path``, ``--glob`` and ``--descend`` say where the path a file tool opens is
+# (``beneath.Opened``).
 # Parsed by hand, not with argparse: argparse, with the gettext, shutil and locale it loads,
 # was a third of the program's start (``python -X importtime``).
 _OPTIONS = {"--class": "data_class", "--root": "root", "--cap": "cap",
             "--proxy-socket": "proxy_socket", "--settings": "settings", "--workdir": "workdir",
             "--out": "out", "--beneath": "beneath", "--relative": "relative",
-            "--host-path": "host_path", "--glob": "glob", "--descend": "descend"}  # fmt: skip
+            "--host-path": "host_path", "--glob": "glob", "--descend": "descend",
+            "--pinned": "pinned"}  # fmt: skip
 
 
 class _Options:
@@ -43,6 +45,7 @@ class _Options:
         self.arguments: str | None = None
         self.data_class = "secret"
         self.root: list[str] = []
+        self.pinned: list[str] = []
         self.cap = DEFAULT_CAP
         self.proxy_socket: str | None = None
         self.settings: str | None = None
@@ -76,7 +79,7 @@ def _parse(argv: list[str]) -> _Options:
             value = next(items, None)  # type: ignore[assignment]
             if value is None:
                 raise UsageError(f"bx-tool: option {flag}: expected one argument")
-        if field in ("root", "glob", "descend"):
+        if field in ("root", "pinned", "glob", "descend"):
             getattr(options, field).append(value)
         elif field == "cap":
             try:
@@ -108,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str]) -> int:
     options = _parse(argv)
+    _check_pins(options.pinned)  # before anything is read, loaded or run
     if options.name == "schemas":
         return _export_schemas(options.out)
     tool = BY_NAME.get(options.name)
@@ -134,6 +138,26 @@ def _run(argv: list[str]) -> int:
         opened=_opened(options),
     )
     return _emit(run(context, arguments).as_json(), 0)
+
+
+def _check_pins(pinned: list[str]) -> None:
+    """Each ``--pinned=DEVICE:INODE:TARGET``: the directory mounted at TARGET must be the one
+    brokerd opened for it (``_call.pin_mount``). A symlink swapped in on the host between
+    brokerd's check and the sandbox's bind would have bound another: nothing runs then."""
+    for pin in pinned:
+        device, _, rest = pin.partition(":")
+        inode, _, target = rest.partition(":")
+        if not (device.isdigit() and inode.isdigit() and target):
+            raise UsageError(f"bx-tool: option --pinned: not DEVICE:INODE:TARGET: {pin!r}")
+        try:
+            found = os.stat(target, follow_symlinks=False)
+        except OSError as exc:
+            raise ToolError(f"Nothing ran: the mount {target} cannot be read: "
+                            f"{exc.strerror}") from None
+        if (found.st_dev, found.st_ino) != (int(device), int(inode)):
+            raise ToolError(f"Nothing ran: what is mounted at {target} is not what brokerd "
+                            "checked (its source was swapped on the host while the sandbox was "
+                            "made)")
 
 
 def _arguments(text: str | None) -> Any:

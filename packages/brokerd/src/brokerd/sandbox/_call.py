@@ -17,13 +17,14 @@ import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ..egress import egress_proxy
 from ._process import SandboxOutcome
-from .errors import BadSandboxSpec
+from .errors import BadSandboxSpec, MountMoved, SandboxUnavailable
 from .spec import SandboxSpec
 
 TOOLKIT_DIR = "/opt/toolkit"  # PYTHONPATH; the package itself is /opt/toolkit/toolkit
@@ -72,12 +73,13 @@ def _check_target(field: str, target: str) -> None:
             raise BadSandboxSpec(f"{field}: {target!r} would cover the sandbox's {reserved}")
 
 
-def toolkit_args(spec: SandboxSpec) -> list[str]:
+def toolkit_args(spec: SandboxSpec, pins: tuple[Pin, ...]) -> list[str]:
     """``bx-tool``'s arguments after the interpreter: the tool and its context as options (never
-    environment variables). The JSON arguments go on stdin."""
+    environment variables), each mount with the directory it must be (``pins``, one a mount).
+    The JSON arguments go on stdin."""
     args = [spec.program, "--class", spec.data_class.value, "--cap", str(spec.limits.output_cap)]
-    for mount in spec.mounts:
-        args += ["--root", mount.target]
+    for mount, pin in zip(spec.mounts, pins, strict=True):
+        args += ["--root", mount.target, f"--pinned={pin.device}:{pin.inode}:{mount.target}"]
     if spec.hosts:
         args += ["--proxy-socket", PROXY_SOCKET]
     if spec.workdir is not None:
@@ -120,6 +122,40 @@ def default_scratch_root() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
+@dataclass(frozen=True)
+class Pin:
+    """The directory (or file) a mount's source was when brokerd opened it. The sandbox binds
+    the source by its path, which a symlink swapped in after the opening would send elsewhere;
+    the toolkit, first thing inside, refuses to run unless what is at the mount's target is
+    this (``toolkit.main``), so the race is lost before anything is read."""
+
+    device: int
+    inode: int
+
+
+def pin_mount(source: Path) -> tuple[int, Pin]:
+    """Open ``source`` and check that it is where its grant resolved it: no symlink on its way
+    now. Its descriptor, held until the call ends, keeps its inode number from being reused."""
+    try:
+        fd = os.open(source, os.O_PATH)
+    except OSError as exc:
+        raise MountMoved(f"the mount {source} cannot be opened ({exc.strerror}); brokerd "
+                         "reloads grants when their directory changes") from None
+    try:
+        opened = os.readlink(f"/proc/self/fd/{fd}")
+        found = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise SandboxUnavailable(f"brokerd cannot tell what it opened for the mount {source} "
+                                 f"(is /proc mounted?): {exc}") from None
+    if opened != str(source):
+        os.close(fd)
+        raise MountMoved(f"the mount {source} resolves elsewhere than when its grant loaded (a "
+                         "symlink on its way); brokerd reloads grants when their directory "
+                         "changes")
+    return fd, Pin(found.st_dev, found.st_ino)
+
+
 class CallWorkspace:
     def __init__(self, spec: SandboxSpec, scratch_root: Path, *, owner: int | None = None):
         self._spec = spec
@@ -128,8 +164,19 @@ class CallWorkspace:
         self.path: Path | None = None
         self.secrets_dir: Path | None = None
         self.egress_dir: Path | None = None
+        self.pins: tuple[Pin, ...] = ()
+        self._pinned: list[int] = []
 
     def __enter__(self) -> CallWorkspace:
+        try:
+            self._make()
+        except BaseException:  # nothing of a call that never ran is left behind
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _make(self) -> None:
+        self.pins = tuple(self._pin(mount.source) for mount in self._spec.mounts)
         self.path = Path(tempfile.mkdtemp(prefix="bx-call-", dir=self._root))  # mode 0700
         if self._spec.secrets:
             self.secrets_dir = self.path / "secrets"
@@ -147,7 +194,16 @@ class CallWorkspace:
                 os.chown(directory, self._owner, self._owner)
                 for name in files:
                     os.chown(os.path.join(directory, name), self._owner, self._owner)
-        return self
+
+    def _pin(self, source: Path) -> Pin:
+        fd, pin = pin_mount(source)
+        self._pinned.append(fd)
+        return pin
+
+    def _unpin(self) -> None:
+        for fd in self._pinned:
+            os.close(fd)
+        self._pinned.clear()
 
     @property
     def proxy_socket(self) -> Path:
@@ -157,6 +213,7 @@ class CallWorkspace:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._unpin()
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
 

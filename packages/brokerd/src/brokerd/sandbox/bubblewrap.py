@@ -64,6 +64,7 @@ from ._call import (
     TOOLKIT_INTERPRETER,
     Backend,
     CallWorkspace,
+    Pin,
     cpu_seconds,
     data_bytes,
     stdout_cap,
@@ -139,6 +140,7 @@ def bwrap_argv(
     secrets_dir: Path | None,
     egress_dir: Path | None,
     seccomp_fd: int,
+    pins: tuple[Pin, ...],
     run_as: int | None = None,
 ) -> list[str]:
     if run_as is None:
@@ -177,7 +179,7 @@ def bwrap_argv(
         argv += [layout.prlimit, *(f"--{name}={value}" for name, value in
                                    zip(("data", "nproc", "cpu", "nofile"), limits, strict=True)),
                  "--", layout.python, *TOOLKIT_INTERPRETER]
-    return [*argv, *toolkit_args(spec)]
+    return [*argv, *toolkit_args(spec, pins)]
 
 
 def _parents(targets: list[str]) -> list[str]:
@@ -218,10 +220,13 @@ class BubblewrapSandbox(Backend):
         if self.sandbox_uid == 0:
             raise SandboxUnavailable("bubblewrap backend: sandbox_uid must not be 0 (root)")
         self._run_as = self.sandbox_uid if os.geteuid() == 0 else None
-        programs = (self.layout.bwrap, self.layout.prlimit, self.layout.python)
-        for program in programs:
-            if shutil.which(program) is None:
+        found = {program: shutil.which(program) for program in
+                 (self.layout.bwrap, self.layout.prlimit, self.layout.python)}
+        for program, path in found.items():
+            if path is None:
                 raise SandboxUnavailable(f"bubblewrap backend: {program!r} is not installed")
+        # The bwrap found on brokerd's PATH is the one run (a call's PATH is the sandbox's).
+        self.layout = dataclasses.replace(self.layout, bwrap=str(found[self.layout.bwrap]))
         self.layout = _for_version(self.layout, bwrap_version(self.layout.bwrap))
         if not (toolkit_dir / "main.py").is_file():
             raise SandboxUnavailable(f"bubblewrap: {toolkit_dir} is not the toolkit package")
@@ -262,7 +267,7 @@ class BubblewrapSandbox(Backend):
         try:
             argv = bwrap_argv(spec, self.layout, toolkit_dir=self._toolkit_dir,
                               secrets_dir=workspace.secrets_dir, egress_dir=workspace.egress_dir,
-                              seccomp_fd=seccomp, run_as=self._run_as)
+                              seccomp_fd=seccomp, pins=workspace.pins, run_as=self._run_as)
             return await self._run(spec, argv, seccomp)
         finally:
             os.close(seccomp)

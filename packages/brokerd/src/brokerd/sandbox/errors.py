@@ -3,8 +3,10 @@
     SandboxError (bxcore BoxmakerError)
     ├── SandboxUnavailable   this backend cannot run here: bwrap, podman or the toolkit image is
     │                        missing, or its configuration is wrong (our side; names what)
-    └── BadSandboxSpec       the spec asks for something no sandbox may have (a mount over a
-                             system directory, a secret name with a slash); names the field
+    ├── BadSandboxSpec       the spec asks for something no sandbox may have (a mount over a
+    │                        system directory, a secret name with a slash); names the field
+    └── MountMoved           a mount's source is not where its grant resolved it (a symlink
+                             stands on its way now): nothing ran
 
 A tool that ran but failed (timeout, out of memory, non-zero exit, output that is not one JSON
 object) is not an exception: ``run`` returns a ``ToolFailure`` value naming the reason.
@@ -25,4 +27,8 @@ class SandboxUnavailable(SandboxError):
 
 
 class BadSandboxSpec(SandboxError):
+    pass
+
+
+class MountMoved(SandboxError):
     pass

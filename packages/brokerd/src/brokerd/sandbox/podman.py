@@ -63,6 +63,7 @@ from ._call import (
     SECRETS_DIR,
     Backend,
     CallWorkspace,
+    Pin,
     cpu_seconds,
     data_bytes,
     stdout_cap,
@@ -112,6 +113,7 @@ def podman_run_argv(
     secrets_dir: Path | None,
     egress_dir: Path | None,
     seccomp_profile: Path,
+    pins: tuple[Pin, ...],
     user: str = "0:0",
     owner: str | None = None,
 ) -> list[str]:
@@ -147,7 +149,7 @@ def podman_run_argv(
         argv.append(f"--volume={secrets_dir}:{SECRETS_DIR}:ro")
     if egress_dir is not None:
         argv.append(f"--volume={egress_dir}:{EGRESS_DIR}:ro")
-    return [*argv, setup.image, *toolkit_args(spec)]
+    return [*argv, setup.image, *toolkit_args(spec, pins)]
 
 
 def podman_owned_argv(setup: PodmanSetup, owner: str) -> list[str]:
@@ -212,7 +214,8 @@ class PodmanSandbox(Backend):
     async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> SandboxOutcome:
         name = f"bx-call-{secrets.token_hex(8)}"
         argv = podman_run_argv(spec, self.setup, name=name, secrets_dir=workspace.secrets_dir,
-                               egress_dir=workspace.egress_dir, user=self.user,
+                               egress_dir=workspace.egress_dir, pins=workspace.pins,
+                               user=self.user,
                                seccomp_profile=self.seccomp_profile, owner=self.owner)
 
         async def remove() -> None:
