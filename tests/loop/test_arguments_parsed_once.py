@@ -1,24 +1,29 @@
-"""loopd's ToolRunner parses a call's arguments once (docs/decisions/tool-arguments-parsed-once.md):
-the check that the model server can read them back is the parse the call runs on, and the port
-gets the text it would have got anyway. Judged by counting ``json.loads`` of each text the model
-wrote, over generated argument objects, sent directly to a core tool and through call_tool
-(its inner object as an object and as JSON text)."""
+"""loopd reads a call's arguments once (docs/decisions/tool-arguments-parsed-once.md): the turn's
+check that the model server can read them back (``readback.read_back``, in the turn's limits) is
+the parse the repeat check, the name a channel shows and the run all use, and the port gets the
+text it would have got anyway. Later requests replay the logged call, and each reads it once.
+Judged by counting ``json.loads`` of each text the model wrote over a whole turn (a real
+``run_turn`` with a scripted server), over generated argument objects, sent directly to a core
+tool and through call_tool (its inner object as an object and as JSON text)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
 from bxcore.canonical import canonical_text
-from bxcore.chat import FunctionCall, ToolCall, ToolSchema
+from bxcore.chat import ToolSchema
 from bxcore.tools import CLOCK, ToolRequest, ToolResponse, plain_response
 from hypothesis import given
 from hypothesis import strategies as st
 from loopd.tools import Registry, ToolRunner
+from loopd.turn import Loop, TurnSettings, run_turn
 
-from .support import Events
+from .support import FIXED_TIME, Events, ScriptedInference, call, new_session, say
 
 WEATHER = ToolSchema(name="weather", description="Forecast for a city.", parameters={})
 _real_loads = json.loads
@@ -39,28 +44,34 @@ class RecordingPort:
 
 
 def parses_of(texts: list[str], name: str, arguments: str) -> tuple[list[int], ToolRequest]:
-    """How many times each of ``texts`` was parsed while the runner ran the call, and what the
-    port got."""
+    """How many times each of ``texts`` was parsed over a turn in which the model makes the
+    call, then answers (one request after the call: its replay), and what the port got."""
     port = RecordingPort()
-    runner = ToolRunner(Registry([CLOCK, WEATHER]), port)
-    call = ToolCall(id="c", function=FunctionCall(name=name, arguments=arguments))
+    loop = Loop(inference=ScriptedInference([call((name, arguments)), say("done")]),
+                tools=ToolRunner(Registry([CLOCK, WEATHER]), port), settings=TurnSettings(),
+                now=lambda: FIXED_TIME)
     parsed: list[str] = []
 
     def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
         parsed.append(text)
         return _real_loads(text, *args, **kwargs)
 
-    with mock.patch.object(json, "loads", counting):
-        asyncio.run(runner.run(call, session="s1", number=1, events=Events()))
+    with tempfile.TemporaryDirectory() as home:
+        session = new_session(Path(home))
+        with mock.patch.object(json, "loads", counting):
+            asyncio.run(run_turn(loop, session, "go", Events()))
     (request,) = port.requests
     return [parsed.count(text) for text in texts], request
+
+
+REPLAYS = 1  # the answer's request replays the call once
 
 
 @given(objects)
 def test_a_direct_call_is_parsed_once_and_sent_as_written(arguments):
     text = json.dumps(arguments)
     counts, request = parses_of([text], "clock", text)
-    assert counts == [1]
+    assert counts == [1 + REPLAYS]
     assert request.arguments == text
 
 
@@ -69,5 +80,5 @@ def test_a_call_through_call_tool_parses_each_text_once(inner, inner_as_text):
     inner_text = json.dumps(inner)
     outer = json.dumps({"name": "weather", "arguments": inner_text if inner_as_text else inner})
     counts, request = parses_of([outer, inner_text], "call_tool", outer)
-    assert counts == [1, 1 if inner_as_text else 0]
+    assert counts == [1 + REPLAYS, 1 if inner_as_text else 0]
     assert request.tool == "weather" and request.arguments == canonical_text(inner)

@@ -12,6 +12,7 @@ import anyio
 from bxcore.chat import FunctionCall, ToolCall
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loopd.readback import read_back
 from loopd.tools import Registry, ToolRunner
 from loopd.tools.registry import QUOTED
 from support.fake_tools import FakeTools
@@ -36,7 +37,8 @@ def answer(name: str, arguments: str, *, cut: bool = False) -> str:
     call = ToolCall(id="c1", function=FunctionCall(name=name, arguments=arguments))
 
     async def run() -> str:
-        outcome = await runner.run(call, session="s", number=1, events=Events(), cut=cut)
+        outcome = await runner.run(call, read_back(call.function.arguments), session="s",
+                                   number=1, events=Events(), cut=cut)
         return outcome.response.content
     return anyio.run(run)
 

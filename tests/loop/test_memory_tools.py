@@ -9,6 +9,7 @@ import pytest
 from bxcore.chat import FunctionCall, ToolCall, ToolSchema
 from bxcore.config import parse_config
 from bxcore.memory_tool import MEMORY_TOOL_SCHEMAS
+from loopd.readback import read_back
 from loopd.tools import Registry, ToolRunner, with_memory_tools
 from loopd.wiring import build
 from support.fake_tools import FakeTools
@@ -41,7 +42,8 @@ async def test_call_tool_sends_a_memory_call_to_the_port():
     arguments = {"name": "memory", "arguments": {"action": "note", "text": "Seen."}}
     call = ToolCall(id="c1", function=FunctionCall(name="call_tool",
                                                    arguments=json.dumps(arguments)))
-    await runner.run(call, session="s1", number=3, events=Events())
+    await runner.run(call, read_back(call.function.arguments), session="s1", number=3,
+                     events=Events())
     (request,) = port.requests
     assert (request.tool, request.call) == ("memory", 3)
     assert json.loads(request.arguments) == {"action": "note", "text": "Seen."}

@@ -15,6 +15,7 @@ from bxcore.framestream import FrameStream
 from bxcore.protocol import broker
 from bxcore.tools import ToolRequest, ToolResponse
 from loopd.errors import RegistryError
+from loopd.readback import read_back
 from loopd.tools import Registry, ToolRunner, load_registry
 from loopd.tools.broker import BrokerPort
 from loopd.tools.registry import first_clause
@@ -35,7 +36,8 @@ def runner() -> tuple[ToolRunner, FakeTools]:
 async def run(name: str, arguments: str) -> tuple[str, FakeTools]:
     tool_runner, tools = runner()
     call = ToolCall(id="c", function=FunctionCall(name=name, arguments=arguments))
-    outcome = await tool_runner.run(call, session="s1", number=5, events=Events())
+    outcome = await tool_runner.run(call, read_back(call.function.arguments), session="s1",
+                                    number=5, events=Events())
     return outcome.response.content, tools
 
 

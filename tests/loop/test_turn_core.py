@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from loopd.errors import IllegalTransition
 from loopd.inference.api import Completion
 from loopd.inference.errors import InferenceError
+from loopd.readback import read_back
 from loopd.turn.core import INTERRUPTED, TurnCore, TurnMachine, TurnState, open_calls
 from loopd.turn.events import (
     Abandon,
@@ -212,7 +213,8 @@ def test_limit_a_repeated_call_is_not_run_and_the_model_gets_one_more_completion
     start(core)
     run_round(core, calls(("echo", '{"text":"x"}')))
     ran, after = run_round(core, calls(("echo", '{"text":"x"}'), first=2))
-    assert ran == [RecordNotRun(call=tool_call("echo", '{"text":"x"}', "c2"), text=REPEATED)]
+    assert ran == [RecordNotRun(call=tool_call("echo", '{"text":"x"}', "c2"), read={"text": "x"},
+                                text=REPEATED)]
     assert isinstance(after, RequestCompletion)
 
 
@@ -334,8 +336,9 @@ def test_resume_after_a_crash_answers_the_open_calls_before_the_user_message():
     core = TurnCore(TurnSettings())
     left = (tool_call(id="a"), tool_call("echo", id="b"))
     assert core.send(TurnStarted(content="next", open_calls=left)) == RecordNotRun(
-        call=left[0], text=INTERRUPTED)
-    assert core.send(ToolRecorded(call_id="a")) == RecordNotRun(call=left[1], text=INTERRUPTED)
+        call=left[0], read=read_back(left[0].function.arguments), text=INTERRUPTED)
+    assert core.send(ToolRecorded(call_id="a")) == RecordNotRun(
+        call=left[1], read=read_back(left[1].function.arguments), text=INTERRUPTED)
     assert core.send(ToolRecorded(call_id="b")) == RecordUser(content="next")
     assert isinstance(core.send(UserRecorded()), RequestCompletion)
 

@@ -21,6 +21,7 @@ from bxcore.tools import ToolRequest, ToolResponse, plain_response
 from hypothesis import given
 from hypothesis import strategies as st
 from loop.support import fake_registry
+from loopd.readback import read_back
 from loopd.store import SessionStore
 from loopd.tools.dispatch import ToolRunner
 
@@ -59,7 +60,9 @@ def test_every_call_gets_an_answer_that_can_be_written(name, target, inner, raw)
     arguments = json.dumps(body) if not raw else json.dumps(body)[:-1]
     call = ToolCall.model_validate({"id": "c1", "type": "function",
                                     "function": {"name": name, "arguments": arguments}})
-    outcome = anyio.run(lambda: runner.run(call, session="s1", number=1, events=_no_events))
+    read = read_back(arguments)
+    outcome = anyio.run(lambda: runner.run(call, read, session="s1", number=1,
+                                           events=_no_events))
     ToolResult.model_validate({"time": "2026-01-01T00:00:00Z", "call": 1, "tool_call_id": "c1",
                                "content": outcome.response.content,
                                "class": outcome.response.data_class,

@@ -46,36 +46,37 @@ class ToolRunner:
         self.port = port
         self.writes = writes
 
-    def shown_name(self, call: ToolCall) -> str:
-        """The name a channel shows for a call: call_tool's target when there is one."""
-        if call.function.name == CALL_TOOL.name:
-            arguments = _object_or_none(call.function.arguments)
-            target = None if arguments is None else arguments.get("name")
+    def shown_name(self, call: ToolCall, read: dict[str, Any] | str) -> str:
+        """The name a channel shows for a call: call_tool's target when there is one.
+        ``read``: its arguments as ``readback.read_back`` gives them."""
+        if call.function.name == CALL_TOOL.name and isinstance(read, dict):
+            target = read.get("name")
             if isinstance(target, str) and self.registry.is_discoverable(target):
                 return target  # a listed name: never text the channel cannot carry
         return call.function.name
 
-    async def run(self, call: ToolCall, *, session: str, number: int, events: EventSink,
-                  cut: bool = False) -> ToolOutcome:
-        """The call's outcome, whatever the model put in it: arguments that cannot be encoded
+    async def run(self, call: ToolCall, read: dict[str, Any] | str, *, session: str,
+                  number: int, events: EventSink, cut: bool = False) -> ToolOutcome:
+        """The call's outcome, whatever the model put in it. ``read``: its arguments as
+        ``readback.read_back`` gives them (the turn's one parse): the object it runs on, or why
+        the server cannot read them back, answered "Not run". Arguments that cannot be encoded
         (a lone surrogate, nesting too deep to write back) are answered, not raised, so every
         tool call in the log has its result and the session replays. ``cut``: the completion
         ended at its token limit (finish_reason "length") inside this call."""
         try:
-            return await self._run(call, session=session, number=number, events=events,
+            return await self._run(call, read, session=session, number=number, events=events,
                                    cut=cut)
         except (ValueError, TypeError, RecursionError) as exc:
             log.warning("call %d of session %s not run: its arguments cannot be encoded: %s",
                         number, session, exc,
                         extra=fields(session=session, call=number, tool=call.function.name))
-            return _ours(self.shown_name(call),
+            return _ours(self.shown_name(call, read),
                          f"Not run: the arguments of {call.function.name} hold text that cannot "
                          "be encoded (a lone surrogate, or nesting too deep).")
 
-    async def _run(self, call: ToolCall, *, session: str, number: int, events: EventSink,
-                   cut: bool) -> ToolOutcome:
+    async def _run(self, call: ToolCall, read: dict[str, Any] | str, *, session: str,
+                   number: int, events: EventSink, cut: bool) -> ToolOutcome:
         name = call.function.name
-        read = read_back(call.function.arguments)  # the one parse: the call runs on its object
         if isinstance(read, str):  # the replay shows the model a placeholder, not these
             told = cut_text if cut else unreadable_text
             return _ours(name, told(name, call.function.arguments, read))
@@ -172,10 +173,3 @@ def _ours(name: str, content: str, status: Literal["ok", "failed"] = "failed") -
 def _carried(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
-
-def _object_or_none(text: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None

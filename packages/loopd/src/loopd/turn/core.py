@@ -50,6 +50,7 @@ A move the table does not list, or an event that does not answer the action unde
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from enum import Enum
@@ -60,6 +61,7 @@ from bxcore.records import Assistant, CacheLoss, ToolResult, Usage
 
 from ..log import Record
 from ..machine import Machine
+from ..readback import read_back
 from .events import (
     Abandon,
     Action,
@@ -166,14 +168,15 @@ class TurnCore:
         state = self._machine.process(type(event))
         match event:
             case TurnStarted():
-                self._queue = [RecordNotRun(call=c, text=INTERRUPTED) for c in event.open_calls]
+                self._queue = [RecordNotRun(call=c, read=read_back(c.function.arguments),
+                                            text=INTERRUPTED) for c in event.open_calls]
                 self._queue.append(RecordUser(content=event.content))
             case CalledTools():
                 self._reasoning += event.reasoning_tokens
                 self._queue = [self._limits.answer(call) for call in event.calls]
                 last = self._queue[-1]
                 if event.cut and isinstance(last, RunTool):
-                    self._queue[-1] = RunTool(call=last.call, cut=True)
+                    self._queue[-1] = dataclasses.replace(last, cut=True)
         action = self._action_in(state, event)
         self._awaiting = action
         return action

@@ -8,6 +8,7 @@ be built. The table in core.py sees event types, never payloads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from bxcore.chat import ToolCall
 from bxcore.errors import ErrorCode
@@ -108,18 +109,23 @@ class RecordUser:
 
 @dataclass(frozen=True, kw_only=True)
 class RecordNotRun:
-    """Append the call's ToolResult with ``text`` instead of running it."""
+    """Append the call's ToolResult with ``text`` instead of running it. ``read``: as in
+    ``RunTool``."""
 
     call: ToolCall
+    read: dict[str, Any] | str
     text: str
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunTool:
-    """Run the call, cap its result and append its ToolResult. ``cut``: the token limit ended
-    the completion inside this call, so its arguments may be cut short."""
+    """Run the call, cap its result and append its ToolResult. ``read``: its arguments as the
+    model server reads them back, the turn's one parse (``readback.read_back``: the object the
+    call runs on, or why it cannot be read). ``cut``: the token limit ended the completion
+    inside this call, so its arguments may be cut short."""
 
     call: ToolCall
+    read: dict[str, Any] | str
     cut: bool = False
 
 

@@ -5,13 +5,14 @@ whether the turn goes on. A stopped turn keeps what it appended.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from typing import Any
 
 from bxcore.canonical import canonical_text
 from bxcore.chat import ToolCall
 from bxcore.config import Config
 
+from ..readback import read_back
 from .events import RecordNotRun, RunTool
 
 REPEATED = (
@@ -49,20 +50,22 @@ class Limits:
         self._stopped: str | None = None
 
     def answer(self, call: ToolCall) -> RunTool | RecordNotRun:
-        """Run the call, or record why not: a repeat, or a turn a limit has stopped."""
+        """Run the call, or record why not: a repeat, or a turn a limit has stopped. Its
+        arguments are read here, once, for the repeat check and for the run."""
+        read = read_back(call.function.arguments)
         if self._stopped is not None:
-            return RecordNotRun(call=call, text=STOPPED)
+            return RecordNotRun(call=call, read=read, text=STOPPED)
         if not self._settings.repeat_detection:
-            return RunTool(call=call)
-        key = (call.function.name, same_arguments_key(call.function.arguments))
+            return RunTool(call=call, read=read)
+        key = (call.function.name, repeat_key(call.function.arguments, read))
         if key not in self._seen:
             self._seen.add(key)
-            return RunTool(call=call)
+            return RunTool(call=call, read=read)
         self._repeats += 1
         if self._repeats >= 2:
             self._stopped = f"the model repeated an identical {call.function.name} call a " \
                             "second time"
-        return RecordNotRun(call=call, text=REPEATED)
+        return RecordNotRun(call=call, read=read, text=REPEATED)
 
     def end_of_round(self) -> str | None:
         """Why the turn stops after this round, or None to ask for another completion."""
@@ -72,22 +75,23 @@ class Limits:
         return self._stopped
 
 
-def same_arguments_key(arguments: str) -> str:
-    """Arguments as compared for a repeat: JSON text in one form, so that other whitespace or
-    key order is the same call (a small model writes the same call both ways), each number as
-    the model is shown it; text that is not JSON as it is."""
-    try:
-        return canonical_text(json.loads(arguments, parse_float=_float_as_shown))
-    except (ValueError, RecursionError):  # not JSON, NaN, or nested past the parser's depth
-        # (a model's arguments are untrusted): compared as text
-        return arguments
+def repeat_key(arguments: str, read: dict[str, Any] | str) -> str:
+    """Arguments as compared for a repeat: the object read back as JSON text in one form, so
+    that other whitespace or key order is the same call (a small model writes the same call
+    both ways), each number as the model is shown it; arguments that cannot be read back as
+    the text they are."""
+    return canonical_text(_as_shown(read)) if isinstance(read, dict) else arguments
 
 
-def _float_as_shown(text: str) -> float | int:
+def _as_shown(value: Any) -> Any:
     """A number with a fraction or exponent that the template engine writes back as an integer
     (C's ``%g``: 1.0 and 1e0 as 1) is that integer: the model sees the two calls alike (the
-    attack on issue 32). -0.0 ("-0") and 1e6 ("1e+06") are shown otherwise and stay apart."""
-    value = float(text)
-    if value.is_integer() and f"{value:.6g}" == str(int(value)):
-        return int(value)
+    attack on issue 32). -0.0 ("-0") and 1e6 ("1e+06") are shown otherwise and stay apart.
+    ``read_back`` bounds the depth."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and f"{value:.6g}" == str(int(value)) else value
+    if isinstance(value, list):
+        return [_as_shown(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _as_shown(item) for key, item in value.items()}
     return value

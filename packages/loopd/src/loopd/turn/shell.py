@@ -31,6 +31,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from bxcore.chat import ToolCall
 from bxcore.errors import ErrorCode
@@ -125,9 +126,9 @@ class _Shell:
             case RequestCompletion():
                 return await self._complete(action)
             case RunTool():
-                return await self._tool(action.call, None, cut=action.cut)
+                return await self._tool(action.call, action.read, None, cut=action.cut)
             case RecordNotRun():
-                return await self._tool(action.call, action.text, cut=False)
+                return await self._tool(action.call, action.read, action.text, cut=False)
         raise AssertionError(f"{action!r} is final: run_turn ends on it, or it answers "
                              "Cancelled")
 
@@ -167,17 +168,19 @@ class _Shell:
             return await self._loop.inference.chat(
                 dataclasses.replace(request, tool_choice="none"), self._events)
 
-    async def _tool(self, call: ToolCall, refusal: str | None, *, cut: bool) -> ToolRecorded:
+    async def _tool(self, call: ToolCall, read: dict[str, Any] | str, refusal: str | None, *,
+                    cut: bool) -> ToolRecorded:
         """Run the call (``refusal`` None) or answer it with ``refusal``; append its result.
-        ``cut``: the token limit ended the completion inside it (its arguments may be short)."""
+        ``read``: its arguments as the core read them. ``cut``: the token limit ended the
+        completion inside it (its arguments may be short)."""
         loop, session = self._loop, self._session
         number = session.take_call()
-        name = loop.tools.shown_name(call)
+        name = loop.tools.shown_name(call, read)
         if refusal is not None:
             outcome = not_run_outcome(name, refusal)
         else:
             await self._events(ToolCallStarted(name=name))
-            outcome = await loop.tools.run(call, session=session.id, number=number,
+            outcome = await loop.tools.run(call, read, session=session.id, number=number,
                                            events=self._events, cut=cut)
         await _record(loop, session, call.id, number, outcome, self._events)
         return ToolRecorded(call_id=call.id)
