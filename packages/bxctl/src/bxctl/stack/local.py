@@ -13,11 +13,13 @@ lives in one state directory::
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -156,6 +158,42 @@ def prepare(
                 layout, grants=grants.resolve(), registry=registry, model=model, backend=backend
             )
         )
+    else:  # kept as the owner left it, but a config from before [paths] protected gets it
+        text = layout.config.read_text()
+        upgraded = protecting_state(text, layout)
+        if upgraded != text:
+            layout.config.write_text(upgraded)
+
+
+_PATHS_HEADER = re.compile(r"^[ \t]*\[[ \t]*paths[ \t]*\][ \t]*(#.*)?$", re.MULTILINE)
+
+
+def protecting_state(text: str, layout: StackLayout) -> str:
+    """The local stack's config.toml with ``[paths] protected`` naming the stack's directory
+    (this file, the logs, the serving settings, stack.json: no grant may reach them), added
+    under ``[paths]`` when a config written before that key existed has none. A config that
+    has one, whatever it names, is the owner's choice and stays as it is."""
+    try:
+        paths = tomllib.loads(text).get("paths", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise StackError(f"{layout.config}: not valid TOML: {exc}") from None
+    if "protected" in paths:
+        return text
+    header = _PATHS_HEADER.search(text)
+    line = f"protected = [{canonical_text(str(layout.state))}]  # added by `bxctl up`: this " \
+           "file, the logs, the serving settings, stack.json"
+    upgraded = None if header is None else f"{text[:header.end()]}\n{line}{text[header.end():]}"
+    if upgraded is None or _protected(upgraded) != [str(layout.state)]:
+        raise StackError(f"{layout.config}: cannot tell where [paths] is to add `{line}` to it "
+                         "(grants could reach the stack's own files): add it under [paths]")
+    return upgraded
+
+
+def _protected(text: str) -> object:
+    try:
+        return tomllib.loads(text).get("paths", {}).get("protected")
+    except tomllib.TOMLDecodeError:
+        return None
 
 
 def network_isolation() -> list[str]:
