@@ -27,7 +27,8 @@ WRITTEN = render_config(LAYOUT, grants=Path("/home/o/grants"), registry=Path("/r
 OLD = "\n".join(line for line in WRITTEN.splitlines() if not line.startswith("protected ="))
 
 headers = st.sampled_from(["[paths]", " [paths]", "[ paths ]", "[paths]  # where things are"])
-owner_lines = st.lists(st.sampled_from(["# my note", "", 'extra = "kept"']), max_size=3, unique=True)
+owner_lines = st.lists(st.sampled_from(["# my note", "", 'extra = "kept"']), max_size=3,
+                       unique=True)
 # What an owner may have put first: nothing, a comment, a table of their own before [paths].
 before = st.sampled_from(["", "# my stack\n", '[memory]\nceiling = "secret"\n\n'])
 
