@@ -45,6 +45,10 @@ RECORDED = REPO / "tests" / "fixtures" / "sse" / "qwen_turn1.sse"
 CLOUD = "cloud.consult.test"  # the proxy resolves this name itself (no DNS) to loopback
 LIVENESS_S = 2.0
 PAUSE_S = 0.6  # between the slow stream's events: under the liveness limit, longer in total
+# The slow stream pauses after its first events only: 4.2 s in all, over twice the liveness
+# limit, which is what the slow cases need; pausing after every one of the recording's 16
+# events took 9.6 s per case and judged nothing more.
+SLOW_PAUSES = 7
 
 
 def recorded_answer(sse: bytes) -> str:
@@ -105,7 +109,7 @@ def _handler(cloud: FakeCloud) -> type[http.server.BaseHTTPRequestHandler]:
                 if cloud.behaviour == "stall" and index == 0:
                     cloud.release.wait()  # silent until the test ends
                     return
-                if cloud.behaviour == "slow":
+                if cloud.behaviour == "slow" and index < SLOW_PAUSES:
                     time.sleep(PAUSE_S)
             self._chunk(b"")
 
