@@ -14,6 +14,13 @@
   has room again the next call catches the index up and recall answers exactly as there.
   Before, a write applied on disk was answered ``internal`` when its notes could not be
   indexed, so the model wrote it again.
+- **memoryd restarts on a full disk** (attack 31i, M1). After a generated history of memory
+  calls made with room, and a stop or a crash (SIGKILL: state.sqlite's write-ahead log and its
+  -shm are left), the disk filled to the last byte or inode: ``memoryd serve`` becomes ready,
+  its recalls (generated) answer exactly as a memoryd's started with room on a copy of the same
+  files, and a write is answered ``failed`` saying the state disk is full; once room is made,
+  without a restart, a note is written and recall finds it. Before, memoryd exited 1: SQLite
+  could not make state.sqlite's -wal and -shm (docs/decisions/memoryd-full-disk-start.md).
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
+import shutil
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -158,3 +168,41 @@ def test_a_write_done_on_disk_is_answered_done_when_the_index_is_full(tmp_path_f
                         for (tool, _), (status, content) in zip(calls, during, strict=True)],
                        later))
     assert worlds[1] == worlds[0]
+
+
+@pytest.mark.parametrize("what", FULL)
+@SETTINGS
+@given(history=st.lists(memory_call, min_size=1, max_size=8), crash=st.booleans(),
+       queries=st.lists(st.tuples(words, st.integers(1, 8)), min_size=1, max_size=8),
+       later=words)
+def test_memoryd_restarts_on_a_full_disk_and_recovers_when_room_returns(
+        tmp_path_factory, what, history, crash, queries, later):
+    directory = tmp_path_factory.mktemp("restart")
+    options = "size=8m,nr_inodes=2000" if what == "bytes" else "size=64m,nr_inodes=300"
+    with tmpfs(directory / "disk", options) as disk:
+        home = disk / "home"
+        stop = signal.SIGKILL if crash else signal.SIGTERM
+        with serving(directory / "before", home, NO_RESERVE, stop=stop) as (sock, _):
+            for tool, args in history:
+                answer(sock, tool, args)
+        # A crash leaves the write-ahead log of state.sqlite; a stop removes it.
+        assert (home / "index" / "state.sqlite-wal").exists() == crash
+        shutil.copytree(home, directory / "copy")
+        fill(disk, what)
+
+        def recall_all(sock: Path) -> list[tuple[str, Any]]:
+            return [answer(sock, "recall", {"query": q, "k": k}) for q, k in queries]
+
+        with serving(directory / "full", home, NO_RESERVE) as (sock, _):  # ready: READY=1
+            on_full_disk = recall_all(sock)
+            status, text = answer(sock, "memory", {"action": "note", "text": later})
+            assert (status, "the state disk is full" in text) == ("failed", True), text
+            free_disk(disk)
+            status, text = answer(sock, "memory", {"action": "note", "text": later})
+            assert status == "ok", text
+            noted = re.fullmatch(r"Noted as note (\S+) in notes\.md\.", text)
+            assert noted, text
+            _, hits = answer(sock, "recall", {"query": later, "k": 20})
+            assert f"note:{noted[1]}" in [hit["origin"] for hit in hits]
+    with serving(directory / "room", directory / "copy", NO_RESERVE) as (sock, _):
+        assert on_full_disk == recall_all(sock)

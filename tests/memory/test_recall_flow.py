@@ -224,10 +224,11 @@ def test_attack_31e_m1_two_public_notes_beside_private_ones(tmp_path):
 
 
 @contextlib.contextmanager
-def serving(directory: Path, home: Path | None = None, extra: str = ""
-            ) -> Iterator[tuple[Path, Path]]:
+def serving(directory: Path, home: Path | None = None, extra: str = "",
+            stop: signal.Signals = signal.SIGTERM) -> Iterator[tuple[Path, Path]]:
     """``memoryd serve`` over a fresh home (ceiling secret; ``directory``/home unless given;
-    ``extra``: more config): (memory.sock, home)."""
+    ``extra``: more config; ``stop``: the signal that ends it, SIGKILL for a crash):
+    (memory.sock, home)."""
     home, run_dir = home or directory / "home", directory / "run"
     run_dir.mkdir(parents=True)
     (directory / "config.toml").write_text(
@@ -244,7 +245,7 @@ def serving(directory: Path, home: Path | None = None, extra: str = ""
             assert notify.recv(256) == b"READY=1"
             yield run_dir / "memory.sock", home
         finally:
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(stop)
             process.wait(timeout=60)
 
 

@@ -100,7 +100,7 @@ class MemoryService:
             self.sync_wanted.clear()
             try:
                 report = await self.sync.sync_once()
-            except BoxmakerError as exc:
+            except (BoxmakerError, sqlite3.Error) as exc:  # the ledger's disk may be full
                 log.error("Honcho sync failed: %s", exc)
                 continue
             if report.written or report.outage:

@@ -39,6 +39,7 @@ note the journal listed, and its id was given again: attack 31f).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -135,8 +136,7 @@ def commit(layout: Layout, journal: Journal, edit: Edit, notes: list[Note],
         write_durably(path, encoded, mode=0o640)
     except OSError as exc:
         _remove(_temporary(path))
-        raise WriteRefused(f"not written: the state filesystem took no more "
-                           f"({exc.strerror}); nothing was written") from None
+        raise WriteRefused(f"not written: {took_no_more(exc)}; nothing was written") from None
     try:
         _finish(layout, journal, intent)
     except OSError as exc:
@@ -167,7 +167,14 @@ def _cut_back(layout: Layout, journal: Journal, intent: Intent, exc: OSError) ->
         return (f"{intent.edit.file} was changed, but the record of the change could not be "
                 f"finished ({exc.strerror}); memoryd finishes it at its next write")
     _remove(path)
-    return f"not written: the state filesystem took no more ({exc.strerror}); nothing was written"
+    return f"not written: {took_no_more(exc)}; nothing was written"
+
+
+def took_no_more(exc: OSError) -> str:
+    """Why the state filesystem refused a write, as the model and the owner read it."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the state disk is full ({exc.strerror})"
+    return f"the state filesystem took no more ({exc.strerror})"
 
 
 def _temporary(path: Path) -> Path:

@@ -15,6 +15,7 @@ each write starts from files that agree with the journal.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,10 +27,12 @@ from bxcore.util import now_rfc3339
 from .arguments import AddArgs, MemoryArgs, NoteArgs
 from .edits import IdentityChange, plan_identity_edit, sanitized
 from .errors import CommandRefused, TaintRefused, WriteRefused
-from .intent import Reserve, commit, recover, writer_lock
+from .intent import Reserve, commit, recover, took_no_more, writer_lock
 from .journal import Edit, Journal, PendingNote, text_hash
 from .layout import IDENTITY_LIMITS, Layout, read_text
 from .notes import Note, NotesFile
+
+log = logging.getLogger("memoryd")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +56,10 @@ class MemoryWriter:
         self._stage = stage_identity_writes
         self._ceiling = identity_ceiling
         self._clock = clock
-        self.recover()
+        try:
+            self.recover()
+        except OSError as exc:  # finishing needs room: memoryd starts, each write tries again
+            log.warning("an earlier memory write is not finished yet: %s", took_no_more(exc))
 
     def recover(self) -> list[str]:
         """Finish or drop what a crash left half done (see intent.py); one line per edit."""
@@ -68,8 +74,8 @@ class MemoryWriter:
                 # last write can have left one (the lock keeps other writers out meanwhile).
                 recover(self.layout, self.journal, listing=False)
             except OSError as exc:  # finishing an earlier write needs room too
-                raise WriteRefused(f"not written: an earlier write could not be finished yet "
-                                   f"({exc.strerror}); nothing more was written") from None
+                raise WriteRefused(f"not written: an earlier write could not be finished yet: "
+                                   f"{took_no_more(exc)}; nothing more was written") from None
             yield
 
     # -- the memory tool ------------------------------------------------------------------

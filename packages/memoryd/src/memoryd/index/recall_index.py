@@ -35,7 +35,7 @@ from .documents import (
     log_origin,
     taint_of_records,
 )
-from .migrations import connect, transaction
+from .migrations import Database, transaction
 from .schema import LABELS, RECALL_MIGRATIONS, label_table
 
 TaintLookup = Callable[[str], SessionTaint]
@@ -64,20 +64,24 @@ class RecallIndex:
         self.path = path
         self._sessions = sessions_dir
         self._ceiling = ceiling
-        self._conn = _open(path)
+        self._db = _open(path)
         self._inode = _inode(path)
         self._notes_unchecked = True  # see add_notes
         self._logs_read: dict[Path, tuple[int, int, int]] = {}  # see catch_up
 
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        return self._db.conn
+
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
 
     def reopen_if_replaced(self) -> bool:
         """Reopen when ``memoryd reindex`` renamed a new database into place."""
         if _inode(self.path) == self._inode:
             return False
-        self._conn.close()
-        self._conn = _open(self.path)
+        self._db.close()
+        self._db = _open(self.path)
         self._inode = _inode(self.path)
         self._notes_unchecked, self._logs_read = True, {}
         return True
@@ -100,7 +104,7 @@ class RecallIndex:
         indexed."""
         source = f"{session}/{epoch}.jsonl"
         last_line = first_line + len(records) - 1
-        with transaction(self._conn):
+        with transaction(self._db.writable()):
             known = self._conn.execute(
                 "SELECT data_class, untrusted, excluded FROM sessions WHERE id = ?", (session,)
             ).fetchone()
@@ -143,7 +147,7 @@ class RecallIndex:
         fresh = notes[done:]
         if not fresh:
             return 0
-        with transaction(self._conn):
+        with transaction(self._db.writable()):
             added = self._insert(
                 [document_from_note(n) for n in fresh if n.data_class <= self._ceiling]
             )
@@ -309,10 +313,8 @@ def read_log(path: Path, skip: int = 0) -> list[LogRecord]:
     return records
 
 
-def _open(path: Path) -> sqlite3.Connection:
-    conn = connect(path, RECALL_MIGRATIONS, wal=False)
-    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-    return conn
+def _open(path: Path) -> Database:
+    return Database(path, RECALL_MIGRATIONS, wal=False, pragmas=[f"PRAGMA cache_size=-{CACHE_KIB}"])
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

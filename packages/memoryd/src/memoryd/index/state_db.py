@@ -8,6 +8,9 @@
 - the Honcho ledger: which messages were written to which Honcho session, and which writes have
   an unknown outcome. Losing the file loses hit counts; the sync then asks Honcho about each
   message before writing it (see honcho/sync.py), so nothing is written twice.
+
+On a disk with no room it is open read-only, and each write first tries to open it read-write
+again (migrations.Database).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
-from .migrations import connect, transaction
+from .migrations import Database, transaction
 from .schema import STATE_MIGRATIONS
 
 log = logging.getLogger("memoryd")
@@ -27,7 +30,7 @@ class StateDb:
     def __init__(self, path: Path):
         self.path = path
         self.fresh = not path.exists()  # no ledger: every write must be checked with Honcho
-        self._conn = connect(path, STATE_MIGRATIONS, wal=True)
+        self._db = Database(path, STATE_MIGRATIONS, wal=True)
         self._hits: dict[str, tuple[int, str]] = {}  # origin: (recalls since the start, last)
 
     def close(self) -> None:
@@ -37,7 +40,7 @@ class StateDb:
         except sqlite3.Error as exc:
             log.warning("recall hit counts of %d documents not written: %s",
                         len(self._hits), exc)
-        self._conn.close()
+        self._db.close()
 
     def count_hits(self, origins: Iterable[str], now: str) -> None:
         """Count a recall's hits, in memory only: see the module's docstring."""
@@ -48,8 +51,9 @@ class StateDb:
     def _write_hits(self) -> None:
         if not self._hits:
             return
-        with transaction(self._conn):
-            self._conn.executemany(
+        conn = self._db.writable()
+        with transaction(conn):
+            conn.executemany(
                 "INSERT INTO hits (origin, hits, last_found) VALUES (?, ?, ?) ON CONFLICT "
                 "(origin) DO UPDATE SET hits = hits + excluded.hits, "
                 "last_found = excluded.last_found",
@@ -58,7 +62,7 @@ class StateDb:
         self._hits = {}
 
     def hits(self, origin: str) -> tuple[int, str | None]:
-        row = self._conn.execute(
+        row = self._db.conn.execute(
             "SELECT hits, last_found FROM hits WHERE origin = ?", (origin,)
         ).fetchone()
         written, last = (int(row[0]), str(row[1])) if row else (0, None)
@@ -81,38 +85,41 @@ class StateDb:
             chunk = keys[start : start + 500]
             sql = query.format(marks=",".join("?" * len(chunk)))
             found.update(row[0] for row in
-                         self._conn.execute(sql, chunk * sql.count("IN (")))
+                         self._db.conn.execute(sql, chunk * sql.count("IN (")))
         return found
 
     def uncertain(self) -> set[str]:
-        return {row[0] for row in self._conn.execute("SELECT key FROM honcho_uncertain")}
+        return {row[0] for row in self._db.conn.execute("SELECT key FROM honcho_uncertain")}
 
     def mark_uncertain(self, keys: Iterable[str]) -> None:
-        with transaction(self._conn):
-            self._conn.executemany(
+        conn = self._db.writable()
+        with transaction(conn):
+            conn.executemany(
                 "INSERT OR IGNORE INTO honcho_uncertain (key) VALUES (?)", [(k,) for k in keys]
             )
 
     def record_synced(self, entries: Iterable[tuple[str, str, str, str]], now: str) -> None:
         """(key, workspace, honcho session, message id) for each message Honcho holds."""
         rows = list(entries)
-        with transaction(self._conn):
-            self._conn.executemany(
+        conn = self._db.writable()
+        with transaction(conn):
+            conn.executemany(
                 "INSERT OR IGNORE INTO honcho_synced (key, workspace, honcho_session, message_id,"
                 " time) VALUES (?, ?, ?, ?, ?)",
                 [(*row, now) for row in rows],
             )
-            self._conn.executemany(
+            conn.executemany(
                 "DELETE FROM honcho_uncertain WHERE key = ?", [(row[0],) for row in rows]
             )
 
     def record_rejected(self, keys: Iterable[str], now: str) -> None:
         rows = [(key, now) for key in keys]
-        with transaction(self._conn):
-            self._conn.executemany("INSERT OR IGNORE INTO honcho_rejected VALUES (?, ?)", rows)
-            self._conn.executemany(
+        conn = self._db.writable()
+        with transaction(conn):
+            conn.executemany("INSERT OR IGNORE INTO honcho_rejected VALUES (?, ?)", rows)
+            conn.executemany(
                 "DELETE FROM honcho_uncertain WHERE key = ?", [(r[0],) for r in rows]
             )
 
     def synced_count(self) -> int:
-        return int(self._conn.execute("SELECT count(*) FROM honcho_synced").fetchone()[0])
+        return int(self._db.conn.execute("SELECT count(*) FROM honcho_synced").fetchone()[0])
