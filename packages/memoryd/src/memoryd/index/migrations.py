@@ -86,7 +86,7 @@ class Database:
             except IndexCorrupt as exc:  # not even read-only now: the next write tries again
                 raise NoRoomToWrite(str(exc)) from exc
             if self.read_only_because is not None:
-                raise NoRoomToWrite(f"{self.path} is open read-only: {self.read_only_because}")
+                raise NoRoomToWrite(f"open read-only: {self.read_only_because}")
             log.info("%s is open read-write again", self.path)
         return self.conn
 
