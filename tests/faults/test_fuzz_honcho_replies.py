@@ -14,7 +14,8 @@ import httpx
 from hypothesis import given
 from hypothesis import strategies as st
 from memoryd.errors import HonchoBadResponse, HonchoError
-from memoryd.honcho import ChatStreamDecoder, HonchoClient
+from memoryd.honcho import ChatStreamDecoder
+from memoryd.honcho.client import HonchoClient
 
 from .profile import fuzz
 

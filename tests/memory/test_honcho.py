@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 from memoryd.errors import HonchoBadResponse, HonchoUnavailable
-from memoryd.honcho import ChatStreamDecoder, HonchoClient
+from memoryd.honcho import ChatStreamDecoder
+from memoryd.honcho.client import HonchoClient
 from memoryd.wiring import build
 
 from .fake_honcho import REFERENCE, FakeHoncho, stalled_stream_transport, validate_response

@@ -27,8 +27,7 @@ import httpx
 from faults.profile import by_profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memoryd.honcho import HonchoClient
-from memoryd.honcho.client import MAX_CONTENT
+from memoryd.honcho.client import MAX_CONTENT, HonchoClient
 from memoryd.wiring import build
 
 from .crashpoints import Crash

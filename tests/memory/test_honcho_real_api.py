@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from bxctl.doctor import check_honcho
 from bxctl.stack.honcho import free_port
-from memoryd.honcho import HonchoClient
+from memoryd.honcho.client import HonchoClient
 from memoryd.wiring import build
 
 from .fake_honcho import FakeHoncho

@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import sqlite3
+from typing import TYPE_CHECKING
 
 from bxcore.config import Config
 from bxcore.errors import BoxmakerError, FrameError, Refused
@@ -20,7 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from .arguments import AskMemoryArgs, MemoryArgs, RecallArgs
 from .errors import HonchoError, MemorydError, TaintRefused, WriteRefused
-from .honcho import HonchoClient, HonchoSync
+from .honcho import HonchoSync
 from .identity import SnapshotCache
 from .index import RecallIndex, StateDb
 from .layout import Layout
@@ -29,6 +30,9 @@ from .owner import perform
 from .recall import FtsRetriever, recall_response
 from .taint import SessionTaint, read_taint_file
 from .writer import Caller, MemoryWriter
+
+if TYPE_CHECKING:
+    from .honcho.client import HonchoClient
 
 log = logging.getLogger("memoryd")
 _MEMORY_ARGS: TypeAdapter[MemoryArgs] = TypeAdapter(MemoryArgs)

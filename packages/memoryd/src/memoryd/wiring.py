@@ -5,18 +5,22 @@ what a request does is handling.py's."""
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from bxcore.config import Config
 from bxcore.secrets import SecretStore
 
 from .handling import MemoryService
-from .honcho import HonchoClient, HonchoSync
+from .honcho import HonchoSync
 from .index import RecallIndex, StateDb
 from .intent import Reserve
 from .journal import Journal
 from .layout import Layout
 from .taint import read_taint_file
 from .writer import MemoryWriter
+
+if TYPE_CHECKING:
+    from .honcho.client import HonchoClient
 
 
 def build(config: Config, *, honcho: HonchoClient | None = None) -> MemoryService:
@@ -57,6 +61,8 @@ def journal(config: Config) -> Journal:
 
 
 def honcho_client(config: Config) -> HonchoClient:
+    from .honcho.client import HonchoClient  # with Honcho only: see memoryd/honcho/__init__
+
     honcho = config.memory.honcho
     assert honcho is not None
     key = SecretStore(config.secrets).get(honcho.key_secret) if honcho.key_secret else None

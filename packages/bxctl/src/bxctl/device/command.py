@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,11 +14,22 @@ from bxcore import cli_errors
 from bxcore.config import load_config
 
 from ..roles import config_option, default_config
-from .document import Outcome, render
-from .run import Plan, machine, verify
-from .verdicts import broken
 
 DEFAULT_OUT = Path("docs/inference-contract.md")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What to measure, and how much: the command's options and their defaults."""
+
+    depths: tuple[int, ...] = (0, 8192, 32768)
+    new_tokens: int = 512
+    generate: int = 128
+    tool_trials: int = 20
+    turns: int = 10
+    rewind_tokens: int = 4096
+    reasoning_tokens: int = 256
+    queued_tokens: int = 64
 
 
 def _depths(text: str) -> tuple[int, ...]:
@@ -61,6 +73,12 @@ def verify_device_command(config_path: Path | None, depths: str, out: Path,
 
     Example: bxctl verify-device --config /etc/boxmaker/config/boxmaker.toml
     """
+    # Imported here: the measuring modules bring the HTTP client, which bxctl's other
+    # commands (chat, approvals, the scheduler's job runs) would otherwise load at every start.
+    from .document import Outcome, render
+    from .run import machine, verify
+    from .verdicts import broken
+
     path = config_path or default_config()
     config = load_config(path)
     plan = Plan(depths=_depths(depths), **{key.replace("-", "_"): value

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bxcore.config import Config
 from bxcore.util import sha256
@@ -32,17 +32,8 @@ from .verdicts import (
     tool_parsing_verdict,
 )
 
-
-@dataclass(frozen=True, kw_only=True)
-class Plan:
-    depths: tuple[int, ...] = (0, 8192, 32768)
-    new_tokens: int = 512
-    generate: int = 128
-    tool_trials: int = 20
-    turns: int = 10
-    rewind_tokens: int = 4096
-    reasoning_tokens: int = 256
-    queued_tokens: int = 64
+if TYPE_CHECKING:
+    from .command import Plan
 
 
 @dataclass

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bxcore.config.memory import HonchoSection
 from bxcore.records import Assistant, LogRecord, ToolResult, User
@@ -31,8 +31,10 @@ from ..index import StateDb, read_log, session_logs
 from ..layout import Layout
 from ..notes import read_notes
 from ..taint import SessionTaint
-from .client import HonchoClient
 from .reread import ReadCache, RereadDecision, Signature, signature
+
+if TYPE_CHECKING:
+    from .client import HonchoClient
 
 log = logging.getLogger("memoryd.honcho")
 IDENTITY_SESSION = "bx-identity"  # the Honcho session that receives moved identity entries
