@@ -69,6 +69,12 @@ def test_the_toolkit_gets_its_context_as_options_not_environment():
     ]
 
 
+def test_a_mount_brokerd_cannot_see_goes_unpinned_and_the_others_stay_pinned():
+    args = toolkit_args(SPEC, (None, PINS[1]))
+    assert [a for a in args if a.startswith("--pinned")] == ["--pinned=64769:12:/home/o/inbox"]
+    assert args.count("--root") == 2
+
+
 def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
     return [(argv[i + 1], argv[i + 2]) for i, arg in enumerate(argv) if arg == flag]
 

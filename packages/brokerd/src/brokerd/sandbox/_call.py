@@ -73,13 +73,15 @@ def _check_target(field: str, target: str) -> None:
             raise BadSandboxSpec(f"{field}: {target!r} would cover the sandbox's {reserved}")
 
 
-def toolkit_args(spec: SandboxSpec, pins: tuple[Pin, ...]) -> list[str]:
+def toolkit_args(spec: SandboxSpec, pins: tuple[Pin | None, ...]) -> list[str]:
     """``bx-tool``'s arguments after the interpreter: the tool and its context as options (never
-    environment variables), each mount with the directory it must be (``pins``, one a mount).
-    The JSON arguments go on stdin."""
+    environment variables), each mount with the directory it must be (``pins``, one a mount;
+    None where brokerd cannot see the source). The JSON arguments go on stdin."""
     args = [spec.program, "--class", spec.data_class.value, "--cap", str(spec.limits.output_cap)]
     for mount, pin in zip(spec.mounts, pins, strict=True):
-        args += ["--root", mount.target, f"--pinned={pin.device}:{pin.inode}:{mount.target}"]
+        args += ["--root", mount.target]
+        if pin is not None:
+            args.append(f"--pinned={pin.device}:{pin.inode}:{mount.target}")
     if spec.hosts:
         args += ["--proxy-socket", PROXY_SOCKET]
     if spec.workdir is not None:
@@ -157,14 +159,18 @@ def pin_mount(source: Path) -> tuple[int, Pin]:
 
 
 class CallWorkspace:
-    def __init__(self, spec: SandboxSpec, scratch_root: Path, *, owner: int | None = None):
+    def __init__(self, spec: SandboxSpec, scratch_root: Path, *, owner: int | None = None,
+                 sees_sources: bool = True):
+        """``sees_sources`` False: the sandbox is made elsewhere (a podman service) and a mount
+        source brokerd cannot find is not pinned (docs/threat-model.md, the appliance)."""
         self._spec = spec
         self._owner = owner
         self._root = scratch_root
+        self._sees_sources = sees_sources
         self.path: Path | None = None
         self.secrets_dir: Path | None = None
         self.egress_dir: Path | None = None
-        self.pins: tuple[Pin, ...] = ()
+        self.pins: tuple[Pin | None, ...] = ()
         self._pinned: list[int] = []
 
     def __enter__(self) -> CallWorkspace:
@@ -195,7 +201,9 @@ class CallWorkspace:
                 for name in files:
                     os.chown(os.path.join(directory, name), self._owner, self._owner)
 
-    def _pin(self, source: Path) -> Pin:
+    def _pin(self, source: Path) -> Pin | None:
+        if not (self._sees_sources or os.path.lexists(source)):
+            return None
         fd, pin = pin_mount(source)
         self._pinned.append(fd)
         return pin
@@ -224,15 +232,17 @@ if TYPE_CHECKING:  # policy imports the spec from this package: no import cycle 
 
 class Backend(ABC):
     def __init__(self, scratch_root: Path | None, egress_resolver: Mapping[str, str] | None,
-                 *, owner: int | None = None):
+                 *, owner: int | None = None, sees_sources: bool = True):
         self._scratch_root = scratch_root or default_scratch_root()
         self._owner = owner  # the host uid each call's scratch files are given to, if not ours
         self._resolver = egress_resolver
+        self._sees_sources = sees_sources  # False: the sandbox is made by a podman service
 
     async def run(self, decision: Decision) -> SandboxOutcome:
         spec = decision.authorize()
         check_spec(spec)
-        with CallWorkspace(spec, self._scratch_root, owner=self._owner) as workspace:
+        with CallWorkspace(spec, self._scratch_root, owner=self._owner,
+                           sees_sources=self._sees_sources) as workspace:
             if workspace.egress_dir is None:
                 return await self._execute(spec, workspace)
             async with egress_proxy(workspace.proxy_socket, spec.hosts, self._resolver,

@@ -140,7 +140,7 @@ def bwrap_argv(
     secrets_dir: Path | None,
     egress_dir: Path | None,
     seccomp_fd: int,
-    pins: tuple[Pin, ...],
+    pins: tuple[Pin | None, ...],
     run_as: int | None = None,
 ) -> list[str]:
     if run_as is None:

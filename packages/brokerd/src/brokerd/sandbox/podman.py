@@ -113,7 +113,7 @@ def podman_run_argv(
     secrets_dir: Path | None,
     egress_dir: Path | None,
     seccomp_profile: Path,
-    pins: tuple[Pin, ...],
+    pins: tuple[Pin | None, ...],
     user: str = "0:0",
     owner: str | None = None,
 ) -> list[str]:
@@ -195,8 +195,10 @@ class PodmanSandbox(Backend):
             self._env["CONTAINERS_CONF"] = str(setup.containers_conf)
         self.rootless = self._ask_rootless()
         self.user = "0:0" if self.rootless else f"{sandbox_uid}:{sandbox_uid}"
+        # A service's containers bind host paths; brokerd in a container of its own may see none
         super().__init__(scratch_root, egress_resolver,
-                         owner=None if self.rootless else sandbox_uid)
+                         owner=None if self.rootless else sandbox_uid,
+                         sees_sources=setup.remote is None)
         self.seccomp_profile = _write_profile(self._scratch_root)
 
     def _ask_rootless(self) -> bool:
