@@ -276,3 +276,43 @@ def test_the_config_file_the_local_stacks_directory_and_a_symlinked_grants_dir_a
         assert line.startswith("REFUSED") and what in line, said
     protected = {p.what for p in harness_paths(load_config(config_path), {}, config_path)}
     assert {"brokerd's config file", "the grants directory, as configured"} <= protected
+
+
+def test_what_brokerd_runs_by_name_or_imports_and_its_podman_service_are_protected(short_dir):
+    """The attack 31j's E9 and E11: a directory on brokerd's PATH (a tool planted a ``bwrap``
+    there, which brokerd ran outside every sandbox), one on its Python path (a planted module,
+    imported by ``brokerd serve``), the podman service's socket directory and containers.conf
+    are the harness's. ``brokerd grants check``, run with that PATH and PYTHONPATH, refuses a
+    writable grant over each, naming what; a read-only one over the PATH directory loads."""
+    on_path, python_path, service, conf = (short_dir / "bin", short_dir / "py",
+                                           short_dir / "podman", short_dir / "conf")
+    for directory in (on_path, python_path, service, conf):
+        directory.mkdir()
+    (conf / "containers.conf").write_text("[engine]\n")
+    grants = short_dir / "grants"
+    grants.mkdir()
+    config_path = short_dir / "config.toml"
+    config_path.write_text(
+        f'[paths]\nhome = "{short_dir}/home"\nrun = "{short_dir}/run"\n'
+        f'[broker]\ngrants = "{grants}"\nbackend = "podman"\n'
+        f'podman_image = "toolkit@sha256:{"0" * 64}"\n'
+        f'podman_remote = "unix://{service}/podman.sock"\n'
+        f'containers_conf = "{conf}/containers.conf"\n')
+    cases = {
+        "path.toml": (on_path, True, "a directory on brokerd's PATH"),
+        "python.toml": (python_path, True, "brokerd's Python path"),
+        "service.toml": (service, True, "the podman service's socket"),
+        "conf.toml": (conf, True, "containers.conf"),
+        "path-read.toml": (on_path, False, None),
+    }
+    for name, (mount, writable, _) in cases.items():
+        (grants / name).write_text(code_grant(mount, writable))
+    env = {**os.environ, "PATH": f"{on_path}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(python_path)}
+    checked = subprocess.run([str(BIN / "brokerd"), "grants", "check", "--config",
+                              str(config_path)], capture_output=True, text=True, env=env)
+    said = checked.stdout + checked.stderr
+    for name, (_, _, what) in cases.items():
+        line = next((x for x in said.splitlines() if f"/grants/{name}:" in x), "")
+        assert line.startswith("REFUSED") == (what is not None), said
+        assert what is None or what in line, said

@@ -41,7 +41,8 @@ def code_paths(toolkit_dir: Path | None) -> tuple[Protected, ...]:
     """The harness's code, resolved: the toolkit the sandboxes run (``[broker] toolkit_dir``,
     or the installed one), every role's package, the Python environment and installation the
     roles run from, the interpreter's directory, the sandbox programs' directories, podman's
-    configuration, and the system's programs and libraries."""
+    configuration, every directory on this process's PATH and Python path, and the system's
+    programs and libraries."""
     found: list[tuple[str, str]] = []
     if toolkit_dir is not None:
         found.append((str(toolkit_dir), "the toolkit the sandboxes run ([broker] toolkit_dir)"))
@@ -60,6 +61,13 @@ def code_paths(toolkit_dir: Path | None) -> tuple[Protected, ...]:
                           f"the directory of the sandbox program {program}"))
     found += [(os.path.expanduser(path), "podman's configuration, which runs code on the host")
               for path in PODMAN_CONFIG]
+    # What brokerd runs by name and imports: a tool writing a directory on its PATH or its
+    # Python path could put a bwrap or a module there that brokerd runs outside every sandbox
+    # (attack 31j, E9).
+    found += [(os.path.abspath(entry), "a directory on brokerd's PATH, whose programs it runs")
+              for entry in os.environ.get("PATH", "").split(os.pathsep) if entry]
+    found += [(os.path.abspath(entry), "a directory on brokerd's Python path (sys.path)")
+              for entry in sys.path if entry]
     found += [(path, "the system's programs and libraries, which sandboxes and bwrap run")
               for path in SYSTEM_CODE if os.path.exists(path)]
     unique = {os.path.realpath(path): what for path, what in reversed(found)}

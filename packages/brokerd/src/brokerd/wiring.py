@@ -109,6 +109,11 @@ def harness_paths(config: Config, environ: Mapping[str, str],
         found.append((config_file, "brokerd's config file"))
     found += [(each.path.parent, f"the directory of {name}.sock")
               for name, each in served_sockets(config).items()]
+    if section.podman_remote is not None:  # the service that runs every tool's container
+        service = Path(section.podman_remote.removeprefix("unix://"))
+        found.append((service.parent, "the directory of the podman service's socket"))
+    if section.containers_conf is not None:
+        found.append((section.containers_conf, "podman's containers.conf ([broker])"))
     found += [(path.parent, f"the directory of secret {key!r}")
               for key, spec in config.secrets.items() if (path := spec.path) is not None]
     if credentials := environ.get("CREDENTIALS_DIRECTORY"):
