@@ -114,9 +114,12 @@ def code_grants() -> dict[str, tuple[Path, bool, str | None]]:
     it reaches, or None where it must load)."""
     toolkit = Path(next(iter(importlib.util.find_spec("toolkit").submodule_search_locations)))
     loopd = Path(next(iter(importlib.util.find_spec("loopd").submodule_search_locations)))
+    # An editable install puts the package's parent on the Python path: named as that.
+    on_path = str(toolkit.parent) in map(os.path.abspath, sys.path)
+    parent = "brokerd's Python path" if on_path else "the harness's code (the toolkit package)"
     return {
         "toolkit.toml": (toolkit, True, "the harness's code (the toolkit package)"),
-        "toolkit-parent.toml": (toolkit.parent, True, "the harness's code (the toolkit package)"),
+        "toolkit-parent.toml": (toolkit.parent, True, parent),
         "venv.toml": (Path(sys.prefix), True, "the Python environment the roles run from"),
         "loopd.toml": (loopd, True, "the harness's code (the loopd package)"),
         "toolkit-read.toml": (toolkit, False, None),  # read-only code changes nothing

@@ -54,12 +54,14 @@ def reaching(grant: Grant, protected: tuple[Protected, ...]) -> str | None:
 
 
 def _overlap(path: str, protected: tuple[Protected, ...], *, writing: bool) -> Protected | None:
-    for entry in protected:
-        if entry.writes_only and not writing:
-            continue
-        if _under(path, entry.path) or _under(entry.path, path):
-            return entry
-    return None
+    """The protected entry ``path`` reaches that names it best: of those it lies in, the
+    deepest (the toolkit's package rather than the Python path it lies on); else the first it
+    covers."""
+    kept = [entry for entry in protected if writing or not entry.writes_only]
+    inside = [entry for entry in kept if _under(path, entry.path)]
+    if inside:
+        return max(inside, key=lambda entry: len(entry.path))
+    return next((entry for entry in kept if _under(entry.path, path)), None)
 
 
 def _under(path: str, directory: str) -> bool:
