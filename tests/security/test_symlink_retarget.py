@@ -232,3 +232,23 @@ def test_a_grant_file_that_is_a_symlink_into_a_written_tree_is_refused(tmp_path,
     loaded = load_grants(grants, written={str(work): False} if retired else None)
     assert "reader" not in [g.name for g in loaded.grants]
     assert any("reader.toml" in str(e) and "symlink" in str(e) for e in loaded.errors), loaded
+
+
+def test_a_grant_file_with_a_second_name_is_refused(tmp_path):
+    """The attack 31j's E10: a tool drafts a harmless grant in a tree it writes and keeps a hard
+    link to it; the owner reviews it and moves it into the grants directory; the tool rewrites
+    it through its own name into a reader of the owner's secret tree. A grant file with more
+    than one name is refused, whatever tree the other lies in; with one name it loads."""
+    work, grants = tmp_path / "work", tmp_path / "grants"
+    work.mkdir()
+    grants.mkdir()
+    draft = work / "draft.toml"
+    draft.write_text(grant(["fs.read"], "auto", "private",
+                           argument=("path", "paths", f"{tmp_path}/x/**"), sandbox=""))
+    os.link(draft, work / "kept.toml")
+    draft.rename(grants / "reader.toml")
+    loaded = load_grants(grants)
+    assert "reader" not in [g.name for g in loaded.grants]
+    assert any("reader.toml" in str(e) and "hard link" in str(e) for e in loaded.errors), loaded
+    (work / "kept.toml").unlink()
+    assert "reader" in [g.name for g in load_grants(grants).grants]

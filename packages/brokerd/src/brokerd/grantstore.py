@@ -95,7 +95,16 @@ def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
 def _written_file(path: Path, writable: list[tuple[str, Path]],
                   retired: Sequence[Path]) -> str | None:
     """Why a grant file a tool could have written is refused: the owner's symlink from the
-    grants directory into a tree a tool may write, or once could, hands it the grant's text."""
+    grants directory into a tree a tool may write, or once could, hands it the grant's text;
+    so does a second name (a hard link) anywhere, which brokerd cannot find (attack 31j, E10: a
+    tool kept one to a grant it drafted and the owner moved in)."""
+    try:
+        links = path.stat().st_nlink
+    except OSError as exc:
+        return f"the grant file cannot be read: {exc.strerror}"
+    if links > 1:
+        return (f"the grant file has {links} names (hard links): a tool holding another could "
+                "rewrite it; keep one name, in the grants directory")
     real = Path(real_path(str(path)))
     for source in [source for _, source in writable] + list(retired):
         if real.is_relative_to(source):
