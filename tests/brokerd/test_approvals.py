@@ -226,18 +226,28 @@ def test_a_scheduled_jobs_ask_call_is_listed_for_bxctl_approvals_and_answered_th
     assert frames[-1].body["status"] == "ok" and len(rig.backend.runs) == 1
 
 
-@pytest.mark.parametrize("edit", ["deleted", "replaced by an auto grant", "given a mount"])
+EDITS = {  # how the owner changes the ask grant while its call waits, as the grant's new text
+    "replaced by an auto grant": ASK.replace('mode = "ask"', 'mode = "auto"'),
+    "its results raised to private": ASK.replace('result_class = "public"',
+                                                 'result_class = "private"'),
+    "its limits changed": ASK + "[sandbox.limits]\ntimeout_s = 5\n",
+}
+
+
+@pytest.mark.parametrize("edit", ["deleted", "given a mount", *EDITS])
 def test_an_approval_that_comes_after_its_grant_changed_runs_nothing(tmp_path, edit):
     """The owner edits the grants while a call waits for approval, then approves it: the call
-    is decided again and runs only if the same grant still asks with the same mounts (the
-    attack 31i: a call approved under a retired wide grant wrote where a newer grant read)."""
+    is decided again and runs only if it is decided as it was asked, to the last field of its
+    sandbox (the attack 31i: a call approved under a retired wide grant wrote where a newer
+    grant read; 31j's E1: hosts emptied, a class raised or a secret removed were run as
+    asked)."""
     async def body(rig, broker_sock, approve_sock):
         call = asyncio.create_task(call_tool(broker_sock, request("echo", '{"text": "hi"}')))
         (approval_id,) = await pending_ids(approve_sock, 1)
         if edit == "deleted":
             (rig.grants / "echo.toml").unlink()
-        elif edit == "replaced by an auto grant":
-            write(rig.grants, "echo.toml", ASK.replace('mode = "ask"', 'mode = "auto"'))
+        elif edit in EDITS:
+            write(rig.grants, "echo.toml", EDITS[edit])
         else:
             mounts = f'[sandbox]\nmounts = [{{ path = "{tmp_path}" }}]\n'
             write(rig.grants, "echo.toml", ASK + mounts)
@@ -247,4 +257,4 @@ def test_an_approval_that_comes_after_its_grant_changed_runs_nothing(tmp_path, e
 
     rig, frames = scenario(tmp_path, body, pass_rig=True)
     assert frames[-1].body["status"] == "denied" and rig.backend.runs == []
-    assert "grant changed while the owner was asked" in verdicts(rig)[-1][1]
+    assert "grant decides changed while the owner was asked" in verdicts(rig)[-1][1]

@@ -178,9 +178,14 @@ class Broker:
                 await self.audit.decision(decision=gone.record, approval=approval.id)
                 raise
             approved, reason = outcome.approved, outcome.reason
-            if approved and not self._still_granted(request, arguments, decision):
-                approved, reason = False, ("its grant changed while the owner was asked (the "
-                                           "grants were edited); nothing ran: ask again")
+            if approved:
+                again = self._decided_again(request, arguments)
+                if again is not None:  # its answer tells of what the second decision read
+                    consulted = consulted.join(again.consulted)
+                if again is None or not again.decides_as(decision):
+                    approved, reason = False, (
+                        "what its grant decides changed while the owner was asked (the grants, "
+                        "or the labels of what it reaches); nothing ran: ask again")
             decision = settle(decision, approved=approved, reason=reason)
             await self.audit.decision(decision=decision.record, approval=outcome.approval,
                                       by=outcome.by)
@@ -221,20 +226,18 @@ class Broker:
             content_sha256=sha256(why.encode("utf-8")), reason=why,
             **{"class": label.data_class})
 
-    def _still_granted(self, request: ToolRequest, arguments: CallArguments,
-                       asked: Decision) -> bool:
-        """Whether the grants now decide ``request`` as they did when it was asked: the same
-        grant, with the same mounts. An approval can come long after the owner retired the
-        grant, and its mounts were checked against the grants of that time only."""
+    def _decided_again(self, request: ToolRequest, arguments: CallArguments) -> Decision | None:
+        """``request`` decided again once the owner approved it (None if that fails): an
+        approval can come long after the owner edited the grant, and the ask runs only if it
+        is decided as it was asked, to the last field of its sandbox (attack 31j, E1: hosts
+        emptied, a class raised or a secret removed in the meantime were run as asked)."""
         try:
             taint = self.taints.get(request.session).seen_at_least(self.floor)
-            now = self._decide(request, arguments, taint)
+            return self._decide(request, arguments, taint)
         except Exception:  # not decided again is not granted: the ask still gets its outcome
             log.exception("call %s/%s (%s) could not be decided again after its approval",
                           request.session, request.call, request.tool)
-            return False
-        return now.record.verdict == "ask" and now.record.grant == asked.record.grant \
-            and now.mounts == asked.mounts
+            return None
 
     def _learned(self, session: str, consulted: Label, taint: Taint) -> Taint:
         """The session's taint once it has heard a decision that depended on ``consulted``

@@ -73,6 +73,13 @@ class Decision:
         raised to them. PLAIN when it depended on the grants and the session's taint only."""
         return self._consulted
 
+    def decides_as(self, other: Decision) -> bool:
+        """Whether ``other`` decides the call as this one does: the same verdict and grant, and
+        the same sandbox to the last field (mounts, hosts, secrets, result class, limits, the
+        path a file tool opens). Information only."""
+        return (self._record.verdict, self._record.grant, self._spec) == \
+            (other._record.verdict, other._record.grant, other._spec)
+
     @property
     def allowed(self) -> bool:
         return bool(self._record.verdict == "allow")
