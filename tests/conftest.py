@@ -7,10 +7,14 @@ import os
 import pytest
 from faults import ledger
 from hypothesis import HealthCheck, settings
+from support.llama import llama_router, llama_router_proxy
 from support.requires import require
 
 # `pytest --left-out=gate|flake` (make gate, the flake check): tests/left-out.json.
 pytest_plugins = ["support.left_out"]
+# The session's one llama-server router (and inferproxy before it), here so that every test
+# that asks for it shares it: imported into each module, each module started its own.
+__all__ = ["llama_router", "llama_router_proxy"]
 
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile(

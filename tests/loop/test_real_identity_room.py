@@ -46,13 +46,12 @@ from loopd.store import SessionStore
 from loopd.tools import ToolRunner, with_memory_tools
 from loopd.turn import Loop, TurnSettings
 from memoryd.layout import IDENTITY_LIMITS
-from support.llama import LlamaServer, llama_router, nonce
+from support.llama import LlamaServer, nonce
 
 from .memoryd_process import Memoryd, running_memoryd
 from .realistic_proxy import RealisticProxy
 from .support import FIXED_TIME, Events, fake_registry, final_frame
 
-__all__ = ["llama_router"]
 pytestmark = pytest.mark.real_server
 
 MODEL = "qwen-tools"

@@ -40,11 +40,10 @@ from loopd.inference.request import CHAT_PATH
 from loopd.readback import arguments_problem
 from loopd.store import SessionStore
 from loopd.turn import run_turn
-from support.llama import LlamaServer, llama_router, nonce
+from support.llama import LlamaServer, nonce
 
 from .support import Events, fake_registry, make_loop
 
-__all__ = ["llama_router"]
 pytestmark = pytest.mark.real_server
 
 MODEL = "qwen-tools"  # the tiny Qwen with Boxmaker's bare-JSON tool template

@@ -23,9 +23,8 @@ from faults.profile import LONG, by_profile, fuzz_at_most, hang_guard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loopd.readback import arguments_problem
-from support.llama import LlamaServer, llama_router
+from support.llama import LlamaServer
 
-__all__ = ["llama_router"]
 pytestmark = pytest.mark.real_server
 
 MODEL = "qwen-tools"

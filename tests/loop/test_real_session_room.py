@@ -37,12 +37,11 @@ from loopd.epochs import EpochSettings
 from loopd.inference import InferenceClient
 from loopd.sessions import Sessions
 from loopd.store import SessionStore
-from support.llama import LlamaServer, llama_router, nonce
+from support.llama import LlamaServer, nonce
 
 from .realistic_proxy import RealisticProxy
 from .support import Events, fake_registry, final_frame, make_loop
 
-__all__ = ["llama_router"]
 pytestmark = pytest.mark.real_server
 
 MODEL = "qwen-tools"

@@ -1,7 +1,7 @@
 """A real llama-server for tests: started, health-checked and stopped by the test, never shared
 with anything outside it.
 
-    from support.llama import llama_router, nonce   # in a conftest.py: the fixtures
+    from support.llama import nonce    # the fixtures come from tests/conftest.py
 
     def test_something(llama_router):               # session-scoped router, presets loaded
         response = llama_router.post("/v1/chat/completions", {...})
