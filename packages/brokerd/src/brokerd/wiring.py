@@ -178,6 +178,8 @@ def build_serving(config: Config, backend: Sandbox,
 def remove_leftovers(backend: Sandbox) -> None:
     """Before serving: a sandbox an earlier brokerd on this state left running (it was killed)
     is killed and waited for, so no mount is written by a call nobody counts as running:
-    podman's containers, and a root brokerd's bubblewrap call groups."""
+    podman's containers, and a root brokerd's bubblewrap call groups; then the call
+    workspaces it left, with their secrets."""
     if isinstance(backend, PodmanSandbox | BubblewrapSandbox):
         backend.remove_leftovers()
+        backend.remove_scratch_leftovers()

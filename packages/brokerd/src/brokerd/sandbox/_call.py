@@ -9,6 +9,7 @@ the egress proxy for exactly as long as the sandbox runs.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import posixpath
@@ -41,6 +42,7 @@ OPEN_FILES = 256
 # Targets a granted mount may not cover, sit under, or sit above.
 RESERVED = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/proc", "/dev", "/etc", "/sys",
             TOOLKIT_DIR, SECRETS_DIR, EGRESS_DIR)
+log = logging.getLogger("brokerd.sandbox")
 _PROGRAM = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*")
 _SECRET = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
@@ -160,13 +162,14 @@ def pin_mount(source: Path) -> tuple[int, Pin]:
 
 class CallWorkspace:
     def __init__(self, spec: SandboxSpec, scratch_root: Path, *, owner: int | None = None,
-                 sees_sources: bool = True):
+                 sees_sources: bool = True, prefix: str = "bx-call-"):
         """``sees_sources`` False: the sandbox is made elsewhere (a podman service) and a mount
         source brokerd cannot find is not pinned (docs/threat-model.md, the appliance)."""
         self._spec = spec
         self._owner = owner
         self._root = scratch_root
         self._sees_sources = sees_sources
+        self._prefix = prefix
         self.path: Path | None = None
         self.secrets_dir: Path | None = None
         self.egress_dir: Path | None = None
@@ -183,7 +186,7 @@ class CallWorkspace:
 
     def _make(self) -> None:
         self.pins = tuple(self._pin(mount.source) for mount in self._spec.mounts)
-        self.path = Path(tempfile.mkdtemp(prefix="bx-call-", dir=self._root))  # mode 0700
+        self.path = Path(tempfile.mkdtemp(prefix=self._prefix, dir=self._root))  # mode 0700
         if self._spec.secrets:
             self.secrets_dir = self.path / "secrets"
             self.secrets_dir.mkdir(mode=0o700)
@@ -232,8 +235,13 @@ if TYPE_CHECKING:  # policy imports the spec from this package: no import cycle 
 
 class Backend(ABC):
     def __init__(self, scratch_root: Path | None, egress_resolver: Mapping[str, str] | None,
-                 *, owner: int | None = None, sees_sources: bool = True):
+                 *, owner: int | None = None, sees_sources: bool = True,
+                 instance: str | None = None):
+        """``instance``: this brokerd's name (one per state directory), in its call workspaces'
+        names, so that ``remove_scratch_leftovers`` finds its own and no other brokerd's."""
         self._scratch_root = scratch_root or default_scratch_root()
+        self._prefix = f"bx-call-{instance}-" if instance else "bx-call-"
+        self._instance = instance
         self._owner = owner  # the host uid each call's scratch files are given to, if not ours
         self._resolver = egress_resolver
         self._sees_sources = sees_sources  # False: the sandbox is made by a podman service
@@ -242,12 +250,26 @@ class Backend(ABC):
         spec = decision.authorize()
         check_spec(spec)
         with CallWorkspace(spec, self._scratch_root, owner=self._owner,
-                           sees_sources=self._sees_sources) as workspace:
+                           sees_sources=self._sees_sources, prefix=self._prefix) as workspace:
             if workspace.egress_dir is None:
                 return await self._execute(spec, workspace)
             async with egress_proxy(workspace.proxy_socket, spec.hosts, self._resolver,
                                     internal=spec.internal):
                 return await self._execute(spec, workspace)
+
+    def remove_scratch_leftovers(self) -> list[Path]:
+        """The call workspaces a killed brokerd on this state left, with the secrets injected
+        into them (attack 31j, E5): removed at start, after its sandboxes are gone and before
+        any call. Each one is logged."""
+        if not self._instance:
+            return []
+        found = sorted(path for path in self._scratch_root.glob(f"{self._prefix}*")
+                       if path.is_dir() and not path.is_symlink())
+        for path in found:
+            log.warning("call workspace %s of an earlier brokerd on this state is still there "
+                        "(brokerd was killed during a call): removing it", path)
+            shutil.rmtree(path, ignore_errors=True)
+        return found
 
     @abstractmethod
     async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> SandboxOutcome:

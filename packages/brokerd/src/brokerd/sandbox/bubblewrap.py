@@ -230,7 +230,7 @@ class BubblewrapSandbox(Backend):
         self.layout = _for_version(self.layout, bwrap_version(self.layout.bwrap))
         if not (toolkit_dir / "main.py").is_file():
             raise SandboxUnavailable(f"bubblewrap: {toolkit_dir} is not the toolkit package")
-        super().__init__(scratch_root, egress_resolver, owner=self._run_as)
+        super().__init__(scratch_root, egress_resolver, owner=self._run_as, instance=owner)
         self._toolkit_dir = toolkit_dir
         self._seccomp = compile_filter()
         self._use_cgroup = os.geteuid() == 0 and pids_cgroup_available()

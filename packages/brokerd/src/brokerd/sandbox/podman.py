@@ -198,7 +198,7 @@ class PodmanSandbox(Backend):
         # A service's containers bind host paths; brokerd in a container of its own may see none
         super().__init__(scratch_root, egress_resolver,
                          owner=None if self.rootless else sandbox_uid,
-                         sees_sources=setup.remote is None)
+                         sees_sources=setup.remote is None, instance=owner)
         self.seccomp_profile = _write_profile(self._scratch_root)
 
     def _ask_rootless(self) -> bool:
