@@ -113,6 +113,16 @@ for name, constructor in (("cl100k_base", official.cl100k_base),
 EOF
 }
 
+# Bytecode for Honcho and its venv, once: where PYTHONDONTWRITEBYTECODE is set no import writes
+# it, and each start of Honcho's server and deriver compiled some 9,000 modules from source
+# again (3.4 CPU-s an import of its app, 1.4 with bytecode: docs/decisions/suite-time.md).
+compile_honcho() {
+  local dir="$1"
+  [ -f "$dir/.compiled" ] && return
+  "$dir/app/.venv/bin/python" -m compileall -q -j 0 "$dir/app" >&2
+  touch "$dir/.compiled"
+}
+
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.honcho.lock"
 flock 9
@@ -120,4 +130,5 @@ install_postgres
 install_pgvector
 dir="$(honcho_dir)"
 install_honcho "$dir"
+compile_honcho "$dir"
 echo "$dir"
