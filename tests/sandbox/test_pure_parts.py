@@ -82,7 +82,7 @@ def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
 def test_bwrap_unshares_everything_and_binds_only_what_was_granted():
     argv = bwrap_argv(SPEC, BwrapLayout(), toolkit_dir=Path("/src/toolkit"),
                       secrets_dir=Path("/dev/shm/c/secrets"), egress_dir=Path("/dev/shm/c/eg"),
-                      seccomp_fd=9, pins=PINS)
+                      seccomp_fd=9, pins=PINS, lifeline=7)
     for flag in ("--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                  "--new-session", "--clearenv"):
         assert flag in argv
@@ -102,20 +102,20 @@ def test_bwrap_unshares_everything_and_binds_only_what_was_granted():
     limits = argv[argv.index("/usr/bin/prlimit"):argv.index("/usr/bin/python3")]
     assert limits == ["/usr/bin/prlimit", f"--data={64 * 1024 * 1024}", "--nproc=10",
                       "--cpu=4", "--nofile=256", "--"]
-    assert argv[-len(toolkit_args(SPEC, PINS)):] == toolkit_args(SPEC, PINS)
+    assert argv[-len(toolkit_args(SPEC, PINS, 7)):] == toolkit_args(SPEC, PINS, 7)
 
 
 def test_bwrap_without_secrets_or_hosts_binds_neither():
     argv = bwrap_argv(SandboxSpec(program="echo", arguments="{}"), BwrapLayout(),
                       toolkit_dir=Path("/src/toolkit"), secrets_dir=None, egress_dir=None,
-                      seccomp_fd=9, pins=())
+                      seccomp_fd=9, pins=(), lifeline=7)
     targets = [target for _, target in _pairs(argv, "--ro-bind") + _pairs(argv, "--bind")]
     assert targets == ["/usr", "/proc/sys", "/opt/toolkit/toolkit"]
 
 
 def test_a_root_brokerds_bwrap_makes_no_user_namespace_and_changes_uid_before_the_toolkit():
     argv = bwrap_argv(SPEC, BwrapLayout(), toolkit_dir=Path("/src/toolkit"), secrets_dir=None,
-                      egress_dir=None, seccomp_fd=9, pins=PINS, run_as=1234)
+                      egress_dir=None, seccomp_fd=9, pins=PINS, lifeline=7, run_as=1234)
     assert "--unshare-all" not in argv and "--unshare-user" not in argv
     assert "--disable-userns" not in argv  # bwrap refuses it without a user namespace
     kept = argv[argv.index("--cap-drop"):argv.index("--", argv.index("--cap-drop"))]
@@ -124,7 +124,7 @@ def test_a_root_brokerds_bwrap_makes_no_user_namespace_and_changes_uid_before_th
     become = argv.index("-I") - 1
     # one interpreter: it drops to the uid, sets the limits prlimit would, then runs the toolkit
     assert argv[become:] == ["/usr/bin/python3", "-I", "-S", "-B", "-c", BECOME, "1234",
-                             str(64 * 1024 * 1024), "10", "4", "256", *toolkit_args(SPEC, PINS)]
+                             str(64 * 1024 * 1024), "10", "4", "256", *toolkit_args(SPEC, PINS, 7)]
     assert "/usr/bin/prlimit" not in argv
     # bwrap would make the parents of a bind target 0700, which the tool could not pass
     opt = argv.index("/opt")
@@ -235,7 +235,7 @@ def test_an_older_bubblewrap_runs_without_disable_userns(version, disable_userns
     layout = _for_version(BwrapLayout(), version)
     assert layout.disable_userns is disable_userns
     argv = bwrap_argv(SPEC, layout, toolkit_dir=Path("/t"), secrets_dir=None, egress_dir=None,
-                      seccomp_fd=9, pins=PINS)
+                      seccomp_fd=9, pins=PINS, lifeline=7)
     assert ("--disable-userns" in argv) is disable_userns
     assert "--seccomp" in argv  # the filter refuses user namespaces either way
 

@@ -36,7 +36,7 @@ _OPTIONS = {"--class": "data_class", "--root": "root", "--cap": "cap",
             "--proxy-socket": "proxy_socket", "--settings": "settings", "--workdir": "workdir",
             "--out": "out", "--beneath": "beneath", "--relative": "relative",
             "--host-path": "host_path", "--glob": "glob", "--descend": "descend",
-            "--pinned": "pinned"}  # fmt: skip
+            "--pinned": "pinned", "--lifeline": "lifeline"}  # fmt: skip
 
 
 class _Options:
@@ -46,6 +46,7 @@ class _Options:
         self.data_class = "secret"
         self.root: list[str] = []
         self.pinned: list[str] = []
+        self.lifeline: str | None = None
         self.cap = DEFAULT_CAP
         self.proxy_socket: str | None = None
         self.settings: str | None = None
@@ -111,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str]) -> int:
     options = _parse(argv)
-    _check_pins(options.pinned)  # before anything is read, loaded or run
+    if options.lifeline is not None:  # before anything is read, loaded or run
+        _check_lifeline(options.lifeline)
+    _check_pins(options.pinned)
     if options.name == "schemas":
         return _export_schemas(options.out)
     tool = BY_NAME.get(options.name)
@@ -138,6 +141,27 @@ def _run(argv: list[str]) -> int:
         opened=_opened(options),
     )
     return _emit(run(context, arguments).as_json(), 0)
+
+
+def _check_lifeline(text: str) -> None:
+    """``--lifeline=FD``: the read end of a pipe whose write end brokerd alone holds and closes
+    when the call ends (``sandbox.bubblewrap``). Readable means closed: the call was over (its
+    time ran out, or brokerd stopped) before this sandbox was set up, and bwrap, which ties a
+    sandbox to its own life only then, could not end it. Nothing runs. Closed here, so no tool
+    inherits it."""
+    import select  # a builtin module: nothing on the path is read
+
+    if not text.isdigit():
+        raise UsageError(f"bx-tool: option --lifeline: not a descriptor: {text!r}")
+    fd = int(text)
+    try:
+        ended, _, _ = select.select([fd], [], [], 0)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"bx-tool: option --lifeline: descriptor {fd}: {exc}") from None
+    os.close(fd)
+    if ended:
+        raise ToolError("Nothing ran: the call had ended (its time ran out, or brokerd "
+                        "stopped) before its sandbox was ready")
 
 
 def _check_pins(pinned: list[str]) -> None:

@@ -75,11 +75,15 @@ def _check_target(field: str, target: str) -> None:
             raise BadSandboxSpec(f"{field}: {target!r} would cover the sandbox's {reserved}")
 
 
-def toolkit_args(spec: SandboxSpec, pins: tuple[Pin | None, ...]) -> list[str]:
+def toolkit_args(spec: SandboxSpec, pins: tuple[Pin | None, ...],
+                 lifeline: int | None = None) -> list[str]:
     """``bx-tool``'s arguments after the interpreter: the tool and its context as options (never
     environment variables), each mount with the directory it must be (``pins``, one a mount;
-    None where brokerd cannot see the source). The JSON arguments go on stdin."""
+    None where brokerd cannot see the source), and the descriptor of the call's ``lifeline``
+    (bubblewrap). The JSON arguments go on stdin."""
     args = [spec.program, "--class", spec.data_class.value, "--cap", str(spec.limits.output_cap)]
+    if lifeline is not None:
+        args.append(f"--lifeline={lifeline}")
     for mount, pin in zip(spec.mounts, pins, strict=True):
         args += ["--root", mount.target]
         if pin is not None:

@@ -143,9 +143,9 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def _dies_with(parent: int) -> Callable[[], None]:
-    """Run in the child before exec: it is killed when brokerd dies, even a SIGKILLed brokerd
-    before bwrap's own ``--die-with-parent`` holds (a sandbox then outlived it, writing on
-    while no one counted it as running). A brokerd already gone by then: the child ends."""
+    """Run in the child before exec: it is killed when brokerd dies. A brokerd already gone by
+    then: the child ends. bwrap's sandbox, cloned before its own ``--die-with-parent`` holds,
+    can outlive this child: the call's lifeline stops it (``bubblewrap``, toolkit.main)."""
 
     def set_up() -> None:
         if _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or \

@@ -141,6 +141,7 @@ def bwrap_argv(
     egress_dir: Path | None,
     seccomp_fd: int,
     pins: tuple[Pin | None, ...],
+    lifeline: int,
     run_as: int | None = None,
 ) -> list[str]:
     if run_as is None:
@@ -179,7 +180,7 @@ def bwrap_argv(
         argv += [layout.prlimit, *(f"--{name}={value}" for name, value in
                                    zip(("data", "nproc", "cpu", "nofile"), limits, strict=True)),
                  "--", layout.python, *TOOLKIT_INTERPRETER]
-    return [*argv, *toolkit_args(spec, pins)]
+    return [*argv, *toolkit_args(spec, pins, lifeline)]
 
 
 def _parents(targets: list[str]) -> list[str]:
@@ -264,27 +265,39 @@ class BubblewrapSandbox(Backend):
 
     async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> SandboxOutcome:
         seccomp = filter_fd(self._seccomp)
+        # The call's lifeline: the sandbox gets the read end, brokerd alone holds the write
+        # end and closes it when the call ends, however it ends (or the kernel does, when
+        # brokerd dies). bwrap ties its sandbox to its own life only once set up; a sandbox
+        # whose bwrap was killed before that (a deadline, brokerd stopped) finds the lifeline
+        # at its end and runs nothing (toolkit.main, attack 31j E2/E15).
+        lifeline, held = os.pipe()
         try:
             argv = bwrap_argv(spec, self.layout, toolkit_dir=self._toolkit_dir,
                               secrets_dir=workspace.secrets_dir, egress_dir=workspace.egress_dir,
-                              seccomp_fd=seccomp, pins=workspace.pins, run_as=self._run_as)
-            return await self._run(spec, argv, seccomp)
+                              seccomp_fd=seccomp, pins=workspace.pins, lifeline=lifeline,
+                              run_as=self._run_as)
+            return await self._run(spec, argv, (seccomp, lifeline), held)  # closes held
         finally:
+            os.close(lifeline)
             os.close(seccomp)
 
-    async def _run(self, spec: SandboxSpec, argv: list[str], seccomp: int) -> SandboxOutcome:
+    async def _run(self, spec: SandboxSpec, argv: list[str], passed: tuple[int, ...],
+                   held: int) -> SandboxOutcome:
+        """Run bwrap with ``passed`` descriptors; ``held``, the lifeline's write end, is closed
+        when it ends, however it ends, before its call group is removed."""
         cgroup = None
-        if self._use_cgroup:
-            name = f"call-{secrets.token_hex(8)}"
-            cgroup = PidsCgroup(f"{self.owner}/{name}" if self.owner else name,
-                                spec.limits.pids + _BWRAP_TASKS)
-            argv = cgroup.wrap(argv)
         try:
+            if self._use_cgroup:
+                name = f"call-{secrets.token_hex(8)}"
+                cgroup = PidsCgroup(f"{self.owner}/{name}" if self.owner else name,
+                                    spec.limits.pids + _BWRAP_TASKS)
+                argv = cgroup.wrap(argv)
             finished = await run_process(
                 argv, stdin=spec.arguments.encode("utf-8"), timeout_s=spec.limits.timeout_s,
-                stdout_cap=stdout_cap(spec), env={"PATH": "/usr/bin:/bin"}, pass_fds=(seccomp,),
+                stdout_cap=stdout_cap(spec), env={"PATH": "/usr/bin:/bin"}, pass_fds=passed,
             )
         finally:
+            os.close(held)  # the call is over for brokerd: so it is for what is left of it
             if cgroup is not None:
                 await cgroup.remove()
         return interpret(finished, data_class=spec.data_class, egress=bool(spec.hosts),

@@ -1,0 +1,75 @@
+"""Issue 31, attack 31j's E2/E15: a sandbox that outlives its call. bwrap ties its sandbox to its
+own life (``--die-with-parent``) only once the sandbox is set up; a deadline or a stopping
+brokerd that killed bwrap before then left the sandbox running, uncounted, writing into mounts
+whose labels no longer knew of it (a later secret write was laundered into a public tree).
+
+Won every time here: brokerd's ``bwrap`` is a wrapper on its PATH that starts the real one in a
+session of its own, past the call's deadline, so brokerd's kill cannot reach it and it is set
+up after the call is over. The property: nothing runs in it (the toolkit finds the call's
+lifeline closed first), so the tool writes nothing; the call is answered as timed out, and the
+log verifies (``serving_brokerd``). A real ``brokerd serve``, as root and unprivileged.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .flow_support import grant_text
+from .test_flow_property import serving_brokerd
+
+pytestmark = pytest.mark.sandbox
+WAIT = 600.0  # a guard for the late sandbox to end, never a speed assumption
+
+# In place of bwrap: a sandbox's bwrap is started in its own session, two seconds late, and
+# the wrapper waits to be killed by the call's deadline; anything else runs at once.
+WRAPPER = """#!/bin/sh
+case " $* " in *" --seccomp "*) ;; *) exec {real} "$@" ;; esac
+exec 3<&0
+setsid sh -c 'echo $$ > {late}; sleep 2; exec {real} "$@" <&3' late "$@" &
+exec sleep 600
+"""
+
+
+@pytest.fixture(params=["bubblewrap", "bubblewrap-unprivileged"])
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[object, Path, int, Path]]:
+    wrappers = Path(tempfile.mkdtemp(prefix="bx-late-bin-"))
+    try:
+        os.chmod(wrappers, 0o777)
+        late = wrappers / "late.pid"
+        real = shutil.which("bwrap") or "/usr/bin/bwrap"
+        (wrappers / "bwrap").write_text(WRAPPER.format(real=real, late=late))
+        os.chmod(wrappers / "bwrap", 0o755)
+        env = {"PATH": f"{wrappers}:/usr/bin:/bin"}
+        with serving_brokerd(request, request.param, "bx-late-", more_env=env) as (
+                brokerd, root, tool_uid):
+            yield brokerd, root, tool_uid, late
+    finally:
+        shutil.rmtree(wrappers, ignore_errors=True)
+
+
+def test_a_sandbox_set_up_after_its_call_ended_runs_nothing(served):
+    brokerd, root, tool_uid, late = served
+    work = root / "work"
+    work.mkdir()
+    if os.geteuid() == 0:
+        os.chown(work, tool_uid, tool_uid)
+    (brokerd.grants / "shell.toml").write_text(grant_text(
+        ["shell.run"], "public", argument="cwd", allowed=f'paths = ["{work}"]',
+        mounts=[(work, True)]).replace("timeout_s = 900", "timeout_s = 0.5"))
+    answer = brokerd.call("s1", 1, "shell.run", {"argv": ["touch", "ran"], "cwd": str(work)})
+    assert answer.status == "failed" and "time" in answer.content, answer
+    deadline = time.monotonic() + WAIT
+    while not late.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(late.read_text())
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}"), "the late sandbox never ended"
+    assert not (work / "ran").exists(), "a sandbox set up after its call ended ran the tool"
