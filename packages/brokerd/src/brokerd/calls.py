@@ -191,12 +191,12 @@ class Broker:
                                       by=outcome.by)
         else:
             await self.audit.decision(decision=record, **marks)
-            try:
-                taint = self._learned(request.session, consulted, taint)
-            except TaintError as exc:
-                if decision.allowed:  # not run, and closed: an allowed call has one result
-                    await self._not_run(request, consulted, str(exc))
-                return _owed(exc, consulted)
+        try:  # an ask's second decision may have read more labels than its first
+            taint = self._learned(request.session, consulted, taint)
+        except TaintError as exc:
+            if decision.allowed:  # not run, and closed: an allowed call has one result
+                await self._not_run(request, consulted, str(exc))
+            return _owed(exc, consulted)
         _log_decision(decision.record)
         if not decision.allowed:
             return raised_to(denied(decision.record.reason), consulted)
