@@ -37,25 +37,53 @@ exec sleep 600
 """
 
 
-@pytest.fixture(params=["bubblewrap", "bubblewrap-unprivileged"])
+# In place of bwrap, for the order of the end: a watcher in a session of its own waits for this
+# process's death (a pidfd) and writes down whether the call's lifeline was closed by then.
+WATCHER = """#!/bin/sh
+case " $* " in *" --seccomp "*) ;; *) exec {real} "$@" ;; esac
+for a in "$@"; do case $a in --lifeline=*) fd=${{a#--lifeline=}} ;; esac; done
+setsid python3 -c '
+import os, select, sys
+pidfd = os.pidfd_open(int(sys.argv[1]))
+select.select([pidfd], [], [])
+ended = select.select([int(sys.argv[2])], [], [], 0)[0]
+open(sys.argv[3], "w").write("closed" if ended else "open")
+' $$ "$fd" {late} &
+exec sleep 600
+"""
+
+
+CONFIGURATIONS = ["bubblewrap", "bubblewrap-unprivileged"]
+
+
+def with_wrapper(wrapper: str) -> pytest.MarkDecorator:
+    """The test's brokerd, in each configuration, with ``wrapper`` in place of bwrap."""
+    return pytest.mark.parametrize("served", [(c, wrapper) for c in CONFIGURATIONS],
+                                   indirect=True, ids=CONFIGURATIONS)
+
+
+@pytest.fixture
 def served(request: pytest.FixtureRequest) -> Iterator[tuple[object, Path, int, Path]]:
+    """A real brokerd, as ``request.param`` = (configuration, wrapper) says, and the file
+    its wrapper writes."""
+    configuration, wrapper = request.param
     wrappers = Path(tempfile.mkdtemp(prefix="bx-late-bin-"))
     try:
         os.chmod(wrappers, 0o777)
-        late = wrappers / "late.pid"
+        late = wrappers / "late"
         real = shutil.which("bwrap") or "/usr/bin/bwrap"
-        (wrappers / "bwrap").write_text(WRAPPER.format(real=real, late=late))
+        (wrappers / "bwrap").write_text(wrapper.format(real=real, late=late))
         os.chmod(wrappers / "bwrap", 0o755)
         env = {"PATH": f"{wrappers}:/usr/bin:/bin"}
-        with serving_brokerd(request, request.param, "bx-late-", more_env=env) as (
+        with serving_brokerd(request, configuration, "bx-late-", more_env=env) as (
                 brokerd, root, tool_uid):
             yield brokerd, root, tool_uid, late
     finally:
         shutil.rmtree(wrappers, ignore_errors=True)
 
 
-def test_a_sandbox_set_up_after_its_call_ended_runs_nothing(served):
-    brokerd, root, tool_uid, late = served
+def timed_out_call(brokerd, root: Path, tool_uid: int) -> Path:
+    """One shell.run call with a 0.5 s deadline, answered as timed out; its directory."""
     work = root / "work"
     work.mkdir()
     if os.geteuid() == 0:
@@ -65,10 +93,33 @@ def test_a_sandbox_set_up_after_its_call_ended_runs_nothing(served):
         mounts=[(work, True)]).replace("timeout_s = 900", "timeout_s = 0.5"))
     answer = brokerd.call("s1", 1, "shell.run", {"argv": ["touch", "ran"], "cwd": str(work)})
     assert answer.status == "failed" and "time" in answer.content, answer
+    return work
+
+
+def written(path: Path) -> str:
     deadline = time.monotonic() + WAIT
-    while not late.exists() and time.monotonic() < deadline:
+    while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    pid = int(late.read_text())
+    time.sleep(0.1)  # one short write: whole by now
+    return path.read_text()
+
+
+@with_wrapper(WATCHER)
+def test_the_lifeline_is_closed_before_bwrap_is_killed(served):
+    """A sandbox that found the lifeline open is tied to a bwrap still alive: so it must be
+    closed before the kill (attack 31k, K7: closed once the killed bwrap was reaped, a busy
+    brokerd let a sandbox set up in between run the tool)."""
+    brokerd, root, tool_uid, watched = served
+    timed_out_call(brokerd, root, tool_uid)
+    assert written(watched) == "closed"
+
+
+@with_wrapper(WRAPPER)
+def test_a_sandbox_set_up_after_its_call_ended_runs_nothing(served):
+    brokerd, root, tool_uid, late = served
+    work = timed_out_call(brokerd, root, tool_uid)
+    deadline = time.monotonic() + WAIT
+    pid = int(written(late))
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{pid}"), "the late sandbox never ended"

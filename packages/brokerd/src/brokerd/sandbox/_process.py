@@ -164,9 +164,11 @@ async def run_process(
     env: Mapping[str, str] | None = None,
     on_kill: Callable[[], Awaitable[None]] | None = None,
     pass_fds: tuple[int, ...] = (),
+    before_kill: Callable[[], None] = lambda: None,
 ) -> Finished:
     """Run ``argv`` in its own session; ``on_kill`` tears down whatever outlives the process
-    (podman's container), after the process group is killed."""
+    (podman's container), after the process group is killed; ``before_kill`` runs, at once,
+    before the group is killed, whatever kills it (bubblewrap's lifeline is closed so)."""
     starting = asyncio.ensure_future(asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, start_new_session=True,
@@ -180,7 +182,7 @@ async def run_process(
         process = await finish_uncancelled(starting)
     except asyncio.CancelledError:
         if starting.done() and not starting.cancelled() and starting.exception() is None:
-            await finish_uncancelled(_put_down(starting.result(), on_kill))
+            await finish_uncancelled(_put_down(starting.result(), on_kill, before_kill))
         raise
     assert process.stdin and process.stdout and process.stderr
     stdout = bytearray()
@@ -199,6 +201,7 @@ async def run_process(
             stdout.extend(chunk)
             if len(stdout) > stdout_cap:
                 overflowed = True
+                before_kill()
                 _kill_group(process.pid)
                 return
 
@@ -218,18 +221,20 @@ async def run_process(
         if timed_out or overflowed or process.returncode is None:
             # Killed (a deadline, an overflow, brokerd stopping): the sandbox is gone before
             # this returns or re-raises, however often the caller is cancelled meanwhile.
-            await finish_uncancelled(_put_down(process, on_kill))
+            await finish_uncancelled(_put_down(process, on_kill, before_kill))
     assert process.returncode is not None
     return Finished(status=process.returncode, stdout=bytes(stdout[:stdout_cap]),
                     stderr=bytes(stderr), timed_out=timed_out, overflowed=overflowed)
 
 
 async def _put_down(process: asyncio.subprocess.Process,
-                    on_kill: Callable[[], Awaitable[None]] | None) -> None:
+                    on_kill: Callable[[], Awaitable[None]] | None,
+                    before_kill: Callable[[], None]) -> None:
     """Kill the process group, tear down what outlives it, and reap the process. Its pipes are
     closed first: once nothing reads them (the collectors were cancelled) a full pipe pauses
     its transport, EOF is never seen, and ``wait()``, which waits for the pipes too, would
     never return (brokerd hung on SIGTERM so, with a tool printing more than 128 KiB)."""
+    before_kill()
     _kill_group(process.pid)
     transport: asyncio.SubprocessTransport = process._transport  # type: ignore[attr-defined]
     for fd in (0, 1, 2):  # Process has no public way to drop its pipes

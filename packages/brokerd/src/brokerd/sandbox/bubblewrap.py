@@ -284,7 +284,15 @@ class BubblewrapSandbox(Backend):
     async def _run(self, spec: SandboxSpec, argv: list[str], passed: tuple[int, ...],
                    held: int) -> SandboxOutcome:
         """Run bwrap with ``passed`` descriptors; ``held``, the lifeline's write end, is closed
-        when it ends, however it ends, before its call group is removed."""
+        when it ends, however it ends: before bwrap is killed (a sandbox that found it open is
+        then tied to a bwrap still alive, and dies with it; attack 31k, K7: closed after the
+        kill, a busy brokerd let one through), or once it exited by itself."""
+        open_ = [held]
+
+        def end_lifeline() -> None:
+            while open_:
+                os.close(open_.pop())
+
         cgroup = None
         try:
             if self._use_cgroup:
@@ -295,9 +303,10 @@ class BubblewrapSandbox(Backend):
             finished = await run_process(
                 argv, stdin=spec.arguments.encode("utf-8"), timeout_s=spec.limits.timeout_s,
                 stdout_cap=stdout_cap(spec), env={"PATH": "/usr/bin:/bin"}, pass_fds=passed,
+                before_kill=end_lifeline,
             )
         finally:
-            os.close(held)  # the call is over for brokerd: so it is for what is left of it
+            end_lifeline()  # the call is over for brokerd: so it is for what is left of it
             if cgroup is not None:
                 await cgroup.remove()
         return interpret(finished, data_class=spec.data_class, egress=bool(spec.hosts),
