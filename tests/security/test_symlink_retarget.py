@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from brokerd.grantstore import load_grants
+from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from faults.stack import BIN
 
 from .label_rig import LabelRig
@@ -252,3 +253,22 @@ def test_a_grant_file_with_a_second_name_is_refused(tmp_path):
     assert any("reader.toml" in str(e) and "hard link" in str(e) for e in loaded.errors), loaded
     (work / "kept.toml").unlink()
     assert "reader" in [g.name for g in load_grants(grants).grants]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+def test_a_grant_file_owned_by_the_uid_tools_run_as_is_refused(tmp_path):
+    """The attack 31k's K4: a tool drafted a grant, kept it open, and rewrote it through that
+    descriptor after the owner moved it in (one name, in the grants directory). As root, tools
+    run as a uid of their own, and a file it owns was made by a tool: refused; the same file
+    the owner's loads."""
+    grants = tmp_path / "grants"
+    grants.mkdir()
+    (grants / "reader.toml").write_text(grant(["fs.read"], "auto", "private",
+                                              argument=("path", "paths", f"{tmp_path}/x/**"),
+                                              sandbox=""))
+    os.chown(grants / "reader.toml", DEFAULT_SANDBOX_UID, DEFAULT_SANDBOX_UID)
+    loaded = load_grants(grants, tools_uid=DEFAULT_SANDBOX_UID)
+    assert "reader" not in [g.name for g in loaded.grants]
+    assert any("reader.toml" in str(e) and "tools run as" in str(e) for e in loaded.errors)
+    os.chown(grants / "reader.toml", 0, 0)
+    assert "reader" in [g.name for g in load_grants(grants, tools_uid=DEFAULT_SANDBOX_UID).grants]

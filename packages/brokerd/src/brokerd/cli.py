@@ -102,7 +102,8 @@ def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> No
     protected = code_paths(None) if config is None else \
         wiring.harness_paths(config, os.environ, config_path)
     written = None if config is None else LabelStore(wiring.labels_file(config)).written()
-    found = load_grants(directory, protected, written)
+    found = load_grants(directory, protected, written,
+                        None if config is None else wiring.tools_uid(config))
     if as_json:
         click.echo(json.dumps({
             "grants": {g.name: explain_grant(g) for g in found.grants},

@@ -62,12 +62,14 @@ def read_grant(path: Path, protected: tuple[Protected, ...] = ()) -> tuple[Grant
 
 
 def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
-                written: Mapping[str, bool] | None = None) -> GrantSet:
+                written: Mapping[str, bool] | None = None,
+                tools_uid: int | None = None) -> GrantSet:
     """Every ``*.toml`` grant in ``directory``; broken files are in ``errors`` and grant nothing,
     and so does a grant reaching the harness's own files, or an auto or ask grant a tool could
     re-target (``retarget_risk``). ``written``: every root a call has had writable (the mount
     labels' roots), and whether a running call can write it now: a symlink a tool planted
-    there outlives the grant that let it."""
+    there outlives the grant that let it. ``tools_uid``: the uid tools run as when it is not
+    brokerd's own (root): a grant file it owns was made by a tool."""
     parsed: list[tuple[Path, Grant, list[str]]] = []
     errors: list[GrantError] = []
     for path in toml_files(directory, GrantError, "grants"):
@@ -82,7 +84,7 @@ def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
     retired = [Path(root) for root, running in written.items() if not running]
     grants: list[Grant] = []
     for path, grant, resolved in parsed:
-        why = _written_file(path, writable, retired)
+        why = _written_file(path, writable, retired, tools_uid)
         if why is None and grant.mode != "deny":
             why = retarget_risk(resolved, writable, retired)
         if why is None:
@@ -93,15 +95,19 @@ def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
 
 
 def _written_file(path: Path, writable: list[tuple[str, Path]],
-                  retired: Sequence[Path]) -> str | None:
+                  retired: Sequence[Path], tools_uid: int | None) -> str | None:
     """Why a grant file a tool could have written is refused: the owner's symlink from the
     grants directory into a tree a tool may write, or once could, hands it the grant's text;
     so does a second name (a hard link) anywhere, which brokerd cannot find (attack 31j, E10: a
     tool kept one to a grant it drafted and the owner moved in)."""
     try:
-        links = path.stat().st_nlink
+        found = path.stat()
     except OSError as exc:
         return f"the grant file cannot be read: {exc.strerror}"
+    if found.st_uid == tools_uid:  # a tool may still hold it open (attack 31k, K4)
+        return (f"the grant file belongs to uid {tools_uid}, which tools run as: a tool made it "
+                "and may still hold it open to rewrite it; copy it in as yourself")
+    links = found.st_nlink
     if links > 1:
         return (f"the grant file has {links} names (hard links): a tool holding another could "
                 "rewrite it; keep one name, in the grants directory")
@@ -176,10 +182,12 @@ class GrantStore:
     """The grants in force. ``current()`` re-reads the directory when any file in it changed."""
 
     def __init__(self, directory: Path, protected: tuple[Protected, ...] = (),
-                 written: Callable[[], Mapping[str, bool]] = dict):
+                 written: Callable[[], Mapping[str, bool]] = dict,
+                 tools_uid: int | None = None):
         self.directory = directory
         self.protected = protected
         self.written = written
+        self.tools_uid = tools_uid
         self._signature: tuple[Any, ...] | None = None
         self._set = GrantSet((), ())
 
@@ -192,7 +200,7 @@ class GrantStore:
 
     def _load(self) -> GrantSet:
         try:
-            grants = load_grants(self.directory, self.protected, self.written())
+            grants = load_grants(self.directory, self.protected, self.written(), self.tools_uid)
         except GrantError as exc:
             log.error("%s: every call is denied until this is fixed", exc)
             return GrantSet((), (exc,))

@@ -67,6 +67,11 @@ def instance_of(config: Config) -> str:
     return hashlib.sha256(str(config.paths.home.resolve()).encode("utf-8")).hexdigest()[:16]
 
 
+def tools_uid(config: Config) -> int | None:
+    """The uid tools run as when it is not brokerd's own: ``[broker] sandbox_uid`` as root."""
+    return config.broker.sandbox_uid if os.geteuid() == 0 else None
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -166,7 +171,7 @@ def build_serving(config: Config, backend: Sandbox,
     # The directory as it resolved at start: a symlink to it re-pointed later is not followed.
     grants = GrantStore(Path(real_path(str(section.grants_dir()))),
                         harness_paths(config, os.environ, config_file),
-                        written=labels.written)
+                        written=labels.written, tools_uid=tools_uid(config))
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     broker = Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
                     secrets=secrets, clock=now,
