@@ -27,7 +27,8 @@ from bxcore.canonical import canonical_json
 from bxcore.config.memory import HonchoSection
 from bxcore.records import Assistant, User
 from bxcore.tools import DataClass
-from memoryd.honcho import HonchoClient, HonchoSync, SyncReport
+from memoryd.honcho import HonchoSync, SyncReport
+from memoryd.honcho.client import HonchoClient
 from memoryd.index import StateDb
 from memoryd.layout import Layout
 from memoryd.taint import read_taint_file

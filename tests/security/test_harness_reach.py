@@ -287,9 +287,10 @@ def test_what_brokerd_runs_by_name_or_imports_and_its_podman_service_are_protect
     imported by ``brokerd serve``), the podman service's socket directory and containers.conf
     are the harness's. ``brokerd grants check``, run with that PATH and PYTHONPATH, refuses a
     writable grant over each, naming what; a read-only one over the PATH directory loads."""
-    on_path, python_path, service, conf = (short_dir / "bin", short_dir / "py",
-                                           short_dir / "podman", short_dir / "conf")
-    for directory in (on_path, python_path, service, conf):
+    on_path, python_path, service, conf, here = (short_dir / "bin", short_dir / "py",
+                                                 short_dir / "podman", short_dir / "conf",
+                                                 short_dir / "here")
+    for directory in (on_path, python_path, service, conf, here):
         directory.mkdir()
     (conf / "containers.conf").write_text("[engine]\n")
     grants = short_dir / "grants"
@@ -306,14 +307,17 @@ def test_what_brokerd_runs_by_name_or_imports_and_its_podman_service_are_protect
         "python.toml": (python_path, True, "brokerd's Python path"),
         "service.toml": (service, True, "the podman service's socket"),
         "conf.toml": (conf, True, "containers.conf"),
+        # an empty PATH entry is the working directory (attack 31k, K10)
+        "here.toml": (here, True, "a directory on brokerd's PATH"),
         "path-read.toml": (on_path, False, None),
     }
     for name, (mount, writable, _) in cases.items():
         (grants / name).write_text(code_grant(mount, writable))
-    env = {**os.environ, "PATH": f"{on_path}{os.pathsep}{os.environ['PATH']}",
+    env = {**os.environ, "PATH": f"{os.pathsep}{on_path}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(python_path)}
     checked = subprocess.run([str(BIN / "brokerd"), "grants", "check", "--config",
-                              str(config_path)], capture_output=True, text=True, env=env)
+                              str(config_path)], capture_output=True, text=True, env=env,
+                             cwd=here)
     said = checked.stdout + checked.stderr
     for name, (_, _, what) in cases.items():
         line = next((x for x in said.splitlines() if f"/grants/{name}:" in x), "")

@@ -272,3 +272,23 @@ def test_a_grant_file_owned_by_the_uid_tools_run_as_is_refused(tmp_path):
     assert any("reader.toml" in str(e) and "tools run as" in str(e) for e in loaded.errors)
     os.chown(grants / "reader.toml", 0, 0)
     assert "reader" in [g.name for g in load_grants(grants, tools_uid=DEFAULT_SANDBOX_UID).grants]
+
+
+def test_a_grant_file_whose_symlinks_pass_through_a_written_tree_is_refused(tmp_path):
+    """The attack 31k's K17: the owner links a grant file through a symlink kept in a tree a
+    tool writes (``grants/x.toml -> ws/link/x.toml``, ``ws/link -> ~/owner-safe``); a tool
+    flipping ``ws/link`` between the owner's directory and its own hands brokerd its grant
+    between a check of where the file ends and the read. Refused wherever ``ws/link`` points
+    at the moment: it lies in the written tree."""
+    work, safe, grants = tmp_path / "ws", tmp_path / "owner-safe", tmp_path / "grants"
+    for directory in (work, safe, grants):
+        directory.mkdir()
+    (grants / "shell.toml").write_text(shell_grant(work))
+    (safe / "x.toml").write_text(grant(["fs.read"], "auto", "private",
+                                       argument=("path", "paths", f"{tmp_path}/x/**"),
+                                       sandbox=""))
+    (work / "link").symlink_to(safe)
+    (grants / "x.toml").symlink_to(work / "link" / "x.toml")
+    loaded = load_grants(grants)
+    assert "x" not in [g.name for g in loaded.grants]
+    assert any("x.toml" in str(e) and str(work / "link") in str(e) for e in loaded.errors)

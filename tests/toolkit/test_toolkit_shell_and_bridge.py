@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import threading
 
@@ -76,3 +77,33 @@ def test_the_bridge_forwards_loopback_connections_to_the_proxy_socket(tmp_path, 
             reply += chunk
     server.close()
     assert reply == b"got:hello"
+
+
+@pytest.mark.parametrize("high", [False, True], ids=["low descriptor", "past 1023"])
+@pytest.mark.parametrize("ended", [False, True], ids=["call running", "call ended"])
+def test_the_lifeline_decides_whether_anything_runs(bx_tool, tmp_path, high, ended):
+    """``--lifeline=FD``: with brokerd's end open the tool runs; closed, nothing runs, whatever
+    the descriptor's number (select() took none past 1023: attack 31k, K6b)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if high and hard < 1600:
+        pytest.skip(f"RLIMIT_NOFILE's hard limit {hard} is under 1600")
+    read_end, write_end = os.pipe()
+    number = read_end
+    try:
+        if high:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1600), hard))
+            number = os.dup2(read_end, 1500)
+            os.close(read_end)
+        if ended:
+            os.close(write_end)
+        call = bx_tool("shell.run", {"argv": ["touch", "ran"], "cwd": str(tmp_path)},
+                       "--root", str(tmp_path), f"--lifeline={number}")
+    finally:
+        if not ended:
+            os.close(write_end)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert (tmp_path / "ran").exists() != ended, call
+    if ended:
+        assert call.status != 0 and "Nothing ran" in call.document["error"], call
+    with pytest.raises(OSError):
+        os.fstat(number)  # the toolkit closed it: no tool inherits it

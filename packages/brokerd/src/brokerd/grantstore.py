@@ -111,12 +111,15 @@ def _written_file(path: Path, writable: list[tuple[str, Path]],
     if links > 1:
         return (f"the grant file has {links} names (hard links): a tool holding another could "
                 "rewrite it; keep one name, in the grants directory")
-    real = Path(real_path(str(path)))
-    for source in [source for _, source in writable] + list(retired):
-        if real.is_relative_to(source):
-            return (f"the grant file is a symlink to {real}, inside {source}, which tools may "
-                    "write or have written: a tool could have written this grant; keep grant "
-                    "files out of granted trees")
+    # Every entry its resolution reads, not only where it ends: a symlink a tool can swap on
+    # the way would hand it the grant between a check and a read (attack 31k, K17).
+    roots = [source for _, source in writable] + list(retired)
+    for entry in resolution_steps(str(path)):
+        for source in roots:
+            if entry != source and entry.is_relative_to(source):
+                return (f"the grant file's symlinks lead through {entry}, inside {source}, "
+                        "which tools may write or have written: a tool could have written this "
+                        "grant; keep grant files out of granted trees")
     return None
 
 

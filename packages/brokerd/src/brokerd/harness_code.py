@@ -64,10 +64,12 @@ def code_paths(toolkit_dir: Path | None) -> tuple[Protected, ...]:
     # What brokerd runs by name and imports: a tool writing a directory on its PATH or its
     # Python path could put a bwrap or a module there that brokerd runs outside every sandbox
     # (attack 31j, E9).
-    found += [(os.path.abspath(entry), "a directory on brokerd's PATH, whose programs it runs")
-              for entry in os.environ.get("PATH", "").split(os.pathsep) if entry]
-    found += [(os.path.abspath(entry), "a directory on brokerd's Python path (sys.path)")
-              for entry in sys.path if entry]
+    # An empty entry is the working directory, for a program's lookup as for an import
+    # (attack 31k, K10).
+    found += [(os.path.abspath(entry or "."), "a directory on brokerd's PATH, whose programs "
+               "it runs") for entry in os.environ.get("PATH", "").split(os.pathsep)]
+    found += [(os.path.abspath(entry or "."), "a directory on brokerd's Python path (sys.path)")
+              for entry in sys.path]
     found += [(path, "the system's programs and libraries, which sandboxes and bwrap run")
               for path in SYSTEM_CODE if os.path.exists(path)]
     unique = {os.path.realpath(path): what for path, what in reversed(found)}

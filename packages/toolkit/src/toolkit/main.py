@@ -154,10 +154,14 @@ def _check_lifeline(text: str) -> None:
     if not text.isdigit():
         raise UsageError(f"bx-tool: option --lifeline: not a descriptor: {text!r}")
     fd = int(text)
+    poll = select.poll()  # not select(): a descriptor may be past 1023 (attack 31k, K6b)
+    poll.register(fd, select.POLLIN)
     try:
-        ended, _, _ = select.select([fd], [], [], 0)
-    except (OSError, ValueError) as exc:
+        ended = poll.poll(0)
+    except OSError as exc:
         raise UsageError(f"bx-tool: option --lifeline: descriptor {fd}: {exc}") from None
+    if any(events & select.POLLNVAL for _, events in ended):
+        raise UsageError(f"bx-tool: option --lifeline: descriptor {fd} is not open")
     os.close(fd)
     if ended:
         raise ToolError("Nothing ran: the call had ended (its time ran out, or brokerd "
