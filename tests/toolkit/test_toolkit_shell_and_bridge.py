@@ -8,7 +8,10 @@ import socket
 import threading
 
 import pytest
+from toolkit import bridge
 from toolkit.bridge import start_bridge
+
+WAIT = 600.0  # a guard against a hang, never a speed assumption
 
 
 def test_a_command_runs_in_the_granted_directory(bx_tool, tmp_path):
@@ -77,6 +80,34 @@ def test_the_bridge_forwards_loopback_connections_to_the_proxy_socket(tmp_path, 
             reply += chunk
     server.close()
     assert reply == b"got:hello"
+
+
+def test_a_connection_the_bridge_cannot_serve_is_closed_not_left_hanging(
+        tmp_path, restore_proxy_env, monkeypatch):
+    """No thread for one direction of a connection (the sandbox uid's process limit, shared by
+    the calls of a root brokerd): the tool's connection ends at once. It hung until the call's
+    deadline (a whole run beside attack 31k waited out a 900 s limit)."""
+    path = str(tmp_path / "proxy.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+
+    pumps = []
+
+    class OnePump(threading.Thread):  # the second pump of a connection cannot start
+        def start(self) -> None:
+            if self._target is bridge._pump:  # type: ignore[attr-defined]
+                pumps.append(self)
+                if len(pumps) == 2:
+                    raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(bridge.threading, "Thread", OnePump)
+    port = start_bridge(path)
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as client:
+        client.sendall(b"hello")
+        assert client.recv(1024) == b""  # closed, not a timeout
+    server.close()
 
 
 @pytest.mark.parametrize("high", [False, True], ids=["low descriptor", "past 1023"])

@@ -44,8 +44,15 @@ def _splice(left: socket.socket, right: socket.socket) -> None:
         right.close()
 
     done = threading.Barrier(2, action=close_both)
-    for source, sink in ((left, right), (right, left)):
-        threading.Thread(target=_pump, args=(source, sink, done), daemon=True).start()
+    try:
+        for source, sink in ((left, right), (right, left)):
+            threading.Thread(target=_pump, args=(source, sink, done), daemon=True).start()
+    except RuntimeError:  # no thread to be had (the uid's process limit): the connection
+        done.abort()      # ends at once instead of hanging the tool that opened it
+        for end in (left, right):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+        close_both()
 
 
 def _pump(source: socket.socket, sink: socket.socket, done: threading.Barrier) -> None:
@@ -57,4 +64,5 @@ def _pump(source: socket.socket, sink: socket.socket, done: threading.Barrier) -
         for end in (source, sink):
             with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
-    done.wait()
+    with contextlib.suppress(threading.BrokenBarrierError):  # its other half never started
+        done.wait()
