@@ -45,6 +45,7 @@ def serve(config_path: Path) -> None:
     """
     configure_logging("brokerd", format="%(levelname)s %(name)s: %(message)s")
     config = load_config(config_path)
+    wiring.all_descriptors()
     with held(wiring.labels_lock(config)):  # no label is lowered while calls run
         backend = wiring.backend_for(config)
         wiring.remove_leftovers(backend)
