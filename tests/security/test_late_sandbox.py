@@ -4,10 +4,11 @@ brokerd that killed bwrap before then left the sandbox running, uncounted, writi
 whose labels no longer knew of it (a later secret write was laundered into a public tree).
 
 Won every time here: brokerd's ``bwrap`` is a wrapper on its PATH that starts the real one in a
-session of its own, past the call's deadline, so brokerd's kill cannot reach it and it is set
-up after the call is over. The property: nothing runs in it (the toolkit finds the call's
-lifeline closed first), so the tool writes nothing; the call is answered as timed out, and the
-log verifies (``serving_brokerd``). A real ``brokerd serve``, as root and unprivileged.
+session of its own the moment brokerd's deadline has killed the wrapper, so brokerd's kill
+cannot reach it and it is set up after the call is over, however busy the machine. The property:
+nothing runs in it (the toolkit finds the call's lifeline closed first), so the tool writes
+nothing; the call is answered as timed out, and the log verifies (``serving_brokerd``). A real
+``brokerd serve``, as root and unprivileged.
 """
 
 from __future__ import annotations
@@ -27,12 +28,19 @@ from .test_flow_property import serving_brokerd
 pytestmark = pytest.mark.sandbox
 WAIT = 600.0  # a guard for the late sandbox to end, never a speed assumption
 
-# In place of bwrap: a sandbox's bwrap is started in its own session, two seconds late, and
-# the wrapper waits to be killed by the call's deadline; anything else runs at once.
+# In place of bwrap: the wrapper waits to be killed by the call's deadline; a starter in a
+# session of its own waits for that death (a pidfd) and then runs the real bwrap; anything
+# else runs at once.
 WRAPPER = """#!/bin/sh
 case " $* " in *" --seccomp "*) ;; *) exec {real} "$@" ;; esac
 exec 3<&0
-setsid sh -c 'echo $$ > {late}; sleep 2; exec {real} "$@" <&3' late "$@" &
+setsid python3 -c '
+import os, select, sys
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+select.select([os.pidfd_open(int(sys.argv[2]))], [], [])
+os.execv(sys.argv[3], [sys.argv[3], *sys.argv[4:]])
+' {late} $$ {real} "$@" <&3 &
 exec sleep 600
 """
 
@@ -47,7 +55,8 @@ import os, select, sys
 pidfd = os.pidfd_open(int(sys.argv[1]))
 select.select([pidfd], [], [])
 ended = select.select([int(sys.argv[2])], [], [], 0)[0]
-open(sys.argv[3], "w").write("closed" if ended else "open")
+open(sys.argv[3] + ".tmp", "w").write("closed" if ended else "open")
+os.rename(sys.argv[3] + ".tmp", sys.argv[3])
 ' $$ "$fd" {late} &
 exec sleep 600
 """
@@ -100,7 +109,6 @@ def written(path: Path) -> str:
     deadline = time.monotonic() + WAIT
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.1)  # one short write: whole by now
     return path.read_text()
 
 

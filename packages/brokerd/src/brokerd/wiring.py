@@ -68,15 +68,14 @@ def instance_of(config: Config) -> str:
     return hashlib.sha256(str(config.paths.home.resolve()).encode("utf-8")).hexdigest()[:16]
 
 
-def all_descriptors() -> int:
-    """Raise this process's soft limit on open descriptors to its hard limit, and return it:
-    each running call holds about eight (its connection, pipes, seccomp filter, lifeline, a pin
-    per mount), and 1,024, a service's and a login shell's usual soft limit, ran out at about
-    110 calls a model kept running (attack 31k, K6). Its sandboxes set their own (OPEN_FILES)."""
+def all_descriptors() -> None:
+    """Raise this process's soft limit on open descriptors to its hard limit: each running call
+    holds about eight (its connection, pipes, seccomp filter, lifeline, a pin per mount), and
+    1,024, a service's and a login shell's usual soft limit, ran out at about 110 calls a model
+    kept running (attack 31k, K6). Its sandboxes set their own (OPEN_FILES)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return hard
 
 
 def tools_uid(config: Config) -> int | None:

@@ -165,8 +165,8 @@ def pin_mount(source: Path) -> tuple[int, Pin]:
 
 
 class CallWorkspace:
-    def __init__(self, spec: SandboxSpec, scratch_root: Path, *, owner: int | None = None,
-                 sees_sources: bool = True, prefix: str = "bx-call-"):
+    def __init__(self, spec: SandboxSpec, scratch_root: Path, *, owner: int | None,
+                 sees_sources: bool, prefix: str):
         """``sees_sources`` False: the sandbox is made elsewhere (a podman service) and a mount
         source brokerd cannot find is not pinned (docs/threat-model.md, the appliance)."""
         self._spec = spec

@@ -50,7 +50,7 @@ import re
 import secrets
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,28 +271,30 @@ class BubblewrapSandbox(Backend):
         # whose bwrap was killed before that (a deadline, brokerd stopped) finds the lifeline
         # at its end and runs nothing (toolkit.main, attack 31j E2/E15).
         lifeline, held = os.pipe()
+        open_ = [held]
+
+        def end_lifeline() -> None:
+            """Closed before bwrap is killed (a sandbox that found it open is then tied to a
+            bwrap still alive, and dies with it; attack 31k, K7: closed after the kill, a busy
+            brokerd let one through), or once bwrap exited by itself; once."""
+            while open_:
+                os.close(open_.pop())
+
         try:
             argv = bwrap_argv(spec, self.layout, toolkit_dir=self._toolkit_dir,
                               secrets_dir=workspace.secrets_dir, egress_dir=workspace.egress_dir,
                               seccomp_fd=seccomp, pins=workspace.pins, lifeline=lifeline,
                               run_as=self._run_as)
-            return await self._run(spec, argv, (seccomp, lifeline), held)  # closes held
+            return await self._run(spec, argv, (seccomp, lifeline), end_lifeline)
         finally:
+            end_lifeline()
             os.close(lifeline)
             os.close(seccomp)
 
     async def _run(self, spec: SandboxSpec, argv: list[str], passed: tuple[int, ...],
-                   held: int) -> SandboxOutcome:
-        """Run bwrap with ``passed`` descriptors; ``held``, the lifeline's write end, is closed
-        when it ends, however it ends: before bwrap is killed (a sandbox that found it open is
-        then tied to a bwrap still alive, and dies with it; attack 31k, K7: closed after the
-        kill, a busy brokerd let one through), or once it exited by itself."""
-        open_ = [held]
-
-        def end_lifeline() -> None:
-            while open_:
-                os.close(open_.pop())
-
+                   end_lifeline: Callable[[], None]) -> SandboxOutcome:
+        """Run bwrap with ``passed`` descriptors; ``end_lifeline`` before it is killed, however
+        it is, and when it has ended."""
         cgroup = None
         try:
             if self._use_cgroup:
