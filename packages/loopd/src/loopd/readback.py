@@ -45,11 +45,15 @@ _LONE_ESCAPE = re.compile(
 )
 
 
+# What ``read_back`` gives: the arguments' one JSON object, or why the server cannot read them.
+ReadBack = dict[str, Any] | str
+
+
 class _Unreadable(ValueError):
     """The reason the server's strict parser would refuse the text."""
 
 
-def read_back(text: str) -> dict[str, Any] | str:
+def read_back(text: str) -> ReadBack:
     """``text`` as the server would read it back as a tool call's arguments: the one JSON object
     it holds, or (a str) why it cannot be read as it is, naming what was wrong and where."""
     try:

@@ -19,7 +19,7 @@ from bxcore.tools import ToolRequest, ToolResponse, plain_response
 from bxcore.tools import cap_text as cap_text  # the turn caps results with it
 
 from ..inference.api import EventSink
-from ..readback import read_back
+from ..readback import ReadBack, read_back
 from .port import ToolPort
 from .registry import CALL_TOOL, FIND_TOOL, QUOTED, Registry, quoted
 
@@ -46,7 +46,7 @@ class ToolRunner:
         self.port = port
         self.writes = writes
 
-    def shown_name(self, call: ToolCall, read: dict[str, Any] | str) -> str:
+    def shown_name(self, call: ToolCall, read: ReadBack) -> str:
         """The name a channel shows for a call: call_tool's target when there is one.
         ``read``: its arguments as ``readback.read_back`` gives them."""
         if call.function.name == CALL_TOOL.name and isinstance(read, dict):
@@ -55,7 +55,7 @@ class ToolRunner:
                 return target  # a listed name: never text the channel cannot carry
         return call.function.name
 
-    async def run(self, call: ToolCall, read: dict[str, Any] | str, *, session: str,
+    async def run(self, call: ToolCall, read: ReadBack, *, session: str,
                   number: int, events: EventSink, cut: bool = False) -> ToolOutcome:
         """The call's outcome, whatever the model put in it. ``read``: its arguments as
         ``readback.read_back`` gives them (the turn's one parse): the object it runs on, or why
@@ -74,7 +74,7 @@ class ToolRunner:
                          f"Not run: the arguments of {call.function.name} hold text that cannot "
                          "be encoded (a lone surrogate, or nesting too deep).")
 
-    async def _run(self, call: ToolCall, read: dict[str, Any] | str, *, session: str,
+    async def _run(self, call: ToolCall, read: ReadBack, *, session: str,
                    number: int, events: EventSink, cut: bool) -> ToolOutcome:
         name = call.function.name
         if isinstance(read, str):  # the replay shows the model a placeholder, not these

@@ -8,13 +8,13 @@ be built. The table in core.py sees event types, never payloads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from bxcore.chat import ToolCall
 from bxcore.errors import ErrorCode
 
 from ..inference.api import Completion
 from ..inference.errors import InferenceError
+from ..readback import ReadBack
 
 # --- events: what happened, each the outcome of the action before --------------------------
 
@@ -113,7 +113,7 @@ class RecordNotRun:
     ``RunTool``."""
 
     call: ToolCall
-    read: dict[str, Any] | str
+    read: ReadBack
     text: str
 
 
@@ -125,7 +125,7 @@ class RunTool:
     inside this call, so its arguments may be cut short."""
 
     call: ToolCall
-    read: dict[str, Any] | str
+    read: ReadBack
     cut: bool = False
 
 

@@ -12,7 +12,7 @@ from bxcore.canonical import canonical_text
 from bxcore.chat import ToolCall
 from bxcore.config import Config
 
-from ..readback import read_back
+from ..readback import ReadBack, read_back
 from .events import RecordNotRun, RunTool
 
 REPEATED = (
@@ -75,7 +75,7 @@ class Limits:
         return self._stopped
 
 
-def repeat_key(arguments: str, read: dict[str, Any] | str) -> str:
+def repeat_key(arguments: str, read: ReadBack) -> str:
     """Arguments as compared for a repeat: the object read back as JSON text in one form, so
     that other whitespace or key order is the same call (a small model writes the same call
     both ways), each number as the model is shown it; arguments that cannot be read back as

@@ -31,7 +31,6 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from bxcore.chat import ToolCall
 from bxcore.errors import ErrorCode
@@ -48,6 +47,7 @@ from bxcore.util import now_rfc3339
 from ..errors import TurnEnded
 from ..inference.api import ChatRequest, Completion, EventSink, Inference, cache_outcome
 from ..inference.errors import InferenceError, SessionFull, Unavailable, UnreadableOutput
+from ..readback import ReadBack
 from ..store import Session
 from ..tools.dispatch import ToolOutcome, ToolRunner, cap_text, not_run_outcome
 from .core import TurnCore, open_calls
@@ -168,7 +168,7 @@ class _Shell:
             return await self._loop.inference.chat(
                 dataclasses.replace(request, tool_choice="none"), self._events)
 
-    async def _tool(self, call: ToolCall, read: dict[str, Any] | str, refusal: str | None, *,
+    async def _tool(self, call: ToolCall, read: ReadBack, refusal: str | None, *,
                     cut: bool) -> ToolRecorded:
         """Run the call (``refusal`` None) or answer it with ``refusal``; append its result.
         ``read``: its arguments as the core read them. ``cut``: the token limit ended the
