@@ -116,7 +116,7 @@ def _written_file(path: Path, writable: list[tuple[str, Path]],
     roots = [source for _, source in writable] + list(retired)
     for entry in resolution_steps(str(path)):
         for source in roots:
-            if entry != source and entry.is_relative_to(source):
+            if _inside(entry, source):
                 return (f"the grant file's symlinks lead through {entry}, inside {source}, "
                         "which tools may write or have written: a tool could have written this "
                         "grant; keep grant files out of granted trees")
@@ -138,18 +138,24 @@ def retarget_risk(paths: list[str], writable: list[tuple[str, Path]],
     for written in paths:
         for entry in resolution_steps(written):
             for owner, source in writable:
-                if entry != source and entry.is_relative_to(source):
+                if _inside(entry, source):
                     return (f"{written} resolves through {entry}, inside the writable mount "
                             f"{source} of {owner}: a tool could replace it with a symlink "
                             "and re-target this grant at the next reload; grant a path outside "
                             "every writable mount")
             for source in retired:
-                if entry != source and entry.is_relative_to(source) and entry.is_symlink():
+                if _inside(entry, source) and entry.is_symlink():
                     return (f"{written} resolves through {entry}, a symlink inside {source}, "
                             "which tools have written (brokerd labels show): a tool may have "
                             "put it there to re-target this grant; grant the path it points "
                             "to, or remove the symlink")
     return None
+
+
+def _inside(entry: Path, root: Path) -> bool:
+    """Whether ``entry`` lies below ``root``: a tool that writes ``root`` can replace it (not
+    ``root`` itself, its own mount point)."""
+    return entry != root and entry.is_relative_to(root)
 
 
 def resolution_steps(path: str, links: int = 40) -> list[Path]:
