@@ -9,6 +9,8 @@ are bounded by ``[inference] retries`` per completion (counted from the ``retryi
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor, wait
+
 import pytest
 from support.llama import start_router, unload_model
 
@@ -48,9 +50,12 @@ CASES = [
     ([GARBAGE_SSE], "SSE line is not UTF-8"),
     ([GARBAGE], "done"),  # not HTTP: a protocol error, retried like a cut
 ]
+# Each stall waits its whole timeout out, so the two run at once, each in its own session on its
+# own slot (loopd's slot gate lets one request per slot through); a stall is not retried, so each
+# turn sends one chat request, and the proxy hands each its fault in turn.
 STALLS = [
-    ([STALL_AFTER], "liveness_timeout"),
-    ([STALL_BEFORE], "first_byte_timeout"),
+    ("f", [STALL_AFTER], "liveness_timeout"),
+    ("g", [STALL_BEFORE], "first_byte_timeout"),
 ]
 
 
@@ -64,13 +69,17 @@ def test_every_fault_ends_the_turn_clearly_and_the_session_goes_on(short_dir):
         proxy = FaultProxy(short_dir / "faults.sock", server.socket)
         with proxy, FaultStack(short_dir, proxy.path, roles=("inferproxy", "memoryd", "loopd"),
                                inference=INFERENCE) as stack:
-            first = stack.turn("f", "Say hello in one word.", resume=False)[-1]
-            assert first.kind == "turn_done", first
+            # g (the background slot) is for the second stall; its prompt is read here, while
+            # the timeouts are generous
+            for session, kind in (("f", "main"), ("g", "background")):
+                first = stack.turn(session, "Say hello in one word.", resume=False, kind=kind)[-1]
+                assert first.kind == "turn_done", first
             retries_seen, wrong = [], []
 
-            def case(number, faults, expected):
-                proxy.faults = list(faults)
-                frames = stack.turn("f", f"Say the number {number}.", resume=True, timeout=400)
+            def ask(session, number):
+                return stack.turn(session, f"Say the number {number}.", resume=True, timeout=400)
+
+            def judge(session, faults, expected, frames):
                 end = frames[-1]
                 retried = len(events_of(frames, "retrying"))
                 retries_seen.append(retried)
@@ -85,19 +94,28 @@ def test_every_fault_ends_the_turn_clearly_and_the_session_goes_on(short_dir):
                 for role in ("inferproxy", "memoryd", "loopd"):
                     assert stack.running[role].pid and _alive(stack, role), stack.log(role)
                 proxy.faults = [PASS]
-                after = stack.turn("f", "Say yes.", resume=True)[-1]
+                after = stack.turn(session, "Say yes.", resume=True)[-1]
                 assert after.kind == "turn_done", (faults, after, stack.log("loopd"))
 
             for number, (faults, expected) in enumerate(CASES):
-                case(number, faults, expected)
+                proxy.faults = list(faults)
+                judge("f", faults, expected, ask("f", number))
             unload_model(server, "qwen-tools")
             frames = stack.turn("f", "Say hello again.", resume=True)
             assert frames[-1].kind == "turn_done", frames[-1]
             lost = events_of(frames, "cache_loss")
 
             stack.restart("loopd", inference=WARM)
-            for number, (faults, expected) in enumerate(STALLS, start=len(CASES)):
-                case(number, faults, expected)
+            with ThreadPoolExecutor(len(STALLS)) as pool:
+                stalled = []
+                for number, (session, faults, _) in enumerate(STALLS, start=len(CASES)):
+                    proxy.faults = list(faults)
+                    stalled.append(pool.submit(ask, session, number))
+                    while proxy.faults and not stalled[-1].done():  # until its request took it
+                        wait(stalled[-1:], timeout=0.05)
+                results = [turn.result() for turn in stalled]
+            for (session, faults, expected), frames in zip(STALLS, results, strict=True):
+                judge(session, faults, expected, frames)
             assert wrong == [], "\n".join(map(str, wrong))
             print(f"inference faults: {len(CASES) + len(STALLS)} cases, "
                   f"{proxy.tally.chats} chat requests, injected {proxy.tally.injected}, "
