@@ -10,15 +10,18 @@ the very moment the server gives it up.
 
 The tests make "late" deterministic: inferproxy is stopped (SIGSTOP) while the server closes the
 idle connection, and continued only once the client has sent its request (httpcore's trace).
+The four tests' clients, each on its own connections, share one such wait (``reused``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -67,92 +70,108 @@ class Traced(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
+@dataclass
+class Client:
+    """One scenario's client: its traced transport and the request it makes twice."""
+
+    transport: Traced
+    get: Callable[[], Awaitable[Any]]
+
+
 async def reuse_after_the_server_closed(
-    proxy: RunningProxy, keep_alive: float, transport: Traced, get: Any
-) -> Any:
-    """GET once (the connection is pooled), let the server close it while inferproxy is stopped,
-    GET again, and continue inferproxy only after that request was sent."""
-    await get()
-    transport.sent.clear()
-    transport.events.clear()
+    proxy: RunningProxy, keep_alive: float, clients: dict[str, Client]
+) -> dict[str, Any]:
+    """Each client GETs once (its connection is pooled); the server closes them all while
+    inferproxy is stopped; each sends its request again, and inferproxy continues only after
+    every one was sent. Each client's second answer, or the exception it ended in."""
+    await asyncio.gather(*(client.get() for client in clients.values()))
+    for client in clients.values():
+        client.transport.sent.clear()
+        client.transport.events.clear()
     os.kill(proxy.process.pid, signal.SIGSTOP)
     try:
         await asyncio.sleep(keep_alive + 1.0)  # the server's own timeout, announced above
-        second = asyncio.ensure_future(get())
-        await asyncio.wait_for(transport.sent.wait(), 60)
+        second = [asyncio.ensure_future(client.get()) for client in clients.values()]
+        await asyncio.wait_for(asyncio.gather(
+            *(client.transport.sent.wait() for client in clients.values())), 60)
     finally:
         os.kill(proxy.process.pid, signal.SIGCONT)
-    return await asyncio.wait_for(second, 60)
+    answers = await asyncio.wait_for(asyncio.gather(*second, return_exceptions=True), 60)
+    return dict(zip(clients, answers, strict=True))
 
 
-def test_a_plain_client_reusing_a_connection_the_server_closed_gets_no_response(stack):
-    """The failure the self-test saw, reproduced: not a fault of the server or the proxy, which
-    both close correctly, but of reusing a pooled connection without retrying."""
+@pytest.fixture(scope="module")
+def reused(stack: tuple[RunningProxy, float]) -> dict[str, tuple[Any, list[str]]]:
+    """The four clients of the tests below, each on its own connections, through one wait for
+    the server's keep-alive (the wait is the tests' cost; what each client does is its own):
+    name -> (its second answer or exception, its transport's trace of that request)."""
     proxy, keep_alive = stack
 
-    async def scenario() -> None:
-        transport = Traced(httpx.AsyncHTTPTransport(uds=str(proxy.socket), limits=LONG_EXPIRY))
-        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+    async def ignore(_event: Any) -> None:
+        return None
 
-            async def get() -> httpx.Response:
+    async def scenario() -> dict[str, tuple[Any, list[str]]]:
+        def pooled() -> Traced:
+            return Traced(httpx.AsyncHTTPTransport(uds=str(proxy.socket), limits=LONG_EXPIRY))
+
+        plain, retrying, chat = pooled(), pooled(), pooled()
+        default = Traced(unix_transport(proxy.socket))  # what loopd's client uses by default
+        async with contextlib.AsyncExitStack() as opened:
+            http = await opened.enter_async_context(
+                httpx.AsyncClient(transport=plain, base_url="http://proxy"))
+
+            async def loopds(transport: Traced, section: InferenceSection) -> InferenceClient:
+                return await opened.enter_async_context(
+                    InferenceClient(section, transport=transport))
+
+            async def plain_get() -> httpx.Response:
                 return (await http.get("/props")).raise_for_status()
 
-            with pytest.raises(httpx.RemoteProtocolError, match="Server disconnected without"):
-                await reuse_after_the_server_closed(proxy, keep_alive, transport, get)
+            retrying_client = await loopds(retrying, InferenceSection())
+            default_client = await loopds(default, InferenceSection())
+            chat_client = await loopds(chat, InferenceSection(retries=0, model="smol"))
+            ask = ChatRequest(messages=(UserMessage(content="Say hi."),), tools=(), slot=0,
+                              session="keepalive", max_tokens=2, tool_choice="none")
+            clients = {
+                "plain": Client(plain, plain_get),
+                "retrying": Client(retrying, lambda: retrying_client.get_json("/props")),
+                "default": Client(default, lambda: default_client.get_json("/props")),
+                "chat": Client(chat, lambda: chat_client.chat(ask, ignore)),
+            }
+            answers = await reuse_after_the_server_closed(proxy, keep_alive, clients)
+        return {name: (answers[name], clients[name].transport.events) for name in clients}
 
-    asyncio.run(scenario())
-
-
-def test_loopds_client_retries_a_get_once_on_a_connection_the_server_closed(stack):
-    proxy, keep_alive = stack
-
-    async def scenario() -> Any:
-        transport = Traced(httpx.AsyncHTTPTransport(uds=str(proxy.socket), limits=LONG_EXPIRY))
-        async with InferenceClient(InferenceSection(), transport=transport) as client:
-            return await reuse_after_the_server_closed(
-                proxy, keep_alive, transport, lambda: client.get_json("/props")
-            )
-
-    assert "default_generation_settings" in asyncio.run(scenario())
+    return asyncio.run(scenario())
 
 
-def test_loopds_client_gives_up_idle_connections_well_before_the_server_does(stack):
+def test_a_plain_client_reusing_a_connection_the_server_closed_gets_no_response(reused):
+    """The failure the self-test saw, reproduced: not a fault of the server or the proxy, which
+    both close correctly, but of reusing a pooled connection without retrying."""
+    answer, _ = reused["plain"]
+    assert isinstance(answer, httpx.RemoteProtocolError), answer
+    assert "Server disconnected without" in str(answer)
+
+
+def test_loopds_client_retries_a_get_once_on_a_connection_the_server_closed(reused):
+    answer, _ = reused["retrying"]
+    assert not isinstance(answer, BaseException), answer
+    assert "default_generation_settings" in answer
+
+
+def test_loopds_client_gives_up_idle_connections_well_before_the_server_does(stack, reused):
     """The race itself is avoided: the pool drops a connection idle for KEEPALIVE_EXPIRY, well
     within the server's keep-alive, so the second GET goes out once, on a new connection."""
-    proxy, keep_alive = stack
+    _, keep_alive = stack
     assert keep_alive / 2 >= KEEPALIVE_EXPIRY
-
-    async def scenario() -> list[str]:
-        transport = Traced(unix_transport(proxy.socket))  # what the client uses by default
-        async with InferenceClient(InferenceSection(), transport=transport) as client:
-            await reuse_after_the_server_closed(
-                proxy, keep_alive, transport, lambda: client.get_json("/props")
-            )
-        return transport.events
-
-    events = asyncio.run(scenario())
+    answer, events = reused["default"]
+    assert not isinstance(answer, BaseException), answer
     assert events.count("http11.send_request_headers.started") == 1
     assert "connection.connect_unix_socket.complete" in events
 
 
-def test_loopds_client_sends_a_completion_once_more_on_a_connection_the_server_closed(stack):
+def test_loopds_client_sends_a_completion_once_more_on_a_connection_the_server_closed(reused):
     """A completion request that met a closed connection got no answer at all: it goes out once
     more on a new connection, even with ``retries = 0`` (those are for what the server says)."""
-    proxy, keep_alive = stack
-
-    async def scenario() -> Any:
-        transport = Traced(httpx.AsyncHTTPTransport(uds=str(proxy.socket), limits=LONG_EXPIRY))
-        section = InferenceSection(retries=0, model="smol")
-        ask = ChatRequest(messages=(UserMessage(content="Say hi."),), tools=(), slot=0,
-                          session="keepalive", max_tokens=2, tool_choice="none")
-
-        async def ignore(_event: Any) -> None:
-            return None
-
-        async with InferenceClient(section, transport=transport) as client:
-            return await reuse_after_the_server_closed(
-                proxy, keep_alive, transport, lambda: client.chat(ask, ignore)
-            )
-
-    completion = asyncio.run(scenario())
+    completion, _ = reused["chat"]
+    assert not isinstance(completion, BaseException), completion
     assert completion.prompt_n + completion.cache_n > 0
