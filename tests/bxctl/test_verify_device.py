@@ -1,7 +1,7 @@
 """``bxctl verify-device`` end to end against the real llama-server router (serving/presets.ini,
 the tiny Qwen with the bare-JSON tool template) and a real inferproxy, as a deployed config
-names them, with the depths and trial counts scaled down (the full figures: the long profile's
-or the owner's run, docs/deploy.md).
+names them, with the depths, trial counts and slots scaled down (the full figures: the long
+profile's or the owner's run, docs/deploy.md).
 
 Properties: the command exits 0 on a server that keeps the contract; the document it writes
 has every section, every figure it promises, each with a numeric value; and nothing under the
@@ -24,11 +24,16 @@ from support.llama import proxied, start_router
 pytestmark = pytest.mark.real_server
 
 BXCTL = Path(sys.executable).parent / "bxctl"
-SCALED = ["--depths", "0,256,100000", "--new-tokens", "32", "--generate", "4",
+# Slots of half the presets' 4096 tokens: the deepest depth is capped to what fits a slot, and
+# reading that prompt uncached is most of the command's time here.
+SLOT_CONTEXT = 2048
+NEW_TOKENS = 32
+SCALED = ["--depths", "0,256,100000", "--new-tokens", str(NEW_TOKENS), "--generate", "4",
           "--tool-trials", "2", "--turns", "2", "--rewind-tokens", "128",
           "--reasoning-tokens", "8", "--queued-tokens", "4"]
 FIGURES = ("prompt processing at depth 0", "prompt processing at depth 256",
-           "prompt processing at depth 4,063 (capped", "uncached prompt of",
+           f"prompt processing at depth {SLOT_CONTEXT - NEW_TOKENS - 1:,} (capped",
+           "uncached prompt of",
            "generation, one active session", "generation, 2 active sessions",
            "tool calls parsed", "cache reuse: tokens of earlier prompts re-read",
            "queued request: seconds to its first event", "rewind: tokens of the shared prefix")
@@ -53,7 +58,8 @@ def deployed(directory: Path, router_socket: Path, infer_socket: Path) -> Path:
         f'[inferproxy]\nsocket = "{infer_socket}"\nupstream = "unix:{router_socket}"\n'
         f'[inference]\nmodel = "qwen-tools"\nmax_tokens = 64\nliveness_timeout = 600.0\n'
         f'[inference.sampling]\ntemperature = 0.0\n'
-        f'[inference.serving]\nslot_count = 2\nper_slot_context = 4096\nkv_cache_type = "f16"\n'
+        f'[inference.serving]\nslot_count = 2\nper_slot_context = {SLOT_CONTEXT}\n'
+        f'kv_cache_type = "f16"\n'
         f'[loop]\nregistry = "{registry(directory)}"\nmemory = "off"\n')  # no memoryd here
     return config
 
@@ -66,7 +72,8 @@ def registry(directory: Path) -> Path:
 
 
 def test_verify_device_writes_every_section_and_figure_and_touches_no_owner_state():
-    with tempfile.TemporaryDirectory(prefix="bx-vd-") as scratch, start_router() as router, \
+    with tempfile.TemporaryDirectory(prefix="bx-vd-") as scratch, \
+            start_router("-c", str(2 * SLOT_CONTEXT)) as router, \
             proxied(router.socket) as infer:
         directory = Path(scratch)
         config = deployed(directory, router.socket, infer)
