@@ -31,7 +31,7 @@ from loopd.inference import (
     Unavailable,
     UnreadableOutput,
 )
-from loopd.inference.request import session_marker
+from loopd.inference.markers import legacy_marker
 from loopd.inference.retry import backoff_delay
 
 from .fake_server import (
@@ -115,8 +115,8 @@ async def test_every_request_carries_the_contract_fields():
     assert body["model"] == "qwen-tools" and body["reasoning_control"] is True
     assert (body["temperature"], body["top_p"], body["top_k"]) == (0.6, 0.95, 20)
     assert body["max_tokens"] == 48
-    assert body["messages"] == [  # the session's marker first: test_slot_switch.py
-        {"role": "system", "content": session_marker("s1") + "sys"},
+    assert body["messages"] == [  # a session without a marker: test_slot_switch.py
+        {"role": "system", "content": legacy_marker("s1") + "sys"},
         {"role": "user", "content": "hi"},
     ]
     assert body["tools"] == [TOOL.as_openai_tool()]

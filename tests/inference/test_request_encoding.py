@@ -42,7 +42,7 @@ def test_a_growing_session_encodes_each_message_once(encoded):
     for n in range(5):
         _turn(messages, n)
         body = request_body(_request(messages), section)
-        assert body["messages"] == marked("s1", [message_json(m) for m in messages])
+        assert body["messages"] == marked(None, "s1", [message_json(m) for m in messages])
     assert set(encoded) == {id(m) for m in messages}
     assert set(encoded.values()) == {1}
 

@@ -8,9 +8,9 @@ counts one token per character. Each slot holds the last prompt plus what was ge
 assistant message the next request should replay); ``cache_n`` is the length of the common
 prefix of a new prompt with what the slot holds, exactly as a prefix cache reuses tokens. So if
 loopd changes one earlier byte, ``cache_n`` falls and the loop records a CacheLoss. A prompt
-that keeps less than half of what its slot holds moves the held one into a host-RAM cache and
-takes the best match from there first, as the real server does (``--cache-ram`` on, slot
-similarity on: tests/inference/test_real_slot_switch.py).
+that does not extend all that its slot holds moves the held one into a host-RAM cache and takes
+the best match from there first, as the real server does with ``--cache-ram`` on and
+``--slot-prompt-similarity 1`` (serving/presets.ini; tests/inference/test_real_slot_switch.py).
 
 The chunks are built with the inference tests' chunk helpers, which are checked against the
 real server's recordings.
@@ -94,7 +94,7 @@ class CachingServer:
         """What the slot reuses for ``prompt``, after the RAM cache swapped sessions if due."""
         held = self.slots.get(slot, "")
         cache_n = common_prefix(prompt, held)
-        if held and cache_n < len(held) / 2:
+        if held and cache_n < len(held):
             self.ram.append(held)
             best = max(self.ram, key=lambda kept: common_prefix(prompt, kept))
             if common_prefix(prompt, best) > cache_n:

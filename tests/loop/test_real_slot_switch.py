@@ -1,6 +1,8 @@
 """Two threads taking turns on the main slot of a real ``loopd serve`` (through inferproxy, on
 the real llama-server), with a request another client sends on that slot and a loopd restart
-between turns: every completion of a thread reads only what is new to it. Read from the Usage
+between turns: the second thread's first completion finds the baseline the first left and reads
+only its own message, and every completion of a thread after its first reads only what is new
+to it. Read from the Usage
 records loopd wrote, as an owner would check it (tests/inference/test_real_slot_switch.py shows
 the server's mechanism and the other cases).
 """
@@ -20,6 +22,9 @@ from .real_stack import real_stack
 pytestmark = pytest.mark.real_server
 
 A, B = "thread-a", "thread-b"
+# B's first request beyond the baseline: its marker, "Name a colour." and the template's lines
+# around them, with room to spare (the baseline, system prompt and tools, is far longer).
+OWN = 32
 LONG = " ".join(f"Line {n}: the boiler was serviced in week {n} and works." for n in range(50))
 
 
@@ -56,5 +61,6 @@ def test_threads_interleaved_with_a_foreign_request_and_a_restart_read_only_new_
     assert [len(usages[A]), len(usages[B])] == [3, 3], types
     assert "cache_loss" not in types[A] + types[B]
     assert usages[A][0].prompt_n > 600  # A is long: a re-read would be far above the slack
+    assert usages[B][0].prompt_n <= OWN < usages[B][0].cache_n, usages[B][0]
     assert max(rereads(usages[A]) + rereads(usages[B])) <= SLACK, (
         rereads(usages[A]), rereads(usages[B]))

@@ -26,13 +26,20 @@ def _check_time(value: str) -> str:
 Time = Annotated[Text, AfterValidator(_check_time)]
 
 
-class SessionStart(Model):
+class SessionStart(OptionalKeys):
+    """``marker`` is the whitespace the session's first user message starts with, after the
+    baseline (loopd/inference/markers.py), the same in every epoch. A log written before it
+    existed has no ``marker`` key, so those lines keep their bytes."""
+
     type: Literal["session_start"] = "session_start"
     time: Time
     session: SessionId
     epoch: Count
     slot: Count
     baseline: Text  # sha256 of the epoch's baseline file, algorithm-tagged
+    marker: Text | None = None
+
+    OMITTED_WHEN_NONE = ("marker",)
 
 
 class User(OptionalKeys):

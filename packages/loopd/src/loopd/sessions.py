@@ -42,6 +42,7 @@ from .epochs import COMPACT_INSTRUCTION, Baselines, BaselineSource, EpochSetting
 from .errors import AlreadyTaken, SessionBusy, SessionExists
 from .inference.api import ChatRequest, EventSink
 from .inference.errors import InferenceError, SessionFull
+from .inference.markers import MarkerBook
 from .inference.serving import ServingSettings
 from .memory import IdentityFiles, Memory
 from .session import SessionCore
@@ -85,6 +86,7 @@ class Sessions:
         slots: SlotSection, memory: Memory | None = None,
         epochs: EpochSettings | None = None, kept_sessions: int = KEPT_SESSIONS,
         serving: Callable[[], Awaitable[ServingSettings]] | None = None,
+        markers: MarkerBook | None = None,
     ):
         self.store = store
         self.epochs = epochs or EpochSettings()
@@ -97,6 +99,7 @@ class Sessions:
         self._kept: OrderedDict[str, Session] = OrderedDict()
         self._kept_max = kept_sessions
         self._serving = serving
+        self._markers = markers
 
     async def run(self, turn: Turn, events: EventSink, *, rounds: int | None = None
                   ) -> wire.TurnDone:
@@ -153,6 +156,25 @@ class Sessions:
         while len(self._kept) > self._kept_max:
             self._kept.popitem(last=False)
 
+    def used(self, session: Session) -> None:
+        """``session`` takes a turn: its marker is the most recently used (inference/markers.py)."""
+        if self._markers is not None:
+            self._markers.used(session.id, session.marker, session.opening)
+
+    async def new_marker(self, session: str, opening: str) -> str | None:
+        """A new session's marker, its first token apart from the recent sessions'
+        (inference/markers.py); None (the legacy form, which shares nothing with other sessions)
+        without a book, when the recent sessions hold every key, or when the server cannot
+        tokenize."""
+        if self._markers is None:
+            return None
+        try:
+            return await self._markers.new(session, opening)
+        except InferenceError as exc:
+            log.warning("session %s: no marker (the server did not tokenize: %s); its prompt "
+                        "starts with a legacy one and shares no baseline", session, exc)
+            return None
+
     def drop(self, session_id: str) -> None:
         self._kept.pop(session_id, None)
 
@@ -204,9 +226,9 @@ class _Shell:
         if sessions.store.exists(turn.session):
             raise SessionExists(f"session {turn.session} exists already")
         baseline = await sessions.new_baseline(turn.session, 0, None)
-        session = sessions.store.create(turn.session, baseline,
-                                        slot=sessions.slot_for(turn.session_kind),
-                                        time=self._loop.now())
+        session = sessions.store.create(
+            turn.session, baseline, slot=sessions.slot_for(turn.session_kind),
+            time=self._loop.now(), marker=await sessions.new_marker(turn.session, turn.content))
         await sessions.record_serving(session)
         return self._opened(session)
 
@@ -217,6 +239,7 @@ class _Shell:
     def _opened(self, session: Session) -> LogRead:
         self._open = session
         self._sessions.keep(session)
+        self._sessions.used(session)
         return LogRead(log=_epoch_log(session))
 
     async def _summary_cap(self) -> int | None:
@@ -235,8 +258,8 @@ class _Shell:
         session = self._session
         request = ChatRequest(
             messages=action.messages, tools=tuple(session.baseline.tools), slot=session.slot,
-            session=session.id, max_tokens=action.max_tokens, tool_choice="none",
-            thinking=False,
+            session=session.id, marker=session.marker, max_tokens=action.max_tokens,
+            tool_choice="none", thinking=False,
         )
         try:
             return SummaryWritten(completion=await self._loop.inference.chat(

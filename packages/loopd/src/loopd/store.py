@@ -18,10 +18,19 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from bxcore.ids import check_session_id
-from bxcore.records import Assistant, EpochEnd, SessionStart, ToolResult, Usage
+from bxcore.records import (
+    Assistant,
+    EpochEnd,
+    SessionStart,
+    ToolResult,
+    Usage,
+    User,
+    parse_record,
+)
 from bxcore.taint import CLEAN, Taint
 from bxcore.util import fsync_dir, sha256, write_all
 
@@ -60,6 +69,7 @@ class Session:
         self.id = session_id
         self.epoch = epoch
         self.slot = start.slot
+        self.marker = start.marker  # None: logged before markers were recorded (legacy form)
         self.baseline = baseline
         self.directory = directory
         self.log_path = log_path(directory, epoch)
@@ -85,6 +95,11 @@ class Session:
     def messages(self) -> tuple[ChatMessage, ...]:
         """``messages(baseline, records)``, kept up to date as records are appended."""
         return tuple(self._messages)
+
+    @property
+    def opening(self) -> str:
+        """The epoch's first user message, its marker's neighbour ('' before it is logged)."""
+        return _opening(self._records)
 
     @property
     def last_usage(self) -> Usage | None:
@@ -162,7 +177,8 @@ class SessionStore:
             shutil.rmtree(path)
         return [path.name for path in left]
 
-    def create(self, session_id: str, baseline: Baseline, *, slot: int, time: str) -> Session:
+    def create(self, session_id: str, baseline: Baseline, *, slot: int, time: str,
+               marker: str | None = None) -> Session:
         """A new session in epoch 0. It appears whole or not at all: both files are written in
         a hidden directory, made durable, then renamed into place."""
         final = self.directory(session_id)
@@ -172,7 +188,8 @@ class SessionStore:
         staging = self.root / f"{STAGING}{session_id}-{secrets.token_hex(4)}"
         staging.mkdir(mode=0o750)
         try:
-            data, start, line = _epoch_start(session_id, 0, baseline, slot=slot, time=time)
+            data, start, line = _epoch_start(session_id, 0, baseline, slot=slot, time=time,
+                                             marker=marker)
             _write_new(baseline_path(staging, 0), data)
             _write_new(log_path(staging, 0), line)
             fsync_dir(staging)
@@ -200,7 +217,8 @@ class SessionStore:
         if not closed.closed:
             raise CorruptSession(f"{closed.log_path}: the epoch is not closed")
         epoch = closed.epoch + 1
-        data, start, line = _epoch_start(closed.id, epoch, baseline, slot=closed.slot, time=time)
+        data, start, line = _epoch_start(closed.id, epoch, baseline, slot=closed.slot, time=time,
+                                         marker=closed.marker)
         _replace(baseline_path(closed.directory, epoch), data)
         target = log_path(closed.directory, epoch)
         if target.exists():
@@ -233,6 +251,29 @@ class SessionStore:
         except ValueError as exc:
             raise CorruptSession(f"{path}: not a serving record: {exc}") from None
 
+    def recent_markers(self, limit: int) -> list[tuple[str, str | None, str]]:
+        """(session, marker, first user message) of the ``limit`` sessions whose current log was
+        written last, oldest first (marker None: the legacy one); sessions whose log does not
+        parse are left out (the book only keeps markers apart)."""
+        if not self.root.is_dir():
+            return []
+        latest = []
+        for directory in self.root.iterdir():
+            if directory.name.startswith(STAGING) or not directory.is_dir():
+                continue
+            with contextlib.suppress(CorruptSession, OSError):
+                path = log_path(directory, _current_epoch(directory))
+                latest.append((path.stat().st_mtime_ns, directory.name, path))
+        found: list[tuple[str, str | None, str]] = []
+        for _, session_id, path in sorted(latest)[-limit:]:
+            with contextlib.suppress(OSError, ValueError), path.open("rb") as file:
+                start = SessionStart.model_validate_json(file.readline())
+                # the first user message is the next line or a few lines on
+                opening = next((r for r in map(parse_record, file) if isinstance(r, User)), None)
+                found.append((session_id, start.marker,
+                              "" if opening is None else opening.content))
+        return found
+
     def open(self, session_id: str) -> Session:
         """Read a session's current epoch: its baseline from the baseline file (checked against
         the hash in ``session_start``) and every record of its log."""
@@ -259,13 +300,17 @@ class SessionStore:
         )
 
 
+def _opening(records: Sequence[Record]) -> str:
+    return next((r.content for r in records if isinstance(r, User)), "")
+
+
 def _epoch_start(
-    session_id: str, epoch: int, baseline: Baseline, *, slot: int, time: str
+    session_id: str, epoch: int, baseline: Baseline, *, slot: int, time: str, marker: str | None
 ) -> tuple[bytes, SessionStart, bytes]:
     """An epoch's baseline file bytes, its session_start, and that record's line."""
     data = baseline.to_json()
     start = SessionStart(time=time, session=session_id, epoch=epoch, slot=slot,
-                         baseline=sha256(data))
+                         baseline=sha256(data), marker=marker)
     return data, start, encode_record(start)
 
 

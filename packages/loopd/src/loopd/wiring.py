@@ -34,6 +34,7 @@ from .inference.api import Inference
 from .inference.budget import ServerTokens
 from .inference.client import InferenceClient
 from .inference.errors import InferenceError
+from .inference.markers import RECENT, MarkerBook, Tokenize
 from .inference.passed import PASSED_PROBES, PassedProbes
 from .inference.serving import ServingSettings, fetch_serving
 from .memory import IdentityFiles, Memory, MemoryLink
@@ -125,7 +126,8 @@ async def serve(parts: LoopParts, client: InferenceClient) -> int:
     try:
         return await sockets.serve(
             parts.config, parts.source, lambda: startup_checks(client, parts.baselines, passed),
-            lambda: sessions(parts, client, lambda: fetch_serving(client), ServerTokens(client)))
+            lambda: sessions(parts, client, lambda: fetch_serving(client), ServerTokens(client),
+                             client.tokenize))
     finally:
         await client.aclose()
         await parts.memory.aclose()
@@ -153,13 +155,16 @@ async def run_report(config: Config, config_path: Path, which: str) -> int:
 
 async def sessions(parts: LoopParts, inference: Inference,
                    serving: ServingSource | None = None,
-                   counter: TokenCounter | None = None) -> Sessions:
+                   counter: TokenCounter | None = None,
+                   tokenize: Tokenize | None = None) -> Sessions:
     """The sessions loop.sock serves, after the start-up checks passed: the turn loop, the
     session store (what a crash left half-created removed), the epochs' settings (the per-slot
     context from ``serving`` when the config does not set it, and what changed since the latest
     session began printed), every new baseline fitted to the budget by ``counter`` (and the
     model's identity writes checked against it), and the tool port over broker.sock, whose
-    allowed delegate calls run their child in these same sessions (subagents.py)."""
+    allowed delegate calls run their child in these same sessions (subagents.py). With
+    ``tokenize`` (the server's), each new session gets a marker apart from those of the sessions
+    whose logs were written last (inference/markers.py)."""
     store = SessionStore(parts.config.paths.home)
     for name in store.remove_staging():
         log.warning("removed %s: a session whose creation a crash interrupted", name)
@@ -173,6 +178,7 @@ async def sessions(parts: LoopParts, inference: Inference,
         log.warning("the per-slot context is unknown ([inference.serving] per_slot_context is "
                     "not set and the server did not say): sessions are never compacted, and end "
                     "with session_full when their slot is full")
+    markers = None if tokenize is None else MarkerBook(tokenize, store.recent_markers(RECENT))
 
     def served(children: Subagents) -> Sessions:
         port = BrokerPort(parts.config.served("broker").path, children=children)
@@ -183,7 +189,7 @@ async def sessions(parts: LoopParts, inference: Inference,
         return Sessions(
             store=store, loop=loop, new_baseline=baselines,
             slots=parts.config.inference.slots, memory=parts.memory, epochs=epochs,
-            serving=serving,
+            serving=serving, markers=markers,
         )
 
     return Subagents(served).sessions

@@ -32,7 +32,10 @@ class ChatRequest:
     messages: tuple[ChatMessage, ...]
     tools: tuple[ToolSchema, ...]
     slot: int
-    session: str  # for errors, logs, the encoding cache and the marker its prompt starts with
+    session: str  # for errors, logs and the encoding cache
+    # The session's marker, put after the baseline (inference/markers.py); None: a session logged
+    # before markers were recorded, whose system message starts with its legacy marker.
+    marker: str | None = None
     max_tokens: int | None = None  # overrides [inference].max_tokens for this request
     tool_choice: str | None = None  # "auto" (the server's default), "required" or "none"
     thinking: bool = True  # False: ask the server not to think (a request parameter, not prompt)

@@ -283,6 +283,15 @@ class InferenceClient:
         params.setdefault("model", self.section.model)
         return await self._json("GET", path, self.section.first_byte_timeout, params=params)
 
+    async def tokenize(self, text: str) -> list[int]:
+        """The configured model's tokens of ``text`` (the server's ``/tokenize``)."""
+        answer = await self.post_json("/tokenize", {"model": self.section.model, "content": text})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise ServerRejected(f"POST /tokenize: no token list in {str(answer)[:200]}",
+                                 status=200)
+        return tokens
+
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
         return await self._json("POST", path, self.section.first_byte_timeout, json=body)
 

@@ -1,16 +1,28 @@
-"""Each session's marker: the line its first user message starts with, after the shared baseline
-(docs/decisions/new-thread-on-the-baseline.md).
+"""Each session's marker: the whitespace its first user message starts with, after the shared
+baseline (docs/decisions/new-thread-on-the-baseline.md).
 
 Every session's prompt is the baseline (system message and tools, the same bytes in every session
-of one baseline), then its marker, then its own messages. A new session finds the baseline in the
-slot and processes only the rest. The server picks, for each request, the RAM-cache entry that
-shares the longest prefix with the prompt, and a loaded entry leaves the cache: so a new session
-whose prompt shared even one token past the baseline with a kept session's would take that
-session's entry. Markers therefore differ from each other at one fixed token, their *key*: the
-first token after ``PREFIX``, as the server's own tokenizer (``/tokenize``) splits it. Every new
-session gets a key that no session in the book (the ``RECENT`` most recently used) has; a
-session's marker is recorded in its ``session_start``, so it is the same after a restart, and the
-book is filled again from the logs at start.
+of one baseline, and the template's role line of the first user message), then its marker, then
+its own messages. A new session finds the baseline in the slot and processes only the rest. The
+server picks, for each request, the RAM-cache entry that shares the longest prefix with the
+prompt, over what the slot holds, and a loaded entry leaves the cache: so a new session whose
+prompt shared even one token past the baseline with a kept session's, and not with the held one,
+could take that session's entry. Markers therefore keep the sessions' first tokens after the
+baseline apart: each session's *key* is that token, as the server's tokenizer (``/tokenize``)
+splits the template's separator, the marker and the start of the message together (the runs merge:
+a message that starts with whitespace changes its marker's key). A new session gets a key that
+none of the sessions used last holds (as many of them as there are keys), the one held longest
+ago first; when they hold every key, it gets none and keeps the legacy marker, reading its own
+copy of the baseline once rather than risking a return of one of them re-reading its own part
+(docs/decisions/new-thread-on-the-baseline.md, the crowded case). A session's marker is recorded
+in its ``session_start``, so it is the same after a restart, and the book is filled again from
+the logs at start.
+
+Markers are whitespace, not words: with a word after the baseline the default 1.5B stopped calling
+tools in its first chat; it reads past blank lines. Qwen's tokenizer gives ``MARKERS`` 25
+different first tokens: a run of newlines merges with the separator into one token (2 to 12
+newlines), some lines of spaces or tabs between the separator and a newline too, and leading
+spaces start with the separator's own token, which makes them all one key.
 
 A session logged before markers were recorded has none: it keeps the old form, a hash of its id at
 the start of its system message (``legacy_marker``), so its prompt and cache stay as they were.
@@ -23,48 +35,22 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from bxcore.util import sha256
 
-PREFIX = "[thread"
-# Sessions whose markers are kept apart: fewer than the words' distinct keys (WORDS has 246
-# words), so a new session always finds a free one. A server whose RAM cache keeps more threads
-# than this may give a new thread the entry of the 129th most recently used.
+# What the chat template puts between a user message's role and its content (ChatML, as every
+# template in serving/templates/: "<|im_start|>user\n"); a marker's run merges with it.
+SEPARATOR = "\n"
+# Tried in this order. The first two are the ones the default 1.5B was seen to read past in its
+# first chat; each other gives Qwen's tokenizer another first token (the separator's "\n" then
+# it, before a word): newlines, and blank lines of spaces or tabs, that are one token with it.
+MARKERS = ("\n\n", "   ", "\n", *("\n" * n for n in range(3, 12)),
+           *(" " * n + "\n" for n in (1, 2, 3, 4, 5, 6, 8, 12, 16)),
+           *("\t" * n + "\n" for n in (1, 2, 3, 4)))
+# Sessions whose keys the book knows: more than MARKERS' keys, so that when every key is held the
+# least recently used one is given, not one forgotten by a busy day.
 RECENT = 128
-# Common words: the model reads one at the start of each thread, so nothing odd. Each is tried in
-# turn; one whose key another word already has is skipped.
-WORDS = (
-    "Acorn", "Adder", "Alder", "Almond", "Amber", "Anchor", "Anvil", "Apple", "Apricot", "Arch",
-    "Arrow", "Aspen", "Aster", "Atlas", "Autumn", "Badger", "Bagel", "Bamboo", "Banjo",
-    "Barley", "Basil", "Beacon", "Beaver", "Beech", "Bell", "Berry", "Birch", "Bison",
-    "Blossom", "Bluebell", "Boat", "Bonnet", "Bramble", "Brass", "Breeze", "Brick", "Bridge",
-    "Brook", "Buffalo", "Bugle", "Butter", "Button", "Cabin", "Cactus", "Camel", "Candle",
-    "Canoe", "Canyon", "Carrot", "Castle", "Cedar", "Cello", "Chalk", "Cherry", "Chestnut",
-    "Cider", "Cinnamon", "Clover", "Cobalt", "Coconut", "Comet", "Compass", "Copper", "Coral",
-    "Cotton", "Cougar", "Crane", "Cricket", "Crystal", "Cypress", "Daisy", "Dawn", "Delta",
-    "Desert", "Dolphin", "Dove", "Dragon", "Drum", "Dune", "Eagle", "Ebony", "Echo", "Elder",
-    "Elm", "Ember", "Emerald", "Falcon", "Feather", "Fern", "Fiddle", "Fig", "Finch", "Flint",
-    "Flute", "Forest", "Fossil", "Fox", "Frost", "Galaxy", "Garden", "Garnet", "Gazelle",
-    "Ginger", "Glacier", "Goose", "Granite", "Grape", "Gravel", "Harbor", "Harp", "Hazel",
-    "Heron", "Hickory", "Hill", "Honey", "Hornet", "Horizon", "Iris", "Island", "Ivory", "Ivy",
-    "Jade", "Jasmine", "Jasper", "Juniper", "Kettle", "Kiwi", "Lagoon", "Lantern", "Larch",
-    "Lark", "Laurel", "Lava", "Lemon", "Lily", "Lime", "Linen", "Lion", "Lotus", "Magnet",
-    "Magpie", "Mango", "Maple", "Marble", "Meadow", "Melon", "Mercury", "Mint", "Mirror",
-    "Moose", "Moss", "Mountain", "Mulberry", "Nectar", "Nest", "Nickel", "Nutmeg", "Oak",
-    "Oasis", "Ocean", "Olive", "Onyx", "Orange", "Orchid", "Otter", "Owl", "Oyster", "Paddle",
-    "Palm", "Panda", "Panther", "Paper", "Parrot", "Peach", "Pearl", "Pebble", "Pelican",
-    "Pepper", "Piano", "Pine", "Planet", "Plum", "Pond", "Poplar", "Poppy", "Prairie", "Puffin",
-    "Pumpkin", "Quartz", "Quill", "Rabbit", "Radish", "Rain", "Raven", "Reed", "Ribbon",
-    "River", "Robin", "Rocket", "Rose", "Ruby", "Saffron", "Sage", "Salmon", "Sand", "Sapphire",
-    "Satin", "Sequoia", "Shadow", "Shell", "Silver", "Sparrow", "Spruce", "Squirrel", "Star",
-    "Stone", "Storm", "Summit", "Sun", "Swan", "Sycamore", "Thistle", "Thunder", "Tiger",
-    "Timber", "Topaz", "Tulip", "Tundra", "Turtle", "Valley", "Velvet", "Violet", "Violin",
-    "Walnut", "Walrus", "Whale", "Wheat", "Willow", "Wind", "Winter", "Wolf", "Wren", "Yarrow",
-    "Yew", "Zebra", "Zinc",
-)
+KEYS_CACHED = 4096  # (marker, message start) pairs tokenized, kept per process
 
 Tokenize = Callable[[str], Awaitable[Sequence[int]]]
-
-
-def marker_text(word: str) -> str:
-    return f"{PREFIX} {word}]\n"
+Key = int
 
 
 def legacy_marker(session: str) -> str:
@@ -73,59 +59,70 @@ def legacy_marker(session: str) -> str:
     return f"[session {sha256(session.encode()).removeprefix('sha256:')[:10]}]\n"
 
 
-def key_of(prefix_tokens: Sequence[int], marker_tokens: Sequence[int]) -> int | None:
-    """The token a marker differs from others at: the first after ``PREFIX``'s tokens; None if the
-    marker does not start with those tokens (its word merged into the prefix) or ends there."""
-    n = len(prefix_tokens)
-    if list(marker_tokens[:n]) != list(prefix_tokens) or len(marker_tokens) <= n:
-        return None
-    return marker_tokens[n]
+def message_start(message: str) -> str:
+    """What of a message can change its marker's key: its leading whitespace and the next
+    character (the tokenizer's split of a whitespace run depends on whether it ends the text)."""
+    rest = message.lstrip()
+    return message[: len(message) - len(rest) + 1]
+
+
+def key_of(tokens: Sequence[int]) -> int | None:
+    """The key of a session whose separator, marker and message start are ``tokens``: the first."""
+    return tokens[0] if tokens else None
 
 
 class MarkerBook:
     """The markers of the ``RECENT`` most recently used sessions, and a new one for a new session.
 
-    ``tokenize`` is the server's ``/tokenize``; each marker's key is asked for once per process.
+    ``tokenize`` is the server's ``/tokenize``; each (marker, message start) is asked once.
     """
 
-    def __init__(self, tokenize: Tokenize, recent: Iterable[tuple[str, str]] = (),
-                 *, size: int = RECENT):
+    def __init__(self, tokenize: Tokenize,
+                 recent: Iterable[tuple[str, str | None, str]] = (), *, size: int = RECENT):
         self._tokenize = tokenize
         self._size = size
-        self._recent: OrderedDict[str, str] = OrderedDict()
-        self._keys: dict[str, int | None] = {}
-        self._prefix: Sequence[int] | None = None
-        for session, marker in recent:  # oldest first
-            self.used(session, marker)
+        # session: its marker (None: the legacy one, no key) and its message start
+        self._recent: OrderedDict[str, tuple[str | None, str]] = OrderedDict()
+        self._keys: dict[tuple[str, str], Key | None] = {}
+        for session, marker, opening in recent:  # oldest first
+            self.used(session, marker, opening)
 
-    def used(self, session: str, marker: str) -> None:
-        """``session`` (with ``marker``) took a turn: it is the most recently used."""
-        self._recent[session] = marker
+    def used(self, session: str, marker: str | None, opening: str) -> None:
+        """``session`` (with ``marker``, its first user message ``opening``) took a turn: it is
+        the most recently used."""
+        if session not in self._recent:
+            self._recent[session] = (marker, message_start(opening))
         self._recent.move_to_end(session)
         while len(self._recent) > self._size:
             self._recent.popitem(last=False)
 
-    async def new(self, session: str) -> str:
-        """A marker for a new session whose key differs from every kept session's; when every
-        word's key is taken (more than the pool's kept sessions), the least recently used
-        session's marker."""
-        taken: set[int | None] = set()
-        for marker in self._recent.values():
-            taken.add(await self._key(marker))
-        chosen = None
-        for marker in map(marker_text, WORDS):  # each tokenized once, when first reached
-            key = await self._key(marker)
-            if key is not None and key not in taken:
-                chosen = marker
-                break
-        if chosen is None:
-            chosen = next(iter(self._recent.values()))
-        self.used(session, chosen)
-        return chosen
+    async def new(self, session: str, opening: str) -> str | None:
+        """A marker for a new session whose first user message is ``opening``: of ``MARKERS``'
+        keys, one that none of the sessions used last holds, as many of them as there are keys
+        (a new session among them would take that session's cache entry if it is the shorter);
+        the one held longest ago, a never held one first. None (the legacy marker: this session
+        reads its own baseline once) when every key is held there."""
+        start = message_start(opening)
+        markers: dict[Key, str] = {}  # each key's first marker
+        for marker in MARKERS:
+            key = await self._key(marker, start)
+            if key is not None:
+                markers.setdefault(key, marker)
+        latest: dict[Key, int] = {}  # key: how many sessions were used after its latest holder
+        for since, (kept, held) in enumerate(reversed(self._recent.values())):
+            key = None if kept is None else await self._key(kept, held)
+            if key is not None:
+                latest.setdefault(key, since)
+        free = [key for key in markers if latest.get(key, len(markers)) >= len(markers)]
+        chosen = max(free, key=lambda key: latest.get(key, self._size), default=None)
+        given = None if chosen is None else markers[chosen]
+        self.used(session, given, opening)
+        return given
 
-    async def _key(self, marker: str) -> int | None:
-        if marker not in self._keys:
-            if self._prefix is None:
-                self._prefix = list(await self._tokenize(PREFIX))
-            self._keys[marker] = key_of(self._prefix, await self._tokenize(marker))
-        return self._keys[marker]
+    async def _key(self, marker: str, start: str) -> Key | None:
+        if (marker, start) not in self._keys:
+            if len(self._keys) >= KEYS_CACHED:
+                self._keys.clear()
+            tokens = await self._tokenize(SEPARATOR + marker + start)
+            self._keys[marker, start] = key_of(tokens)
+        return self._keys[marker, start]

@@ -11,13 +11,17 @@ false, which Qwen3-family templates such as Ornith's turn into a closed, empty t
 ``reasoning_budget_tokens`` 0, which makes the server close at once a think block the template
 forces open (serving/templates/chatml-think-open.jinja ignores the template switch).
 
-Every request's system message starts with the session's marker (``session_marker``), so two
-sessions' prompts share only the template's first few tokens. That is what makes the server keep
-a session that leaves the slot: when the prompt a slot holds and the incoming one share less than
-half of the held one, the server saves the held one into its host-RAM prompt cache and loads the
-incoming one from it (docs/decisions/slot-switch-ram-cache.md).
-Sharing Boxmaker's baseline made the server reuse the slot in place instead and lose the
-session it held.
+Every session's first user message starts with its marker (inference/markers.py), after the
+baseline (the system message and the tools, which the template renders before it), so all
+sessions' prompts share exactly the baseline: a new thread finds it in the slot and processes only
+its own tokens. A session keeps its place through the server's host-RAM prompt cache, which saves
+the held session and loads the incoming one on every switch when slots are never matched by
+similarity (``--slot-prompt-similarity 1``; at the default 0.10 a held session sharing most of its
+prompt with the incoming one, as a short thread does through the baseline, is reused in place and
+lost). On a model that cannot rewind partially (hybrid or sliding-window attention), the server
+checkpoints the slot at the start of the first user message, the baseline's end, so a new thread
+rewinds to it (docs/decisions/new-thread-on-the-baseline.md). A session logged before markers were
+recorded keeps its legacy marker at the start of the system message.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from typing import Any
 
 from bxcore.chat import message_json
 from bxcore.config import InferenceSection
-from bxcore.util import sha256
 
 from .api import ChatMessage, ChatRequest
+from .markers import legacy_marker
 
 CHAT_PATH = "/v1/chat/completions"
 CONTROL_PATH = "/v1/chat/completions/control"
@@ -73,29 +77,30 @@ class _EncodedMessages:
 _ENCODED = _EncodedMessages()
 
 
-def session_marker(session: str) -> str:
-    """The line a session's system message starts with: a short hash of the session id, the same
-    in every request of the session (and across loopd restarts), different between sessions."""
-    return f"[session {sha256(session.encode()).removeprefix('sha256:')[:10]}]\n"
-
-
-def marked(session: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with the session's marker put first: at the start of the system message, or
-    as a system message of its own when there is none. The encoded dicts are shared between
-    requests, so the first one is copied, never changed."""
-    marker = session_marker(session)
-    if messages and messages[0].get("role") == "system" and isinstance(
-        messages[0].get("content"), str
-    ):
-        first = {**messages[0], "content": marker + messages[0]["content"]}
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": marker.rstrip()}, *messages]
+def marked(marker: str | None, session: str, messages: list[dict[str, Any]]
+           ) -> list[dict[str, Any]]:
+    """``messages`` with the session's marker put at the start of the first user message after
+    the leading system message, so everything before it (the baseline) is the same in every
+    session; with no such message, at the start of the system message, or as a system message of
+    its own. ``marker`` None: the session's legacy marker, at the start of the system message.
+    The encoded dicts are shared between requests, so the changed one is copied, never changed."""
+    first = 1 if messages and messages[0].get("role") == "system" else 0
+    if marker is None:
+        marker = legacy_marker(session)
+    elif (len(messages) > first and messages[first].get("role") == "user"
+            and isinstance(messages[first].get("content"), str)):
+        opened = {**messages[first], "content": marker + messages[first]["content"]}
+        return [*messages[:first], opened, *messages[first + 1:]]
+    if first and isinstance(messages[0].get("content"), str):
+        return [{**messages[0], "content": marker + messages[0]["content"]}, *messages[1:]]
+    return [{"role": "system", "content": marker.rstrip() or marker}, *messages]
 
 
 def request_body(request: ChatRequest, section: InferenceSection) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": section.model,
-        "messages": marked(request.session, _ENCODED.encode(request.session, request.messages)),
+        "messages": marked(request.marker, request.session,
+                           _ENCODED.encode(request.session, request.messages)),
         "stream": True,
         "stream_options": {"include_usage": True},
         "return_progress": True,

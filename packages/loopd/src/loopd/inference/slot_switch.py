@@ -1,22 +1,24 @@
 """The self-test's ``slot_switch`` check: a session that leaves its slot for another session comes
-back with its cache (docs/decisions/slot-switch-ram-cache.md).
+back with its cache, and a new session starts on the baseline the slot holds
+(docs/decisions/new-thread-on-the-baseline.md).
 
 Main sessions share one slot, so every reply in another thread switches it. The server keeps
 the session that leaves only through its host-RAM prompt cache, and only when it is on
-(``--cache-ram`` not 0) and slots are matched by similarity (``--slot-prompt-similarity`` not
-0, which is also what makes it save a slot's prompt before another one replaces it). Neither
-setting shows in ``/props`` or ``/slots``, so the check tries it: on the background slot, probe
-session A, then probe session B with the same system text (as Boxmaker's sessions share their
-baseline), then A again, one message longer. A must come back with everything it had in the
-slot, bar ``SLACK`` tokens; the failure names the flags, and the one set to 0 where the router's
-``/models`` shows the model's command line.
+(``--cache-ram`` not 0) and slots are never matched by similarity (``--slot-prompt-similarity``
+1, so every switch saves the held session first: sessions share their baseline, and at a lower
+value a held session that is mostly the baseline is reused in place and lost). Neither setting
+shows in ``/props`` or ``/slots``, so the check tries it: on the background slot, probe session
+A, then probe session B with the same system text (as Boxmaker's sessions share their baseline),
+then A again, one message longer. A must come back with everything it had in the slot, bar
+``SLACK`` tokens, and B must have found the system text cached; the failure names the flags,
+and the one set wrong where the router's ``/models`` shows the model's command line.
 """
 
 from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bxcore.chat import SystemMessage, UserMessage
@@ -25,6 +27,7 @@ from bxcore.protocol.loop import TurnEventBody
 from .api import ChatRequest, Completion
 from .client import InferenceClient
 from .errors import InferenceError
+from .markers import MARKERS
 from .selftest import SelfTestCheck
 
 NAME = "slot_switch"
@@ -32,22 +35,26 @@ NAME = "slot_switch"
 # last one, and the template may render the replayed answer's end differently from how it was
 # generated (measured: 1 to 2 with the tiny Qwen).
 SLACK = 4
-# About 50 tokens of system text: a lost session re-reads all of it, over ten times the slack, and
-# the three requests stay cheap at every start (each probe session reads it: they share only the
-# template's first tokens).
+# About 50 tokens of system text, read once (B finds it cached), and A's own part of about 30
+# tokens: a lost A re-reads at least that, several times the slack.
 PROBE_SYSTEM = "You are a terse assistant checking a model server. " + " ".join(
     f"Rule {n}: answer in one short line and never repeat the question back." for n in range(2)
 )
-FLAGS = {
-    "--cache-ram": ("-cram", "the host-RAM prompt cache is off", "--cache-ram 8192 (the default)"),
+PROBE_A = ("Name a colour that is common in nature, such as the colour of the sky, of grass or "
+           "of the sea, in one word.")
+# flag: (short form, what is wrong, the fix, whether a value is wrong)
+FLAGS: dict[str, tuple[str, str, str, Callable[[float], bool]]] = {
+    "--cache-ram": ("-cram", "the host-RAM prompt cache is off", "--cache-ram 8192 (the default)",
+                    lambda value: value == 0.0),
     "--slot-prompt-similarity": (
-        "-sps", "slots are not matched by similarity, so a slot's prompt is never saved before "
-        "another replaces it", "--slot-prompt-similarity 0.10 (the default)",
+        "-sps", "slots are matched by similarity, so a session sharing most of its prompt with "
+        "the next one (the baseline) is reused in place and lost instead of saved",
+        "--slot-prompt-similarity 1", lambda value: value < 1.0,
     ),
 }
 HOW_TO_FIX = (
     "the server must run with its host-RAM prompt cache on (--cache-ram, not 0; default 8192 "
-    "MiB) and slot similarity on (--slot-prompt-similarity, not 0; default 0.10)"
+    "MiB) and slots never matched by similarity (--slot-prompt-similarity 1; default 0.10)"
 )
 
 
@@ -55,31 +62,37 @@ async def _ignore(_event: TurnEventBody) -> None:
     return None
 
 
-def _probe(client: InferenceClient, session: str, messages: Sequence[Any]) -> ChatRequest:
+def _probe(client: InferenceClient, session: str, marker: str, messages: Sequence[Any]
+           ) -> ChatRequest:
     return ChatRequest(
         messages=tuple(messages), tools=(), session=session, max_tokens=1, tool_choice="none",
-        slot=client.section.slots.background, thinking=False,
+        slot=client.section.slots.background, thinking=False, marker=marker,
     )
 
 
 async def slot_switch_check(client: InferenceClient) -> SelfTestCheck:
-    """Three probe requests on the background slot: A, B, then A one message longer."""
+    """Three probe requests on the background slot: A, B, then A one message longer. A and B
+    have the first two of loopd's markers, whose first tokens differ (markers.py); the system
+    text starts with a nonce, so nothing an earlier check left in the cache is found."""
     tag = secrets.token_hex(4)
-    a = f"self-test-switch-a-{tag}"
-    b = f"self-test-switch-b-{tag}"
-    opening = [SystemMessage(content=PROBE_SYSTEM), UserMessage(content="Name a colour.")]
+    a, b = f"self-test-switch-a-{tag}", f"self-test-switch-b-{tag}"
+    system = SystemMessage(content=f"Check {tag}. {PROBE_SYSTEM}")
+    opening = [system, UserMessage(content=PROBE_A)]
     try:
-        first = await client.chat(_probe(client, a, opening), _ignore)
-        await client.chat(_probe(client, b, [opening[0], UserMessage(content="Name a fruit.")]),
-                          _ignore)
+        first = await client.chat(_probe(client, a, MARKERS[0], opening), _ignore)
+        other = await client.chat(
+            _probe(client, b, MARKERS[1], [system, UserMessage(content="Name a fruit.")]),
+            _ignore)
         longer = [*opening, first.message(), UserMessage(content="Another one.")]
-        back = await client.chat(_probe(client, a, longer), _ignore)
+        back = await client.chat(_probe(client, a, MARKERS[0], longer), _ignore)
     except InferenceError as exc:
         return SelfTestCheck(name=NAME, ok=False, detail=f"the probe requests failed: {exc}")
     reread = reread_tokens(first, back)
     detail = (f"a session back on its slot after another re-read {reread} of its "
-              f"{first.slot_tokens} tokens")
-    if reread <= SLACK:
+              f"{first.slot_tokens} tokens; a new one found {other.cache_n} tokens of the "
+              f"shared system text cached")
+    # B shares A's prompt up to A's marker: the system text, which is far longer than the slack
+    if reread <= SLACK and other.cache_n > SLACK:
         return SelfTestCheck(name=NAME, ok=True, detail=detail)
     return SelfTestCheck(name=NAME, ok=False, detail=f"{detail}: {await _diagnosis(client)}")
 
@@ -109,15 +122,16 @@ def flags_turned_off(models: Any, model: str) -> list[str]:
     if not isinstance(args, list):
         return []
     found = []
-    for flag, (short, meaning, fix) in FLAGS.items():
+    for flag, (short, meaning, fix, wrong) in FLAGS.items():
         for name, value in itertools.pairwise(args):
-            if name in (flag, short) and _is_zero(value):
+            number = _number(value)
+            if name in (flag, short) and number is not None and wrong(number):
                 found.append(f"{model} runs with {name} {value}: {meaning}; set {fix}")
     return found
 
 
-def _is_zero(value: Any) -> bool:
+def _number(value: Any) -> float | None:
     try:
-        return float(value) == 0.0
+        return float(value)
     except (TypeError, ValueError):
-        return False
+        return None

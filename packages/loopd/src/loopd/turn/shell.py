@@ -136,7 +136,8 @@ class _Shell:
         session = self._session
         request = ChatRequest(
             messages=session.messages, tools=tuple(session.baseline.tools), slot=session.slot,
-            session=session.id, tool_choice=action.tool_choice, thinking=action.thinking,
+            session=session.id, marker=session.marker, tool_choice=action.tool_choice,
+            thinking=action.thinking,
             reasoning_spent=action.reasoning_spent,
         )
         try:
