@@ -81,6 +81,7 @@ let
     containersConf = "${containersConf}";
     allow = egressOf role;
     credentialFiles = lib.mapAttrs (_: file: toString file) (roleCredentials role);
+    grantable = cfg.grantableTrees;
     # Every role reads the config directory at start and never again: a change to settings,
     # configFiles or systemPrompt is a new directory, and restarts the roles (not the tool
     # runtime, which reads none of it). Grants are re-read by brokerd on every change, and a
@@ -200,6 +201,19 @@ in
           host-wide ceiling. Empty means no tool call reaches any network.
         '';
       };
+    };
+
+    grantableTrees = lib.mkOption {
+      # No whitespace or ':': each is a word of BindReadOnlyPaths= and of podman's --volume.
+      type = lib.types.listOf (lib.types.strMatching "/[^[:space:]:]+");
+      default = [ ];
+      example = [ "/home/alice/notes" ];
+      description = ''
+        The trees your grants may mount. Each is bound read-only into brokerd's container at its
+        own path, so brokerd sees what it decides about: it pins each mount's source and checks
+        the symlinks on the way. A call whose mount lies outside every listed tree does not run
+        (brokerd cannot see it). Tool containers get only what each call's grant mounts.
+      '';
     };
 
     credentials = lib.mkOption {

@@ -25,12 +25,15 @@ let
   usedBy = role: builtins.filter (name: builtins.elem role manifest.sockets.${name}.clients) socketNames;
   isServerOrClient = role: name: builtins.elem name (servedBy role) || builtins.elem name (usedBy role);
 
-  # The same list as bxctl.stack.podman.volumes, in the same order.
-  volumes = role: credentials:
+  # The same list as bxctl.stack.podman.volumes, in the same order. `grantable`: the owner's
+  # trees grants may mount, bound read-only into the runner's container at their own paths so
+  # brokerd sees what it decides about (its symlink checks, its pins of each mount).
+  volumes = role: credentials: grantable:
     let r = manifest.roles.${role}; in
     map (name: bind (socketDir name) (if manifest.sockets.${name}.server == role then "rw" else "ro"))
       (builtins.filter (isServerOrClient role) socketNames)
-    ++ (if role == tools.runner then [ (bind toolRuntimeDir "ro") (bind toolScratchDir "rw") ] else [ ])
+    ++ (if role == tools.runner then [ (bind toolRuntimeDir "ro") (bind toolScratchDir "rw") ]
+        ++ map (tree: bind tree "ro") grantable else [ ])
     ++ map (s: bind (stateDir s.dir) (if s.writable then "rw" else "ro")) r.state
     ++ [ (bind paths.config_dir "ro") ]
     ++ (if r.grants then [ (bind paths.grants "ro") (bind paths.jobs "ro") ] else [ ])
@@ -65,14 +68,14 @@ let
   journalArgs = [ "--volume=${bind journalSocket "rw"}" "--env=BOXMAKER_LOG=journal" ];
 
   # The same list as bxctl.stack.podman.podman_args; `journal`: the unit's own additions.
-  podmanArgs = { role, image, credentials ? null, journal ? false }:
+  podmanArgs = { role, image, credentials ? null, journal ? false, grantable ? [ ] }:
     let r = manifest.roles.${role}; in
     [
       "run" "--rm" "--replace" "--name=${containerName role}" "--pull=never"
       "--sdnotify=container" "--network=${r.network}" "--read-only" "--cap-drop=ALL"
       "--security-opt=no-new-privileges" "--user=0:0" "--uts=host"
     ]
-    ++ map (v: "--volume=${v}") (volumes role credentials)
+    ++ map (v: "--volume=${v}") (volumes role credentials grantable)
     ++ map (e: "--env=${e}") (environment role credentials)
     ++ (if journal then journalArgs else [ ])
     ++ [ image ] ++ r.command ++ [ "--config" configPath ];
@@ -139,15 +142,16 @@ let
   # [Service] of one role's unit. Lists become one line per element, as NixOS renders them.
   # `podman`: the podman binary; `imageName`, `imageArchive`, `digestEnv`: the role's image
   # (an OCI archive and a file BOXMAKER_IMAGE_DIGEST=sha256:...); `allow`: IPAddressAllow=
-  # entries for roles whose egress is restricted; `credentialFiles`: id -> encrypted file.
+  # entries for roles whose egress is restricted; `credentialFiles`: id -> encrypted file;
+  # `grantable`: the owner's trees the runner's container binds read-only (volumes, above).
   serviceConfig = { role, podman, imageName, imageArchive, digestEnv, containersConf
-                  , allow ? [ ], credentialFiles ? { } }:
+                  , allow ? [ ], credentialFiles ? { }, grantable ? [ ] }:
     let
       r = manifest.roles.${role};
       credentialIds = builtins.attrNames credentialFiles;
       credentials = if credentialIds == [ ] then null else credentialsDirOf role;
       args = podmanArgs {
-        inherit role credentials;
+        inherit role credentials grantable;
         journal = true;
         # systemd puts the digest in at start: the unit is written before the image is built.
         image = "${imageName}@\${BOXMAKER_IMAGE_DIGEST}";
@@ -178,6 +182,12 @@ let
     }
     // (if credentialIds == [ ] then { } else {
       LoadCredentialEncrypted = map (id: "${id}:${credentialFiles.${id}}") credentialIds;
+    })
+    # The grantable trees its container binds: under /home they must be in the unit's view,
+    # which otherwise has none of it; read-only, and nothing else of /home.
+    // (if role != tools.runner || grantable == [ ] then { } else {
+      ProtectHome = "tmpfs";
+      BindReadOnlyPaths = grantable;
     });
 
   # The containers.conf every unit adds to the host's (CONTAINERS_CONF_OVERRIDE): crun, and no

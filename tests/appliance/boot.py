@@ -249,14 +249,15 @@ class Install:
                         "-", str(target)], input=secret, check=True, capture_output=True)
         return f"{CREDENTIALS}/{name}.cred"
 
-    def unit(self, role: str, allow: list[str], credentials: dict[str, str]) -> None:
+    def unit(self, role: str, allow: list[str], credentials: dict[str, str],
+             grantable: list[str]) -> None:
         given = " ".join(f"{k} = {nix_string(v)};" for k, v in credentials.items())
         unit = nix_eval(
             f"{lib_expression()}.unit {{ role = {nix_string(role)}; podman = {PODMAN}; "
             f'imageName = "localhost/boxmaker/{role}"; imageArchive = "{IMAGES}/{role}/image.tar"; '
             f'digestEnv = "{IMAGES}/{role}/digest.env"; '
             f'containersConf = "{CONTAINERS_CONF}"; allow = {_nix_list(allow)}; '
-            f"credentialFiles = {{ {given} }}; }}"
+            f"credentialFiles = {{ {given} }}; grantable = {_nix_list(grantable)}; }}"
         )
         self._write(f"boxmaker-{role}", unit)
 

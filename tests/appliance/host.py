@@ -39,7 +39,8 @@ def install(root: Path, appliance: Appliance, runtime: str) -> None:
     for role in ROLES:
         given = {"mattermost_token": token} if "mattermost_token" in (
             manifest.roles[role].credentials) else {}  # fmt: skip
-        setup.unit(role, EGRESS.get(manifest.roles[role].egress, []), given)
+        setup.unit(role, EGRESS.get(manifest.roles[role].egress, []), given,
+                   grantable=[str(NOTE.parent)])  # services.boxmaker.grantableTrees
     setup.sockets()
     setup.tool_runtime()
     for directory in (manifest.paths.config_dir, manifest.paths.grants, manifest.paths.jobs):

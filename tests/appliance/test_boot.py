@@ -362,7 +362,8 @@ def test_consult_reaches_a_fake_endpoint_through_the_egress_proxy_with_its_crede
     credential = setup.credential("consult_key", key.encode() + b"\n")
     with fake_cloud() as cloud:
         endpoint = f"http://127.0.0.1:{cloud.port}/v1/chat/completions"
-        setup.unit("brokerd", ["127.0.0.1"], {"consult_key": credential})
+        setup.unit("brokerd", ["127.0.0.1"], {"consult_key": credential},
+                   grantable=[str(NOTE.parent)])
         config = booted.root / CONFIG.relative_to("/")
         config.write_text(config.read_text() + textwrap.dedent(f"""\
             [consult]

@@ -93,6 +93,19 @@ def test_the_credential_reaches_only_the_role_the_manifest_gives_it_to(system):
     assert loaded == ["mattermost_token:/etc/boxmaker/credentials/mattermost_token.cred"]
 
 
+def test_the_grantable_trees_are_bound_read_only_into_the_runners_unit_and_container_only():
+    trees = ["/home/alice/notes", "/srv/docs"]
+    services = nix_eval(evaluate(with_setting(
+        f"services.boxmaker.grantableTrees = [ {' '.join(map(nix_string, trees))} ];"),
+        ".services"))
+    for name, unit in services.items():
+        service = unit["serviceConfig"]
+        runner = name == f"boxmaker-{MANIFEST.tools.runner}"
+        volumes = [w for w in exec_words(service["ExecStart"]) if w.startswith("--volume=")]
+        assert all((f"--volume={t}:{t}:ro" in volumes) == runner for t in trees), name
+        assert (service.get("BindReadOnlyPaths") == trees) == runner, name
+
+
 def test_every_role_is_a_system_user_in_the_shared_group_and_the_owner_joins_both_groups(system):
     for role in ROLES:
         user = system["users"][f"boxmaker-{role}"]
@@ -159,6 +172,10 @@ def test_a_setting_of_the_right_toml_type_but_wrong_for_bxcore_fails_the_config_
         ("services.boxmaker.settings.loop.max_turns = null;",  # TOML has no null
          "services.boxmaker.settings.loop.max_turns"),
         ('services.boxmaker.enable = "yes";', "services.boxmaker.enable"),
+        # A word of BindReadOnlyPaths= and of podman's --volume: absolute, no space, no ':'.
+        ('services.boxmaker.grantableTrees = [ "/home/alice/my notes" ];',
+         "services.boxmaker.grantableTrees"),
+        ('services.boxmaker.grantableTrees = [ "notes" ];', "services.boxmaker.grantableTrees"),
         ('services.boxmaker.rolez = [ "loopd" ];', "services.boxmaker.rolez"),
         ('systemd.services.boxmaker-loopd.serviceConfig.Restart = "sometimes";',
          "systemd.services.boxmaker-loopd.serviceConfig"),

@@ -34,7 +34,7 @@ pytestmark = [
 ]
 
 
-def unit_of(role: str) -> dict:
+def unit_of(role: str, grantable: tuple[str, ...] = ()) -> dict:
     allow = EGRESS.get(MANIFEST.roles[role].egress, [])
     credentials = " ".join(
         f"{name} = {nix_string(f'/etc/boxmaker/credentials/{name}.cred')};"
@@ -44,7 +44,8 @@ def unit_of(role: str) -> dict:
         f"{lib_expression()}.unit {{ role = {nix_string(role)}; podman = {nix_string(PODMAN)}; "
         f'imageName = "localhost/boxmaker/{role}"; imageArchive = "/nix/store/x-image/image.tar"; '
         f'digestEnv = "/nix/store/x-image/digest.env"; containersConf = "/etc/boxmaker/c.conf"; '
-        f"allow = {nix_string_list(allow)}; credentialFiles = {{ {credentials} }}; }}"
+        f"allow = {nix_string_list(allow)}; credentialFiles = {{ {credentials} }}; "
+        f"grantable = {nix_string_list(list(grantable))}; }}"
     )
 
 
@@ -162,21 +163,31 @@ def test_network_roles_reach_only_their_peer_and_listen_on_no_port():
         assert "PrivateNetwork" not in service
 
 
-def test_the_unit_runs_exactly_the_launcher_arguments_with_the_digest_put_in_by_systemd():
+@pytest.mark.parametrize("role", ["gatewayd", "brokerd"])
+def test_the_unit_runs_exactly_the_launcher_arguments_with_the_digest_put_in_by_systemd(role):
+    """The same arguments from lib.nix and bxctl's launcher, the owner's grantable trees too
+    (bound read-only into the runner's container only)."""
     from bxctl.stack import podman_args
 
-    service = unit_of("gatewayd")["serviceConfig"]
-    credentials = "/run/credentials/boxmaker-gatewayd.service"
-    image = "localhost/boxmaker/gatewayd@sha256:" + "0" * 64
-    expected = podman_args(MANIFEST, "gatewayd", image=image, credentials=credentials)
+    trees = ("/home/alice/notes", "/srv/shared-docs")
+    service = unit_of(role, trees)["serviceConfig"]
+    named = MANIFEST.roles[role].credentials
+    credentials = f"/run/credentials/boxmaker-{role}.service" if named else None
+    image = f"localhost/boxmaker/{role}@sha256:" + "0" * 64
+    expected = podman_args(MANIFEST, role, image=image, credentials=credentials, grantable=trees)
     at = expected.index(image)
-    expected[at] = "localhost/boxmaker/gatewayd@${BOXMAKER_IMAGE_DIGEST}"
+    expected[at] = f"localhost/boxmaker/{role}@${{BOXMAKER_IMAGE_DIGEST}}"
     # What only a unit adds: journald's socket and the flag that says to use it (bxcore.logs).
     expected[at:at] = [f"--volume={JOURNAL}:{JOURNAL}:rw", "--env=BOXMAKER_LOG=journal"]
     assert exec_words(service["ExecStart"]) == [PODMAN, *expected]
-    assert service["LoadCredentialEncrypted"] == [
-        "mattermost_token:/etc/boxmaker/credentials/mattermost_token.cred"
-    ]
+    bound = [f"--volume={tree}:{tree}:ro" for tree in trees]
+    runner = role == MANIFEST.tools.runner
+    assert all((v in expected) == runner for v in bound)
+    # The unit sees them (read-only) only where its container binds them, and no other /home.
+    assert service.get("BindReadOnlyPaths") == (list(trees) if runner else None)
+    assert service["ProtectHome"] == ("tmpfs" if runner else "yes")
+    assert service.get("LoadCredentialEncrypted", []) == [
+        f"{name}:/etc/boxmaker/credentials/{name}.cred" for name in named]
     assert service["EnvironmentFile"] == "/nix/store/x-image/digest.env"
 
 

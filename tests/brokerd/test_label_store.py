@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
 from brokerd.audit import entries
 from brokerd.cli import main
-from brokerd.errors import LabelError
-from brokerd.labels import PLAIN, Label, Reach
+from brokerd.errors import FlowRefused, LabelError
+from brokerd.labels import PLAIN, Label, Reach, join_all
 from brokerd.labelstore import LabelStore, held
 from brokerd.policy import Decision
+from brokerd.writeperiods import WritePeriods, changed_while_writing
 from brokerd_support import call_tool, make_rig, request, write
 from bxcore.tools import DataClass, ToolResponse
 from click.testing import CliRunner
@@ -186,3 +188,72 @@ def test_labels_show_and_an_audited_lower(tmp_path):
     assert cli.invoke(main, ["audit", "verify", "--config", str(config)]).exit_code == 0
     assert LabelStore(tmp_path / "home" / "broker" / "labels.jsonl").labels() == \
         {"/work": PLAIN}
+
+
+READS_ONLY = Reach(frozenset({"/data"}), frozenset(), SECRET)
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=12))
+def test_the_write_periods_cover_every_moment_a_call_that_writes_runs(tmp_path_factory, steps):
+    """Calls that write and calls that only read start and end in any order (each step starts
+    one, or ends the oldest running): every moment a writing call runs lies in a recorded
+    period, the file parses back to what was written, and no period opens for reads alone."""
+    home = tmp_path_factory.mktemp("periods")
+    periods = WritePeriods(home / "write-periods")
+    store = LabelStore(home / "labels.jsonl", periods)
+    running: list[tuple[int, bool]] = []
+    moments: list[int] = []
+    for call, (begins, writes) in enumerate(steps):
+        if begins or not running:
+            running.append((store.start(WRITES_WORK if writes else READS_ONLY,
+                                        session="s", call=call), writes))
+        else:
+            store.finish(running.pop(0)[0])
+        if any(w for _, w in running):
+            moments.append(time.time_ns())
+    recorded = periods.read()
+    assert all(changed_while_writing(m, recorded) for m in moments)
+    assert bool(recorded) == bool(moments)
+    for token, _ in running:
+        store.finish(token)
+    assert all(p.end is not None for p in periods.read())
+
+
+def test_a_period_a_killed_brokerd_left_open_ends_at_the_next_start_and_a_torn_edge_is_cut(
+        tmp_path):
+    path = tmp_path / "write-periods"
+    store = LabelStore(tmp_path / "labels.jsonl", WritePeriods(path))
+    store.start(WRITES_WORK, session="s", call=1)  # and brokerd is killed
+    (begun,) = WritePeriods(path).read()
+    assert begun.end is None and changed_while_writing(time.time_ns() + 10**12, (begun,))
+    path.write_bytes(path.read_bytes() + b"end 12")  # torn mid-append
+    WritePeriods(path).close_unfinished()
+    (ended,) = WritePeriods(path).read()
+    assert ended.begin == begun.begin and ended.end is not None
+    path.write_bytes(b"begin 1\nbegin 2\n")
+    with pytest.raises(LabelError, match=f"{path}:2: 'begin' where the last period is open"):
+        WritePeriods(path).read()
+
+
+@settings(max_examples=40)
+@given(st.integers(1, 5), st.lists(st.sampled_from([SECRET, PLAIN, Label(DataClass.PUBLIC,
+                                                                          True)]), max_size=8))
+def test_no_more_calls_run_than_the_cap_and_a_refusal_carries_what_reached_the_running(
+        tmp_path_factory, cap, sessions):
+    """Each session's call starts while the earlier ones run: the first ``cap`` run, every
+    later one is refused, labelled with what reached the running calls (whether it ran tells
+    of them)."""
+    store = LabelStore(tmp_path_factory.mktemp("cap") / "labels.jsonl", max_running=cap)
+    tokens = []
+    for call, taint in enumerate(sessions):
+        reach = Reach(frozenset({f"/r{call}"}), frozenset(), taint)
+        if len(tokens) < cap:
+            tokens.append(store.start(reach, session=f"s{call}", call=call))
+            continue
+        with pytest.raises(FlowRefused, match="max_running_calls") as refused:
+            store.start(reach, session=f"s{call}", call=call)
+        assert refused.value.consulted.covers(join_all(sessions[:cap]))
+    for token in tokens:
+        store.finish(token)
+    store.finish(store.start(WRITES_WORK, session="after", call=99))

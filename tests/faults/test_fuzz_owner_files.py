@@ -17,6 +17,7 @@ from pathlib import Path
 
 from brokerd.errors import JobError
 from brokerd.jobs import JobFile, parse_job, read_job
+from brokerd.ownerfiles import ToolReach
 from bxcore.config import Config, load_config, parse_config
 from bxcore.errors import ConfigError
 from hypothesis import given
@@ -95,7 +96,7 @@ def test_any_bytes_in_a_job_file_give_a_job_or_a_job_error(data, name):
     path = SCRATCH / f"{name}.toml"
     path.write_bytes(data)
     try:
-        read_job(path)
+        read_job(path, ToolReach())
     except JobError as exc:
         refused_naming(exc, str(path))
     finally:

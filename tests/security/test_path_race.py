@@ -198,7 +198,7 @@ def test_a_swapped_symlink_never_leads_a_file_tool_outside_the_globs(caller):
         top = Path(tempfile.mkdtemp(prefix="bx-race-"))
         try:
             mount, file, component, link = plant(top, shape)
-            grant, _ = read_grant(grant_file(top, mount))
+            _, grant, _ = read_grant(grant_file(top, mount))
             swapper = Swapper(component, link)
             try:
                 for number, (tool, from_top) in enumerate(calls, start=1):
@@ -267,7 +267,7 @@ def test_a_swapped_symlink_never_leads_fs_write_outside_the_globs(caller):
             if os.geteuid() == 0:  # the tool's uid must be able to write there
                 for path in (pub, *pub.rglob("*")):
                     os.lchown(path, caller.uid, caller.uid)
-            grant, _ = read_grant(write_grant_file(top, pub))
+            _, grant, _ = read_grant(write_grant_file(top, pub))
             before = untouchable(top, pub)
             swapper = Swapper(component, link)
             try:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from brokerd.grantstore import load_grants
+from brokerd.ownerfiles import ToolReach
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from faults.stack import BIN
 
@@ -209,10 +210,11 @@ def test_a_grant_through_the_owners_symlinks_into_a_writable_mount_is_refused(
     assert "reader.toml" in str(error) and f"{work}/sub" in str(error), error
 
     (grants / "shell.toml").unlink()  # retired: what stands there now decides
-    assert [g.name for g in load_grants(grants, written={str(work): False}).grants] == ["reader"]
+    retired = ToolReach({str(work): False})
+    assert [g.name for g in load_grants(grants, reach=retired).grants] == ["reader"]
     (work / "sub").rename(work / "sub.old")
     (work / "sub").symlink_to(tmp_path)
-    assert load_grants(grants, written={str(work): False}).grants == ()
+    assert load_grants(grants, reach=retired).grants == ()
 
 
 @pytest.mark.parametrize("retired", [False, True], ids=["writable", "retired"])
@@ -230,9 +232,9 @@ def test_a_grant_file_that_is_a_symlink_into_a_written_tree_is_refused(tmp_path,
                                             argument=("path", "paths", f"{tmp_path}/x/**"),
                                             sandbox=""))
     (grants / "reader.toml").symlink_to(work / "reader.toml")
-    loaded = load_grants(grants, written={str(work): False} if retired else None)
+    loaded = load_grants(grants, reach=ToolReach({str(work): False}) if retired else None)
     assert "reader" not in [g.name for g in loaded.grants]
-    assert any("reader.toml" in str(e) and "symlink" in str(e) for e in loaded.errors), loaded
+    assert any("reader.toml" in str(e) and "reached through" in str(e) for e in loaded.errors), loaded
 
 
 def test_a_grant_file_with_a_second_name_is_refused(tmp_path):
@@ -267,11 +269,12 @@ def test_a_grant_file_owned_by_the_uid_tools_run_as_is_refused(tmp_path):
                                               argument=("path", "paths", f"{tmp_path}/x/**"),
                                               sandbox=""))
     os.chown(grants / "reader.toml", DEFAULT_SANDBOX_UID, DEFAULT_SANDBOX_UID)
-    loaded = load_grants(grants, tools_uid=DEFAULT_SANDBOX_UID)
+    loaded = load_grants(grants, reach=ToolReach(tools_uid=DEFAULT_SANDBOX_UID))
     assert "reader" not in [g.name for g in loaded.grants]
     assert any("reader.toml" in str(e) and "tools run as" in str(e) for e in loaded.errors)
     os.chown(grants / "reader.toml", 0, 0)
-    assert "reader" in [g.name for g in load_grants(grants, tools_uid=DEFAULT_SANDBOX_UID).grants]
+    tools = ToolReach(tools_uid=DEFAULT_SANDBOX_UID)
+    assert "reader" in [g.name for g in load_grants(grants, reach=tools).grants]
 
 
 def test_a_grant_file_whose_symlinks_pass_through_a_written_tree_is_refused(tmp_path):

@@ -23,6 +23,7 @@ from .harness_code import code_paths
 from .jobs import check_schedule, job_path, job_paths, read_job
 from .labels import Label
 from .labelstore import LabelStore, held
+from .ownerfiles import ToolReach
 from .taint import TaintStore, rebuild
 
 CONFIG = click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -102,9 +103,8 @@ def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> No
     directory = directory or config.broker.grants_dir()  # type: ignore[union-attr]
     protected = code_paths(None) if config is None else \
         wiring.harness_paths(config, os.environ, config_path)
-    written = None if config is None else LabelStore(wiring.labels_file(config)).written()
-    found = load_grants(directory, protected, written,
-                        None if config is None else wiring.tools_uid(config))
+    found = load_grants(directory, protected,
+                        None if config is None else wiring.recorded_reach(config))
     if as_json:
         click.echo(json.dumps({
             "grants": {g.name: explain_grant(g) for g in found.grants},
@@ -214,11 +214,13 @@ def jobs_check(config_path: Path, directory: Path | None) -> None:
 
     Example: brokerd jobs check --dir /etc/boxmaker/jobs
     """
-    directory = directory or load_config(config_path).broker.jobs_dir()
+    config = load_config(config_path) if directory is None or config_path.is_file() else None
+    directory = directory or config.broker.jobs_dir()  # type: ignore[union-attr]
+    reach = ToolReach() if config is None else wiring.recorded_reach(config)
     failed = False
     for path in job_paths(directory):
         try:
-            job = read_job(path)
+            job = read_job(path, reach)
         except JobError as exc:
             click.echo(f"REFUSED: {exc}", err=True)
             failed = True
@@ -241,7 +243,8 @@ def jobs_show(config_path: Path, name: str) -> None:
 
     Example: brokerd jobs show morning-notes
     """
-    job = read_job(job_path(load_config(config_path).broker.jobs_dir(), name))
+    config = load_config(config_path)
+    job = read_job(job_path(config.broker.jobs_dir(), name), wiring.recorded_reach(config))
     click.echo(json.dumps(vars(job), sort_keys=True))
 
 

@@ -23,8 +23,8 @@ from typing import Annotated
 from bxcore.config import describe
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._files import read_text, toml_files
 from .errors import JobError
+from .ownerfiles import ToolReach, read_owner_file, toml_files, tool_hand
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 MAX_JOB_FILE = 64 * 1024
@@ -66,8 +66,14 @@ def parse_job(text: str, source: str | Path) -> Job:
     return Job(name, entry.ask, entry.schedule, entry.description)
 
 
-def read_job(path: Path) -> Job:
-    return parse_job(read_text(path, MAX_JOB_FILE, JobError, "a job"), path)
+def read_job(path: Path, reach: ToolReach) -> Job:
+    """The job in ``path``; JobError if it is broken, or a tool could have written it (its ask
+    becomes the owner's message of a new, clean session: attack 31k, K11)."""
+    file = read_owner_file(path, MAX_JOB_FILE, JobError, "a job")
+    why = tool_hand(file, reach)
+    if why is not None:
+        raise JobError(f"{path}: {why}; this job does not run")
+    return parse_job(file.text, path)
 
 
 def job_path(directory: Path, name: str) -> Path:

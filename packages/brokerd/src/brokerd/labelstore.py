@@ -35,6 +35,7 @@ from pydantic import Field, ValidationError
 
 from .errors import FlowRefused, LabelError
 from .labels import Label, Reach, join_all, seen, settle
+from .writeperiods import WritePeriods
 
 
 class LabelLine(Model):
@@ -63,8 +64,15 @@ class Running:
 
 
 class LabelStore:
-    def __init__(self, path: Path):
+    """``periods``: where the times calls that can write run are recorded (serve's; None for
+    the CLI's reads). ``max_running``: calls that may run at once (attack 31k, K6: each holds
+    about eight descriptors, and a model can keep a hundred running)."""
+
+    def __init__(self, path: Path, periods: WritePeriods | None = None,
+                 max_running: int | None = None):
         self.path = path
+        self.periods = periods
+        self.max_running = max_running
         self._labels: dict[str, Label] = {}
         self._running: dict[int, Running] = {}
         self._tokens = itertools.count(1)
@@ -92,6 +100,12 @@ class LabelStore:
         the raises cannot be written: then nothing is raised and the call must not run."""
         with self._lock:
             running = list(self._running.values())
+            if self.max_running is not None and len(running) >= self.max_running:
+                busy = join_all(r.exposure for r in running)  # whether it runs depends on them
+                raise FlowRefused(f"{len(running)} calls are running, the most brokerd runs at "
+                                  "once ([broker] max_running_calls); try again when one has "
+                                  f"ended. This answer depends on them: it is labelled "
+                                  f"{busy.describe()}", busy)
             settled = settle(self._labels, [r.reach for r in running] + [reach],
                              [r.exposure for r in running])
             if settled.over:
@@ -102,11 +116,19 @@ class LabelStore:
                 consulted = join_all(settled.exposures[i] for i in (*settled.over, len(running)))
                 raise FlowRefused(_over_why(running, index, settled.exposures[index], reach,
                                             consulted), consulted)
+            periods = self.periods if reach.writes else None
             try:
-                self._append([LabelLine.model_validate({
-                    "path": path, "class": label.data_class, "untrusted": label.untrusted,
-                    "session": session, "call": call})
-                    for path, label in sorted(settled.raised.items())])
+                if periods is not None:
+                    periods.opened()  # on disk before the sandbox exists
+                try:
+                    self._append([LabelLine.model_validate({
+                        "path": path, "class": label.data_class, "untrusted": label.untrusted,
+                        "session": session, "call": call})
+                        for path, label in sorted(settled.raised.items())])
+                except LabelError:
+                    if periods is not None:
+                        periods.closed()
+                    raise
             except LabelError as exc:  # only a needed raise is written: that tells of them all
                 raise LabelError(str(exc), join_all([*settled.exposures,
                                                      *settled.raised.values()])) from None
@@ -122,6 +144,8 @@ class LabelStore:
         has ended."""
         with self._lock:
             ended = self._running.pop(token)
+            if ended.reach.writes and self.periods is not None:
+                self.periods.closed()
             return ended.exposure.join(seen(self._labels, ended.reach.mounts))
 
     def lower(self, path: str, to: Label, *, by: str) -> Label:

@@ -31,12 +31,14 @@ from .grantstore import GrantStore, real_path
 from .harness_code import code_paths
 from .labelstore import LabelStore
 from .memory import MemoryClient
+from .ownerfiles import ToolReach
 from .policy._protected import Protected
 from .runner import Runner
 from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
 from .sandbox._call import default_scratch_root
 from .taint import TaintStore, reconcile
 from .unfinished import Unfinished
+from .writeperiods import WritePeriods
 
 log = logging.getLogger("brokerd")
 
@@ -51,6 +53,18 @@ def taint_dir(config: Config) -> Path:
 
 def labels_file(config: Config) -> Path:
     return config.paths.home / "broker" / "labels.jsonl"
+
+
+def periods_file(config: Config) -> Path:
+    return config.paths.home / "broker" / "write-periods"
+
+
+def recorded_reach(config: Config) -> ToolReach:
+    """What tools can write and could have, from the files a running brokerd keeps (for the
+    CLI: every root a call has written counts as writable now)."""
+    written = LabelStore(labels_file(config)).written()
+    return ToolReach(dict.fromkeys(written, True), tools_uid(config),
+                     WritePeriods(periods_file(config)).read())
 
 
 def labels_lock(config: Config) -> Path:
@@ -174,15 +188,18 @@ def build_serving(config: Config, backend: Sandbox,
                         waiting_interval=section.waiting_interval)
     consult = None if config.consult is None else ConsultEgress(config.consult,
                                                                  egress_dir(config))
-    labels = LabelStore(labels_file(config))
+    periods = WritePeriods(periods_file(config))
+    periods.close_unfinished()  # after remove_leftovers: no earlier call's sandbox is left
+    labels = LabelStore(labels_file(config), periods, section.max_running_calls)
     runner = Runner(backend=backend,
                     memory=MemoryClient(config.served("memory").path),
                     audit=audit, taints=taints, labels=labels,
                     result_cap=section.result_cap, consult=consult, clock=now)
     # The directory as it resolved at start: a symlink to it re-pointed later is not followed.
+    uid = tools_uid(config)
     grants = GrantStore(Path(real_path(str(section.grants_dir()))),
                         harness_paths(config, os.environ, config_file),
-                        written=labels.written, tools_uid=tools_uid(config))
+                        lambda: ToolReach(labels.written(), uid, periods.read()))
     grants.current()  # load now, so a broken or empty grants directory is reported at start
     broker = Broker(grants=grants, audit=audit, taints=taints, desk=desk, runner=runner,
                     secrets=secrets, clock=now,

@@ -75,19 +75,17 @@ def _check_target(field: str, target: str) -> None:
             raise BadSandboxSpec(f"{field}: {target!r} would cover the sandbox's {reserved}")
 
 
-def toolkit_args(spec: SandboxSpec, pins: tuple[Pin | None, ...],
+def toolkit_args(spec: SandboxSpec, pins: tuple[Pin, ...],
                  lifeline: int | None = None) -> list[str]:
     """``bx-tool``'s arguments after the interpreter: the tool and its context as options (never
-    environment variables), each mount with the directory it must be (``pins``, one a mount;
-    None where brokerd cannot see the source), and the descriptor of the call's ``lifeline``
+    environment variables), each mount with the directory it must be (``pins``, one a mount),
+    and the descriptor of the call's ``lifeline``
     (bubblewrap). The JSON arguments go on stdin."""
     args = [spec.program, "--class", spec.data_class.value, "--cap", str(spec.limits.output_cap)]
     if lifeline is not None:
         args.append(f"--lifeline={lifeline}")
     for mount, pin in zip(spec.mounts, pins, strict=True):
-        args += ["--root", mount.target]
-        if pin is not None:
-            args.append(f"--pinned={pin.device}:{pin.inode}:{mount.target}")
+        args += ["--root", mount.target, f"--pinned={pin.device}:{pin.inode}:{mount.target}"]
     if spec.hosts:
         args += ["--proxy-socket", PROXY_SOCKET]
     if spec.workdir is not None:
@@ -167,8 +165,9 @@ def pin_mount(source: Path) -> tuple[int, Pin]:
 class CallWorkspace:
     def __init__(self, spec: SandboxSpec, scratch_root: Path, *, owner: int | None,
                  sees_sources: bool, prefix: str):
-        """``sees_sources`` False: the sandbox is made elsewhere (a podman service) and a mount
-        source brokerd cannot find is not pinned (docs/threat-model.md, the appliance)."""
+        """``sees_sources`` False: the sandbox is made elsewhere (a podman service), which may
+        bind a source brokerd cannot see; such a call does not run (docs/threat-model.md, the
+        appliance)."""
         self._spec = spec
         self._owner = owner
         self._root = scratch_root
@@ -177,7 +176,7 @@ class CallWorkspace:
         self.path: Path | None = None
         self.secrets_dir: Path | None = None
         self.egress_dir: Path | None = None
-        self.pins: tuple[Pin | None, ...] = ()
+        self.pins: tuple[Pin, ...] = ()
         self._pinned: list[int] = []
 
     def __enter__(self) -> CallWorkspace:
@@ -208,9 +207,12 @@ class CallWorkspace:
                 for name in files:
                     os.chown(os.path.join(directory, name), self._owner, self._owner)
 
-    def _pin(self, source: Path) -> Pin | None:
+    def _pin(self, source: Path) -> Pin:
         if not (self._sees_sources or os.path.lexists(source)):
-            return None
+            raise SandboxUnavailable(
+                f"brokerd cannot see the mount {source} (the tools' podman service would bind "
+                "it from where brokerd cannot check it): on the appliance, list its tree in "
+                "services.boxmaker.grantableTrees so brokerd's container binds it read-only")
         fd, pin = pin_mount(source)
         self._pinned.append(fd)
         return pin

@@ -140,7 +140,7 @@ def bwrap_argv(
     secrets_dir: Path | None,
     egress_dir: Path | None,
     seccomp_fd: int,
-    pins: tuple[Pin | None, ...],
+    pins: tuple[Pin, ...],
     lifeline: int,
     run_as: int | None = None,
 ) -> list[str]:

@@ -113,7 +113,7 @@ def podman_run_argv(
     secrets_dir: Path | None,
     egress_dir: Path | None,
     seccomp_profile: Path,
-    pins: tuple[Pin | None, ...],
+    pins: tuple[Pin, ...],
     user: str = "0:0",
     owner: str | None = None,
 ) -> list[str]:

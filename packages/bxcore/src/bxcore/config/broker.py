@@ -80,6 +80,9 @@ class BrokerSection(Section):
     # leaves unused (docs/decisions/sandbox-uid.md); "nobody", shared by other daemons, is not.
     sandbox_uid: Annotated[int, Field(ge=1, le=2**31 - 1)] = DEFAULT_SANDBOX_UID
     result_cap: Annotated[int, Field(ge=64)] = 16 * 1024  # bytes of a result's content kept
+    # Sandboxed calls running at once; one more is refused until one ends (each holds about
+    # eight descriptors and a process tree).
+    max_running_calls: Annotated[int, Field(ge=1, le=4096)] = 64
     audit_rotate_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024 * 1024
     # A call that can write to the audit log's filesystem is not run with less than this free
     # there, and the log holds up to 4 MiB of it for itself (0: neither);

@@ -25,6 +25,7 @@ What every role gets, and why:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from bxcore.errors import ConfigError
 
@@ -37,8 +38,11 @@ def container_name(role: str) -> str:
     return f"boxmaker-{role}"
 
 
-def volumes(manifest: Manifest, role_name: str, credentials: str | None) -> list[str]:
-    """``host:container:options`` for every mount of the role, in a fixed order."""
+def volumes(manifest: Manifest, role_name: str, credentials: str | None,
+            grantable: Sequence[str] = ()) -> list[str]:
+    """``host:container:options`` for every mount of the role, in a fixed order. ``grantable``:
+    the owner's trees grants may mount, bound read-only into the runner's container at their
+    own paths (brokerd sees what it decides about: its pins and symlink checks)."""
     role = manifest.role(role_name)
     mounts = []
     for name, socket in sorted(manifest.sockets.items()):
@@ -48,6 +52,7 @@ def volumes(manifest: Manifest, role_name: str, credentials: str | None) -> list
     if role_name == manifest.tools.runner:
         mounts.append(_bind(manifest.tool_runtime_dir(), "ro"))
         mounts.append(_bind(manifest.tool_scratch_dir(), "rw"))
+        mounts += [_bind(tree, "ro") for tree in grantable]
     for state in role.state:
         mounts.append(_bind(f"{manifest.paths.home}/{state.dir}", "rw" if state.writable else "ro"))
     mounts.append(_bind(manifest.paths.config_dir, "ro"))
@@ -69,12 +74,14 @@ def environment(manifest: Manifest, role_name: str, credentials: str | None) -> 
 
 
 def podman_args(
-    manifest: Manifest, role_name: str, *, image: str, credentials: str | None = None
+    manifest: Manifest, role_name: str, *, image: str, credentials: str | None = None,
+    grantable: Sequence[str] = (),
 ) -> list[str]:
     """The arguments after ``podman`` that run ``role_name`` from ``image``.
 
     ``image`` is ``<name>@sha256:<hex>``; ``credentials`` is the host directory systemd made
-    for the role's unit ($CREDENTIALS_DIRECTORY), or None when the role loads none.
+    for the role's unit ($CREDENTIALS_DIRECTORY), or None when the role loads none;
+    ``grantable``: see ``volumes``.
     """
     role = manifest.role(role_name)
     if not DIGEST_REFERENCE.match(image):
@@ -85,7 +92,8 @@ def podman_args(
         "run", "--rm", "--replace", f"--name={container_name(role_name)}", "--pull=never",
         "--sdnotify=container", f"--network={role.network}", "--read-only", "--cap-drop=ALL",
         "--security-opt=no-new-privileges", "--user=0:0", "--uts=host",
-        *(f"--volume={volume}" for volume in volumes(manifest, role_name, credentials)),
+        *(f"--volume={volume}" for volume in volumes(manifest, role_name, credentials,
+                                                       grantable)),
         *(f"--env={variable}" for variable in environment(manifest, role_name, credentials)),
         image, *role.command, "--config", manifest.config_path(),
     ]  # fmt: skip
