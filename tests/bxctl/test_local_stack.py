@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
@@ -131,3 +133,33 @@ def test_stop_kills_what_ignores_sigterm_and_removes_its_socket(tmp_path):
     killed = stop([Started("stubborn", child.pid, [], str(sock))], grace=0.5)
     assert killed == ["stubborn"]
     assert not alive(child.pid) and not sock.exists()
+
+
+_UNREAPED = """
+import os, time
+child = os.fork()
+if child == 0:
+    os._exit(0)
+print(child, flush=True)
+time.sleep(600)  # never waits for it: the child stays this process's zombie
+"""
+
+
+def test_a_daemon_that_exited_is_not_alive_while_its_parent_has_not_reaped_it():
+    """After `bxctl up` exits, its daemons are init's children: one that `down` stopped stays a
+    zombie until init reaps it, which an init other than systemd may do seconds later."""
+    parent = subprocess.Popen([sys.executable, "-c", _UNREAPED], stdout=subprocess.PIPE,
+                              start_new_session=True)
+    try:
+        assert parent.stdout is not None
+        zombie = int(parent.stdout.readline())
+        stat = Path(f"/proc/{zombie}/stat")
+        deadline = time.monotonic() + 60  # a hang guard, not a speed check
+        while stat.read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline, stat.read_text()
+            time.sleep(0.01)
+        assert not alive(zombie)
+        assert alive(parent.pid)  # the parent, sleeping, still runs
+    finally:
+        parent.kill()
+        parent.wait()

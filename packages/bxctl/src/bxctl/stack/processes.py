@@ -54,7 +54,20 @@ def alive(pid: int) -> bool:
         done, _status = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    return True
+    return not _exited(pid)
+
+
+def _exited(pid: int) -> bool:
+    """A zombie another process has yet to reap: once ``bxctl up`` has exited, its daemons are
+    init's children, and an init that reaps on a timer (not systemd) left each stopped daemon
+    "existing" for up to 2 s, so ``down`` waited that long for each."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True  # reaped since the signal found it
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")  # the state, after the name
 
 
 def stop(started: list[Started], grace: float = 10.0) -> list[str]:
