@@ -212,7 +212,8 @@ in
         The trees your grants may mount. Each is bound read-only into brokerd's container at its
         own path, so brokerd sees what it decides about: it pins each mount's source and checks
         the symlinks on the way. A call whose mount lies outside every listed tree does not run
-        (brokerd cannot see it). Tool containers get only what each call's grant mounts.
+        (brokerd cannot see it). Each must exist before brokerd starts. Tool containers get only
+        what each call's grant mounts.
       '';
     };
 

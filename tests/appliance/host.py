@@ -18,6 +18,9 @@ from .stack import NOTE_MARKER, ROLES, Appliance, write_config
 
 UNITS = [f"boxmaker-{role}" for role in ROLES] + ["boxmaker-tools"]
 NOTE = Path("/home/owner/notes/herons.md")
+INBOX = Path("/home/owner/inbox")
+# services.boxmaker.grantableTrees: they exist before brokerd starts (its container binds them).
+GRANTABLE = [str(NOTE.parent), str(INBOX)]
 TURN_WAIT = 900.0  # a tiny model on a shared 2-core machine: a bound on hanging, not a measure
 EGRESS = {"router": ["127.0.0.1"], "mattermost": ["127.0.0.1"], "grants": [], "honcho": []}
 
@@ -40,7 +43,7 @@ def install(root: Path, appliance: Appliance, runtime: str) -> None:
         given = {"mattermost_token": token} if "mattermost_token" in (
             manifest.roles[role].credentials) else {}  # fmt: skip
         setup.unit(role, EGRESS.get(manifest.roles[role].egress, []), given,
-                   grantable=[str(NOTE.parent)])  # services.boxmaker.grantableTrees
+                   grantable=GRANTABLE)
     setup.sockets()
     setup.tool_runtime()
     for directory in (manifest.paths.config_dir, manifest.paths.grants, manifest.paths.jobs):
@@ -57,6 +60,10 @@ def install(root: Path, appliance: Appliance, runtime: str) -> None:
     setup.chroot("chmod", "0711", f"/home/{boot.OWNER}")
     setup.chroot("chmod", "0750", str(NOTE.parent))
     setup.chroot("chmod", "0640", str(NOTE))
+    # The inbox a write grant names, opened to the units' group (docs/deploy.md).
+    setup.path(str(INBOX)).mkdir()
+    setup.chroot("chown", f"{boot.OWNER}:{manifest.group}", str(INBOX))
+    setup.chroot("chmod", "0770", str(INBOX))
 
 
 def wait_active(machine: boot.Machine, unit: str) -> str:

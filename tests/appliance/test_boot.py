@@ -18,7 +18,6 @@ import subprocess
 import textwrap
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import roles as images  # images/ is on sys.path (tests/appliance/conftest.py)
@@ -28,6 +27,8 @@ from consult.support import fake_cloud, grant_text
 from . import boot
 from .host import (
     CONFIG,
+    GRANTABLE,
+    INBOX,
     NOTE,
     TURN_WAIT,
     UNITS,
@@ -125,7 +126,6 @@ def test_a_tool_call_reads_the_owners_granted_file_in_a_fresh_tool_container(mac
     assert NOTE_MARKER in logs.stdout, results  # and the owner (units' group) can read the log
 
 
-INBOX = Path(f"/home/{boot.OWNER}/inbox")
 INBOX_GRANT = f"""tools = ["fs.write"]
 mode = "ask"
 classes = ["public", "private"]
@@ -155,12 +155,11 @@ def waiting_approval(booted: boot.Machine, chat: Future) -> tuple[str, str]:
 
 
 def test_an_ask_write_into_the_owners_inbox_lands_after_bxctl_approve(machine):
-    """The owner opens ~/inbox to the units' group and grants writes there on approval
-    (grants-examples/inbox-write.toml, with the owner's absolute path: ``~`` in a grant is
-    brokerd's home); brokerd re-reads the grants directory for every call."""
-    booted, appliance = machine
-    assert owner(booted, "mkdir", "-m", "0770", str(INBOX)).returncode == 0
-    assert owner(booted, "chgrp", appliance.manifest.group, str(INBOX)).returncode == 0
+    """The owner opened ~/inbox to the units' group and listed it in grantableTrees (host.py),
+    and grants writes there on approval (grants-examples/inbox-write.toml, with the owner's
+    absolute path: ``~`` in a grant is brokerd's home); brokerd re-reads the grants directory
+    for every call."""
+    booted, _ = machine
     grant = booted.root / "etc/boxmaker/grants/inbox.toml"
     grant.write_text(INBOX_GRANT)
     grant.chmod(0o644)
@@ -363,7 +362,7 @@ def test_consult_reaches_a_fake_endpoint_through_the_egress_proxy_with_its_crede
     with fake_cloud() as cloud:
         endpoint = f"http://127.0.0.1:{cloud.port}/v1/chat/completions"
         setup.unit("brokerd", ["127.0.0.1"], {"consult_key": credential},
-                   grantable=[str(NOTE.parent)])
+                   grantable=GRANTABLE)
         config = booted.root / CONFIG.relative_to("/")
         config.write_text(config.read_text() + textwrap.dedent(f"""\
             [consult]
