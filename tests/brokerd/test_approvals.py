@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import hypothesis.strategies as st
 import pytest
 from brokerd.approvals import ApprovalBook
 from brokerd.audit import entries
@@ -18,6 +21,7 @@ from bxcore.framestream import FrameStream
 from bxcore.protocol import approval as wire
 from bxcore.protocol import broker as broker_wire
 from bxcore.util import sha256
+from hypothesis import given, settings
 from support.brokerd import start
 
 LOCAL = f"local:{os.getuid()}"
@@ -226,35 +230,70 @@ def test_a_scheduled_jobs_ask_call_is_listed_for_bxctl_approvals_and_answered_th
     assert frames[-1].body["status"] == "ok" and len(rig.backend.runs) == 1
 
 
-EDITS = {  # how the owner changes the ask grant while its call waits, as the grant's new text
-    "replaced by an auto grant": ASK.replace('mode = "ask"', 'mode = "auto"'),
-    "its results raised to private": ASK.replace('result_class = "public"',
-                                                 'result_class = "private"'),
-    "its limits changed": ASK + "[sandbox.limits]\ntimeout_s = 5\n",
+# How the owner may change the ask grant while its call waits: each edit, its new lines, and
+# whether it changes what the call would do or where it runs (its verdict, grant or sandbox).
+EDITS = {
+    "a comment": ("# reviewed again\n", False),
+    "sessions of another class admitted": ('classes = ["public", "private"]\n', False),
+    "untrusted sessions admitted": ("allow_untrusted = true\n", False),
+    "replaced by an auto grant": ('mode = "auto"\n', True),
+    "replaced by a deny grant": ('mode = "deny"\n', True),
+    "its results raised to private": ('result_class = "private"\n', True),
+    "its limits changed": ("[sandbox.limits]\ntimeout_s = 5\n", True),
+    "given a mount": ("[sandbox]\nmounts = [{ path = \"{tmp}\" }]\n", True),
+    "given a host": ('[sandbox]\nhosts = ["127.0.0.1:9"]\n', True),
 }
+KEYS = ("tools", "mode", "classes", "result_class", "allow_untrusted")
 
 
-@pytest.mark.parametrize("edit", ["deleted", "given a mount", *EDITS])
-def test_an_approval_that_comes_after_its_grant_changed_runs_nothing(tmp_path, edit):
-    """The owner edits the grants while a call waits for approval, then approves it: the call
-    is decided again and runs only if it is decided as it was asked, to the last field of its
-    sandbox (the attack 31i: a call approved under a retired wide grant wrote where a newer
-    grant read; 31j's E1: hosts emptied, a class raised or a secret removed were run as
-    asked)."""
-    async def body(rig, broker_sock, approve_sock):
-        call = asyncio.create_task(call_tool(broker_sock, request("echo", '{"text": "hi"}')))
-        (approval_id,) = await pending_ids(approve_sock, 1)
-        if edit == "deleted":
-            (rig.grants / "echo.toml").unlink()
-        elif edit in EDITS:
-            write(rig.grants, "echo.toml", EDITS[edit])
+def edited(edits: list[str], tmp: Path) -> str:
+    """ASK with ``edits`` applied: a top-level key replaced, a table appended (one [sandbox])."""
+    lines = {line.split(" = ")[0]: line + "\n" for line in ASK.splitlines()}
+    tables: dict[str, list[str]] = {}
+    for edit in edits:
+        text = EDITS[edit][0].replace("{tmp}", str(tmp))
+        if text.startswith("#"):
+            lines["#"] = text
+        elif text.startswith("["):
+            head, body = text.split("\n", 1)
+            tables.setdefault(head, []).append(body)
         else:
-            mounts = f'[sandbox]\nmounts = [{{ path = "{tmp_path}" }}]\n'
-            write(rig.grants, "echo.toml", ASK + mounts)
-        await approve_socket(approve_sock, wire.APPROVAL_ANSWER,
-                             wire.ApprovalAnswer(id=approval_id, verdict="approve", by="owner"))
-        return await call
+            lines[text.split(" = ")[0]] = text
+    top = "".join(lines.get(k, "") for k in (*KEYS, "#"))
+    return top + "".join(head + "\n" + "".join(bodies) for head, bodies in tables.items())
 
-    rig, frames = scenario(tmp_path, body, pass_rig=True)
-    assert frames[-1].body["status"] == "denied" and rig.backend.runs == []
-    assert "grant decides changed while the owner was asked" in verdicts(rig)[-1][1]
+
+@settings(max_examples=40, deadline=None)
+@given(st.one_of(st.just("deleted"), st.just("renamed"),
+                 st.lists(st.sampled_from(sorted(EDITS)), unique=True, max_size=4)))
+def test_an_approval_runs_only_as_it_was_asked(edit):
+    """The owner changes the grants in any way while a call waits for approval, then approves:
+    the call runs, once and as asked, exactly when its grant still decides it so (the same
+    verdict, grant and sandbox to the last field); otherwise nothing runs and the audit says
+    why (the attack 31i: a call approved under a retired wide grant wrote where a newer grant
+    read; 31j's E1: hosts emptied, a class raised or a secret removed were run as asked)."""
+    with tempfile.TemporaryDirectory() as top:
+        tmp = Path(top)
+
+        async def body(rig, broker_sock, approve_sock):
+            call = asyncio.create_task(call_tool(broker_sock, request("echo", '{"text": "hi"}')))
+            (approval_id,) = await pending_ids(approve_sock, 1)
+            if edit == "deleted":
+                (rig.grants / "echo.toml").unlink()
+            elif edit == "renamed":
+                (rig.grants / "echo.toml").rename(rig.grants / "echo2.toml")
+            else:
+                write(rig.grants, "echo.toml", edited(edit, tmp))
+            await approve_socket(approve_sock, wire.APPROVAL_ANSWER,
+                                 wire.ApprovalAnswer(id=approval_id, verdict="approve",
+                                                     by="owner"))
+            return await call
+
+        rig, frames = scenario(tmp, body, pass_rig=True)
+        same = isinstance(edit, list) and not any(EDITS[e][1] for e in edit)
+        if same:
+            assert frames[-1].body["status"] == "ok" and len(rig.backend.runs) == 1, edit
+            assert verdicts(rig)[-1][0] == "allow"
+        else:
+            assert frames[-1].body["status"] == "denied" and rig.backend.runs == [], edit
+            assert "grant decides changed while the owner was asked" in verdicts(rig)[-1][1]
