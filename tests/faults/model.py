@@ -57,7 +57,9 @@ def obedient(body: dict[str, Any]) -> Planned:
     calls = directives(text)
     if calls and not _answered(body, calls):
         return Planned(tool_calls=tuple(calls))
-    return Planned(content=f"ok: {text[:40]}")
+    # The session's marker leads its first message as whitespace a model reads past
+    # (loopd.inference.markers); so does this one.
+    return Planned(content=f"ok: {text.lstrip()[:40]}")
 
 
 def _answered(body: dict[str, Any], calls: list[tuple[str, str]]) -> bool:
