@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from brokerd.errors import GrantError
 from brokerd.grantstore import GrantStore, load_grants, resolve_paths
+from brokerd.ownerfiles import ToolReach
 from brokerd.policy import CallArguments, decide, parse_grant, path_roots
 from brokerd.taint import CLEAN
+from brokerd.writeperiods import Period
 from brokerd_support import NOW, request, write
 from faults.profile import fuzz
 from hypothesis import given
@@ -175,3 +177,17 @@ def test_no_grant_file_widens_access(table):
                           now=NOW, taint=CLEAN, resolved_paths=resolved, secrets={})
         if len(grants) == 1 or probe is SSH_PROBE:
             assert decision.record.verdict == "deny", (text, decision.record)
+
+
+@pytest.mark.parametrize("mode", ["deny", "auto"])
+def test_a_grant_changed_while_a_call_wrote_is_refused_unless_it_only_denies(tmp_path, mode):
+    """The owner saves a grant while a call that can write runs: a tool could have written it,
+    so an auto grant is refused; a deny grant only takes authority away and is in force
+    (attack 31l, F2: refused, it left in force the grant it was meant to override)."""
+    write(tmp_path, "g.toml", f'tools = ["echo"]\nmode = "{mode}"\nclasses = ["public"]\n'
+                              'result_class = "public"\n')
+    changed = (tmp_path / "g.toml").stat().st_ctime_ns
+    found = load_grants(tmp_path, reach=ToolReach(periods=(Period(changed - 10**9, None),)))
+    assert [g.name for g in found.grants] == (["g"] if mode == "deny" else [])
+    assert mode == "deny" or "while calls that could write files were running" in str(
+        found.errors)

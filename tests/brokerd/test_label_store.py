@@ -18,7 +18,7 @@ from brokerd.errors import FlowRefused, LabelError
 from brokerd.labels import PLAIN, Label, Reach, join_all
 from brokerd.labelstore import LabelStore, held
 from brokerd.policy import Decision
-from brokerd.writeperiods import WritePeriods, changed_while_writing
+from brokerd.writeperiods import Period, WritePeriods, changed_while_writing
 from brokerd_support import call_tool, make_rig, request, write
 from bxcore.tools import DataClass, ToolResponse
 from click.testing import CliRunner
@@ -257,3 +257,14 @@ def test_no_more_calls_run_than_the_cap_and_a_refusal_carries_what_reached_the_r
     for token in tokens:
         store.finish(token)
     store.finish(store.start(WRITES_WORK, session="after", call=99))
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 10**9 * 10**9), st.integers(0, 5 * 10**9))
+def test_a_write_early_in_a_period_counts_on_a_filesystem_that_keeps_whole_seconds(
+        begin, after):
+    """A write ``after`` ns into a period, its ctime cut down to the whole second (ext4 with
+    small inodes, NFS) or to two (FAT): inside the period (attack 31l, F6)."""
+    written = begin + after
+    for step in (10**9, 2 * 10**9):
+        assert changed_while_writing(written - written % step, (Period(begin, None),))

@@ -18,7 +18,7 @@ from brokerd.sandbox import (
     ToolFailure,
     ToolOutput,
 )
-from brokerd.sandbox._call import Pin, check_spec, toolkit_args
+from brokerd.sandbox._call import CallWorkspace, Pin, check_spec, toolkit_args
 from brokerd.sandbox._process import Finished, interpret
 from brokerd.sandbox.bubblewrap import BECOME, BwrapLayout, _for_version, bwrap_argv
 from brokerd.sandbox.podman import podman_remove_argv, podman_run_argv
@@ -69,10 +69,18 @@ def test_the_toolkit_gets_its_context_as_options_not_environment():
     ]
 
 
-def test_a_mount_brokerd_cannot_see_goes_unpinned_and_the_others_stay_pinned():
-    args = toolkit_args(SPEC, (None, PINS[1]))
-    assert [a for a in args if a.startswith("--pinned")] == ["--pinned=64769:12:/home/o/inbox"]
-    assert args.count("--root") == 2
+def test_every_mount_is_pinned_and_one_brokerd_cannot_see_through_a_podman_service_runs_nothing(
+        tmp_path):
+    """Before: a source brokerd could not see (the appliance's own container) went unpinned,
+    and its symlink checks saw nothing there either. Now such a call does not run, and says
+    how the owner lets brokerd see the tree."""
+    args = toolkit_args(SPEC, PINS)
+    assert [a for a in args if a.startswith("--pinned")] == [
+        "--pinned=64769:11:/home/o/notes", "--pinned=64769:12:/home/o/inbox"]
+    unseen = CallWorkspace(SPEC, tmp_path, owner=None, sees_sources=False, prefix="bx-call-")
+    with pytest.raises(SandboxUnavailable, match="grantableTrees"), unseen:
+        raise AssertionError("the workspace was made")
+    assert list(tmp_path.iterdir()) == []  # nothing of a call that never ran is left
 
 
 def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:

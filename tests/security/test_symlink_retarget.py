@@ -234,7 +234,8 @@ def test_a_grant_file_that_is_a_symlink_into_a_written_tree_is_refused(tmp_path,
     (grants / "reader.toml").symlink_to(work / "reader.toml")
     loaded = load_grants(grants, reach=ToolReach({str(work): False}) if retired else None)
     assert "reader" not in [g.name for g in loaded.grants]
-    assert any("reader.toml" in str(e) and "reached through" in str(e) for e in loaded.errors), loaded
+    assert any("reader.toml" in str(e) and "reached through" in str(e)
+               for e in loaded.errors), loaded
 
 
 def test_a_grant_file_with_a_second_name_is_refused(tmp_path):

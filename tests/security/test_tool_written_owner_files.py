@@ -133,7 +133,7 @@ def test_a_tools_text_never_takes_effect_in_a_grant_or_job_file(owner: Owner):
                 time.sleep(0.05)
         quiet = case.install == "cp" and holder is None  # the owner copies while no call runs
         if quiet:
-            time.sleep(0.2)  # past the last call's period and its margin (brokerd.writeperiods)
+            time.sleep(0.05)  # past the last call's period (brokerd.writeperiods)
         name = f"x{n}"
         installed = (owner.jobs if case.kind == "job" else rig.top / "grants") / f"{name}.toml"
         try:
@@ -141,7 +141,7 @@ def test_a_tools_text_never_takes_effect_in_a_grant_or_job_file(owner: Owner):
              "symlink": lambda: installed.symlink_to(draft),
              "cp": lambda: shutil.copyfile(draft, installed)}[case.install]()
             if quiet:
-                time.sleep(0.2)  # and before the next call's period and its margin
+                time.sleep(0.05)  # and before the next call's period
             if case.reload_between:
                 owner.sees_plain(f"between-{n}")
             if case.rewrite and holder is None:

@@ -92,7 +92,10 @@ def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
     retired = [Path(root) for root, running in reach.written.items() if not running]
     grants: list[Grant] = []
     for file, grant, resolved in parsed:
-        why = tool_hand(file, reach, [source for _, source in writable])
+        # A deny grant only takes authority away, whoever wrote it: refusing it would leave in
+        # force what the owner meant to withdraw (attack 31l, F2).
+        why = None if grant.mode == "deny" else tool_hand(
+            file, reach, [source for _, source in writable])
         if why is None and grant.mode != "deny":
             why = retarget_risk(resolved, writable, retired)
         if why is None:

@@ -9,7 +9,9 @@ here too (``PODMAN_REFUSES``; calls newer than the profile, which it refuses onl
 does not know them yet, such as ``futex_waitv`` or ``fchmodat2``, are left alone). On top of
 it (``ALSO_REFUSED``), what that profile leaves to the missing capabilities and this sandbox
 should never do at all: the mount API, joining namespaces, the kernel keyring, the kernel log,
-and making a user namespace (``unshare``/``clone`` with ``CLONE_NEWUSER``; ``clone3`` passes its
+receiving a message with its ancillary data (``recvmsg``: the one way a descriptor passes
+between processes a PID namespace keeps apart), and making a user namespace (``unshare``/
+``clone`` with ``CLONE_NEWUSER``; ``clone3`` passes its
 flags in memory a filter cannot read, so it fails with ENOSYS and the C library falls back to
 ``clone``). bwrap's ``--disable-userns`` closes user namespaces too; the filter does not rely on
 it being there. And no file gets a set-user-ID or set-group-ID bit (``SET_ID_MODE``: a mode
@@ -54,6 +56,11 @@ ALSO_REFUSED = (
     "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig",
     "fsmount", "fspick", "mount_setattr", "setns", "keyctl", "syslog", "name_to_handle_at",
     "reboot",
+    # No descriptor crosses from one sandbox to another: over a Unix socket in a mount two
+    # calls share, a call could hand another a file it may write, or a tree it reads, past
+    # its grant, its labels and its end (attack 31l, F1, F4, F5). A descriptor arrives only
+    # in a message's ancillary data, which only these two calls receive.
+    "recvmsg", "recvmmsg",
 )  # fmt: skip
 CLONE_NEWUSER = 0x10000000
 SET_ID_BITS = (stat.S_ISUID, stat.S_ISGID)
