@@ -71,9 +71,11 @@ class RootlessPodman:
         self.run("load", "--quiet", f"--input={archive}")
 
     def start(
-        self, manifest: Manifest, role: str, image: str, notify: Path, credentials: str | None
+        self, manifest: Manifest, role: str, image: str, notify: Path, credentials: str | None,
+        grantable: tuple[str, ...] = (),
     ) -> None:
-        args = podman_args(manifest, role, image=image, credentials=credentials)
+        args = podman_args(manifest, role, image=image, credentials=credentials,
+                           grantable=grantable)
         self.spawn(role, args, {"NOTIFY_SOCKET": str(notify)})
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:

@@ -163,7 +163,8 @@ def start_roles(appliance: Appliance, images, credentials: Path, stack: ExitStac
     for role in ROLES:
         given = str(credentials) if appliance.manifest.roles[role].credentials else None
         appliance.podman.start(appliance.manifest, role, appliance.refs[role],
-                               notify[role].path, credentials=given)  # fmt: skip
+                               notify[role].path, credentials=given,
+                               grantable=(str(appliance.note.parent),))  # fmt: skip
         try:
             appliance.ready[role] = notify[role].wait_ready(time.monotonic() + WAIT)
         except AssertionError as exc:

@@ -100,11 +100,17 @@ def test_a_bxctl_chat_turn_goes_through_loopd_and_inferproxy_to_the_model(applia
 
 
 def test_a_tool_call_runs_in_a_fresh_tool_container_and_reads_only_what_was_granted(appliance):
-    """The note is mounted into no role's container: its text can reach the session only through
-    a tool container that the tool runtime started for brokerd with the grant's mount."""
+    """The note is mounted into no role's container but brokerd's, read-only (a grantable tree:
+    brokerd pins and checks what it grants): its text can reach the session only through a tool
+    container that the tool runtime started for brokerd with the grant's mount."""
     for role in ROLES:
         seen = appliance.podman.exec(role, "python3", "-c", f"open({str(appliance.note)!r})")
-        assert seen.returncode != 0 and "No such file" in seen.stderr, role
+        if role == appliance.manifest.tools.runner:
+            bound = appliance.podman.exec(role, "python3", "-c", "import os; print(os.statvfs("
+                                          f"{str(appliance.note.parent)!r}).f_flag & os.ST_RDONLY)")
+            assert "No such file" not in seen.stderr and bound.stdout.strip() == "1", (seen, bound)
+        else:
+            assert seen.returncode != 0 and "No such file" in seen.stderr, role
     session = "appliance-tool-call"
     done = chat(
         appliance, "--session", session, "--json", "--tool-choice", "required",
