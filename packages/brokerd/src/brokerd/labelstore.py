@@ -30,7 +30,7 @@ from pathlib import Path
 from bxcore._base import Count, Flag, Model, Text
 from bxcore.canonical import canonical_json
 from bxcore.tools import DataClass
-from bxcore.util import fsync_dir, write_all
+from bxcore.util import append_lines
 from pydantic import Field, ValidationError
 
 from .errors import FlowRefused, LabelError
@@ -191,22 +191,10 @@ class LabelStore:
             return
         data = b"".join(canonical_json(line) + b"\n" for line in lines)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-            created = not self.path.exists()
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o640)
-            try:
-                os.ftruncate(fd, self._whole)  # a torn tail, from a crash or a failed append
-                os.lseek(fd, self._whole, os.SEEK_SET)
-                write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            if created:
-                fsync_dir(self.path.parent)
+            self._whole = append_lines(self.path, data, self._whole)
         except OSError as exc:
             raise LabelError(f"the mount labels cannot be written: {self.path}: cannot append: "
                              f"{exc.strerror}") from None
-        self._whole += len(data)
 
 
 def _over_why(running: list[Running], index: int, exposure: Label, reach: Reach,

@@ -14,13 +14,12 @@ left: ``brokerd serve`` closes it at start, once the sandboxes it left are gone.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bxcore.util import fsync_dir, write_all
+from bxcore.util import append_lines
 
 from .errors import LabelError
 
@@ -130,17 +129,7 @@ class WritePeriods:
 
     def _append(self, edge: str) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-            created = not self.path.exists()
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o640)
-            try:
-                os.lseek(fd, _whole_lines(fd), os.SEEK_SET)  # cut a torn tail off first
-                write_all(fd, f"{edge} {_stamp(edge)}\n".encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            if created:
-                fsync_dir(self.path.parent)
+            append_lines(self.path, f"{edge} {_stamp(edge)}\n".encode())
         except OSError as exc:
             raise LabelError(f"{self.path}: cannot record when calls that write run: "
                              f"{exc.strerror}") from None
@@ -155,18 +144,6 @@ def _stamp(edge: str) -> int:
     if edge == "begin":
         return time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
     return time.time_ns()
-
-
-def _whole_lines(fd: int) -> int:
-    """The length of ``fd``'s whole lines, the file truncated to it (a torn append's tail)."""
-    size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return size
-    data = os.pread(fd, size, 0)
-    whole = data.rfind(b"\n") + 1
-    if whole != len(data):
-        os.ftruncate(fd, whole)
-    return whole
 
 
 def _clock(ns: int) -> str:

@@ -74,6 +74,34 @@ def write_durably(path: Path, data: bytes, mode: int = 0o600) -> None:
     fsync_dir(path.parent)
 
 
+def append_lines(path: Path, data: bytes, whole: int | None = None) -> int:
+    """Append ``data`` (whole lines) to ``path`` after its first ``whole`` bytes, cutting off the
+    torn tail a crash or a failed append left (``whole`` None: up to its last newline); fsynced,
+    and its directory too when the file is new. The file's length after. OSError as it comes."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    created = not path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        if whole is None:
+            whole = _whole_lines(fd)
+        os.ftruncate(fd, whole)
+        os.lseek(fd, whole, os.SEEK_SET)
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        fsync_dir(path.parent)
+    return whole + len(data)
+
+
+def _whole_lines(fd: int) -> int:
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    return os.pread(fd, size, 0).rfind(b"\n") + 1
+
+
 def write_all(fd: int, data: bytes) -> None:
     """Write every byte of ``data``: a disk that fills during a write returns a short count
     first (ENOSPC only on the next), so one ``os.write`` can leave a torn file that looks whole
