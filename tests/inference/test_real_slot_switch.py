@@ -20,6 +20,10 @@ last token again). Prompts start with a nonce: the RAM cache outlives a test.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +34,20 @@ from bxcore.config import InferenceSection
 from faults.profile import long_only
 from loopd.inference import ChatRequest, Completion, InferenceClient
 from loopd.inference.markers import MarkerBook
-from loopd.inference.slot_switch import SLACK, reread_tokens, slot_switch_check
-from support.llama import LlamaServer, nonce, proxied, start_router
+from loopd.inference.passed import PassedProbes
+from loopd.inference.slot_switch import SLACK, reread_tokens, slot_switch_check, slot_switch_once
+from support.llama import (
+    PRESETS,
+    QWEN,
+    SMOL,
+    TEMPLATES,
+    LlamaServer,
+    llama_paths,
+    nonce,
+    proxied,
+    require_llama,
+    start_router,
+)
 
 from .test_client import Sink
 
@@ -213,3 +229,72 @@ async def test_the_self_test_check_names_the_flag_a_server_turned_off():
     assert not check.ok
     assert "runs with --cache-ram 0" in check.detail, check.detail
     assert "set --cache-ram 8192" in check.detail
+
+
+TOOLS = "qwen-tools"  # a preset whose template is a file of its own, not the model's
+
+
+@contextlib.contextmanager
+def _models_by_file() -> Iterator[Path]:
+    """A router's directory whose models/ holds one symlink per file, so a test can put another
+    file under a model's name."""
+    _, models = require_llama()
+    directory = Path(tempfile.mkdtemp(prefix="bx-llama-"))
+    (directory / "models").mkdir()
+    for model in models.iterdir():
+        (directory / "models" / model.name).symlink_to(model)
+    (directory / "templates").symlink_to(TEMPLATES)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def _serve_counting(directory: Path, chats: list[str], *flags: str
+                          ) -> AsyncIterator[InferenceClient]:
+    """A router started afresh in ``directory`` (the presets, ``flags`` on every model), and a
+    client of its ``qwen-tools`` whose chat requests are appended to ``chats``."""
+    server = LlamaServer(["--models-preset", str(PRESETS), "--models-max", "3", "--offline",
+                          *flags], directory)
+    try:
+        server.start()
+        with proxied(server.socket) as proxy:
+            async with InferenceClient(InferenceSection(model=TOOLS), socket=proxy) as inference:
+                chat = inference.chat
+
+                async def counting(request, sink):  # type: ignore[no-untyped-def]
+                    chats.append(request.session)
+                    return await chat(request, sink)
+
+                inference.chat = counting  # type: ignore[method-assign]
+                yield inference
+    finally:
+        server.stop()
+
+
+async def test_the_check_is_sent_once_per_server_model_file_and_flags():
+    """``loopd serve``'s ``slot_switch`` with a record of passes (docs/decisions/
+    slot-switch-once-per-server.md): a restarted router with the same build, model file and flags
+    is sent no request; a record never stands for a router launched with a flag that breaks the
+    switch (the check runs and fails), nor for another file under the model's path (it runs
+    again). What else makes a new key: tests/loop/test_passed_probes.py."""
+    with _models_by_file() as directory:
+        passed = PassedProbes(directory / "selftest-passed.json")
+        chats: list[list[str]] = [[] for _ in range(4)]
+        async with _serve_counting(directory, chats[0]) as inference:
+            first = await slot_switch_once(inference, passed)
+        async with _serve_counting(directory, chats[1]) as inference:
+            again = await slot_switch_once(inference, passed)
+        async with _serve_counting(directory, chats[2], "--cache-ram", "0") as inference:
+            broken = await slot_switch_once(inference, passed)
+        # qwen-tools names its template file: only the model file is other
+        (directory / "models" / QWEN).unlink()
+        (directory / "models" / QWEN).symlink_to(llama_paths()[1] / SMOL)
+        async with _serve_counting(directory, chats[3]) as inference:
+            other_file = await slot_switch_once(inference, passed)
+    assert first.ok and not first.detail.startswith("passed on"), first.detail
+    assert again.ok and again.detail.startswith("passed on this server"), again.detail
+    assert not broken.ok and "runs with --cache-ram 0" in broken.detail, broken.detail
+    assert not other_file.detail.startswith("passed on"), other_file.detail
+    assert [len(sent) for sent in chats] == [3, 0, 3, 3], chats

@@ -1,11 +1,11 @@
 """The record of passed self-test probes (loopd/inference/passed.py).
 
 Properties: the probe key changes with anything that decides the probe's outcome (the model
-file, the build, the template, its capabilities, the generation settings, the router's launch
-arguments, loopd's model name and sampling, the probe itself) and with nothing else the server
-reports; a server that names no model file gets no key (the probe runs every start); the
-record file that cannot be read is named in the log and read as empty, and the next pass
-writes it anew; only the newest keys are kept.
+file's path and what the router reads from it, the build, the template, its capabilities, the
+generation settings, the router's launch arguments, loopd's model name and sampling, the probe
+itself) and with nothing else the server reports; a server that names no model file gets no key
+(the probe runs every start); the record file that cannot be read is named in the log and read
+as empty, and the next pass writes it anew; only the newest keys are kept.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ PROPS = {
     "is_sleeping": False,
     "media_marker": "<__media_DVhYv5Bd4p__>",  # a new one at every start
 }
-MODELS = {"data": [{"id": "qwen-tools", "status": {"value": "loaded", "args": ["-m", "q"]}}]}
+META = {"n_params": 494032768, "size": 391240704, "ftype": "Q4_K - Medium", "n_vocab": 151936}
+MODELS = {"data": [{"id": "qwen-tools", "status": {"value": "loaded", "args": ["-m", "q"]},
+                    "meta": META}]}
 DECIDING = {
     "model_path": "models/other.gguf",
     "build_info": "b2",
@@ -50,17 +52,30 @@ def test_the_key_changes_with_whatever_decides_the_probe(field):
 
 
 def test_the_key_changes_with_the_launch_the_model_the_sampling_and_the_probe():
-    relaunched = {"data": [{"id": "qwen-tools", "status": {"args": ["-m", "q", "--ctk", "q8_0"]}}]}
+    relaunched = {"data": [{"id": "qwen-tools", "meta": META,
+                            "status": {"args": ["-m", "q", "--ctk", "q8_0"]}}]}
     assert len({key(), key(models=relaunched), key(probe="another probe"),
                 key(section=InferenceSection(model="qwen-tools", sampling={"temperature": 0})),
                 key(section=InferenceSection(model="coder"))}) == 5
 
 
+@given(field=st.sampled_from(sorted(META)), value=values)
+def test_another_file_at_the_same_path_makes_a_new_key(field, value):
+    """What the router reads from the file: another model or quantisation under the same name
+    differs in one of them."""
+    if value == META[field]:
+        return
+    changed = {"data": [{**MODELS["data"][0], "meta": {**META, field: value}}]}
+    assert key(models=changed) != key()
+
+
 @given(port=st.integers(min_value=1, max_value=65535))
 def test_the_port_the_router_picks_at_each_launch_is_not_in_the_key(port):
     args = ["-m", "q", "--port", str(port)]
-    relaunched = {"data": [{"id": "qwen-tools", "created": port, "status": {"args": args}}]}
-    equals = {"data": [{"id": "qwen-tools", "status": {"args": ["-m", "q", f"--port={port}"]}}]}
+    relaunched = {"data": [{"id": "qwen-tools", "created": port, "status": {"args": args},
+                            "meta": META}]}
+    equals = {"data": [{"id": "qwen-tools", "status": {"args": ["-m", "q", f"--port={port}"]},
+                        "meta": META}]}
     assert key(models=relaunched) == key(models=equals) == key()
 
 

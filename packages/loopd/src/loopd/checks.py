@@ -26,7 +26,7 @@ from .inference.errors import InferenceError
 from .inference.passed import PassedProbes
 from .inference.selftest import SelfTestReport, self_test
 from .inference.serving import ServingSettings, changes, fetch_serving
-from .inference.slot_switch import slot_switch_check
+from .inference.slot_switch import slot_switch_once
 from .memory import MemoryLink
 from .store import SessionStore
 
@@ -42,10 +42,11 @@ class Report:
 
 async def selftest_report(client: InferenceClient, passed: PassedProbes | None = None
                           ) -> Report:
-    """The self-test's checks (``passed``: see ``self_test``), then ``slot_switch`` (the server
-    keeps a session that leaves its slot: inference/slot_switch.py)."""
+    """The self-test's checks, then ``slot_switch`` (the server keeps a session that leaves its
+    slot: inference/slot_switch.py). With ``passed`` (``loopd serve``), the generating ones run
+    once per server, model, template and flags (``self_test``, ``slot_switch_once``)."""
     tested = await self_test(client, passed)
-    report = SelfTestReport(checks=(*tested.checks, await slot_switch_check(client)))
+    report = SelfTestReport(checks=(*tested.checks, await slot_switch_once(client, passed)))
     failed = [check.name for check in report.failures]
     verdict = (f"self-test: ok, {len(report.checks)} checks passed" if report.ok
                else f"self-test: FAILED: {', '.join(failed)}")

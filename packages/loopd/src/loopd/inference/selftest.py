@@ -20,6 +20,7 @@ with and pass. The test runs on the background slot, so the main sessions' cache
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,23 +94,30 @@ async def self_test(client: InferenceClient, passed: PassedProbes | None = None
         serving = [SelfTestCheck(name="serving", ok=False,
                                  detail=f"cannot read /props, /slots: {exc}")]
     else:
-        models = await _models(client)
+        models = await router_models(client)
         serving = serving_checks(client, props, slots, models)
         key = probe_key(client.section, PROBE, props, models)
-    when = passed.passed_at(key) if passed is not None and key is not None else None
-    if when is not None:
-        checks = [SelfTestCheck(name=name, ok=True,
-                                detail=f"passed on this server, model and template at {when} "
-                                       "(loopd selftest runs it again)")
-                  for name in ROUND_TRIP]
-    else:
-        checks = await _round_trip_checks(client)
-        if passed is not None and key is not None and all(check.ok for check in checks):
-            passed.record(key)
+    checks = await once(passed, key, ROUND_TRIP, lambda: _round_trip_checks(client))
     return SelfTestReport(checks=(*checks, *serving))
 
 
-async def _models(client: InferenceClient) -> Any:
+async def once(passed: PassedProbes | None, key: str | None, names: Sequence[str],
+               run: Callable[[], Awaitable[list[SelfTestCheck]]]) -> list[SelfTestCheck]:
+    """``run``'s checks, recorded under ``key`` when all pass; where ``key`` passed before, each
+    of ``names`` passed as then, and nothing is sent. Without ``passed`` or ``key``, ``run``."""
+    when = passed.passed_at(key) if passed is not None and key is not None else None
+    if when is not None:
+        return [SelfTestCheck(name=name, ok=True,
+                              detail=f"passed on this server, model, template and flags at "
+                                     f"{when} (loopd selftest runs it again)")
+                for name in names]
+    checks = await run()
+    if passed is not None and key is not None and all(check.ok for check in checks):
+        passed.record(key)
+    return checks
+
+
+async def router_models(client: InferenceClient) -> Any:
     """The router's /models; None from a server that is not a router."""
     try:
         return await client.get_json("/models")

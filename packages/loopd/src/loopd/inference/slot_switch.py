@@ -12,23 +12,30 @@ A, then probe session B with the same system text (as Boxmaker's sessions share 
 then A again, one message longer. A must come back with everything it had in the slot, bar
 ``SLACK`` tokens, and B must have found the system text cached; the failure names the flags,
 and the one set wrong where the router's ``/models`` shows the model's command line.
+
+What the check finds is decided by the server's build, the model and its template, and the
+flags the router launched the model with, so ``loopd serve`` sends it once per those
+(``slot_switch_once``; docs/decisions/slot-switch-once-per-server.md).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from bxcore.chat import SystemMessage, UserMessage
 from bxcore.protocol.loop import TurnEventBody
+from bxcore.util import sha256
 
 from .api import ChatRequest, Completion
 from .client import InferenceClient
 from .errors import InferenceError
 from .markers import MARKERS
-from .selftest import SelfTestCheck
+from .passed import PassedProbes, launch_args, probe_key
+from .selftest import SelfTestCheck, once, router_models
 
 NAME = "slot_switch"
 # Tokens of a returning session the server may evaluate again: it always evaluates at least the
@@ -58,6 +65,10 @@ HOW_TO_FIX = (
 )
 
 
+# What the check sends and accepts: a change to it makes every key new.
+PROBE = sha256(json.dumps([NAME, PROBE_SYSTEM, PROBE_A, SLACK, MARKERS[:2]]).encode())
+
+
 async def _ignore(_event: TurnEventBody) -> None:
     return None
 
@@ -68,6 +79,28 @@ def _probe(client: InferenceClient, session: str, marker: str, messages: Sequenc
         messages=tuple(messages), tools=(), session=session, max_tokens=1, tool_choice="none",
         slot=client.section.slots.background, thinking=False, marker=marker,
     )
+
+
+async def slot_switch_once(client: InferenceClient, passed: PassedProbes | None
+                           ) -> SelfTestCheck:
+    """``slot_switch_check`` once per server build, model, template and launch flags: the key
+    is read from the running server at every start (``/props``, the router's ``/models``), so
+    another build, model file or flag sends the requests again. Every time without ``passed``,
+    and from a server that does not show the model's flags (not a router): the flags decide."""
+    key = None
+    if passed is not None:
+        try:
+            props = await client.get_json("/props")
+        except InferenceError:  # no key: the check runs and names what failed
+            props = None
+        models = await router_models(client)
+        if launch_args(models, client.section.model) is not None:
+            key = probe_key(client.section, PROBE, props, models)
+
+    async def run() -> list[SelfTestCheck]:
+        return [await slot_switch_check(client)]
+
+    return (await once(passed, key, (NAME,), run))[0]
 
 
 async def slot_switch_check(client: InferenceClient) -> SelfTestCheck:
