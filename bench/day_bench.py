@@ -294,8 +294,9 @@ after the day's first and of a return to a thread.
 {HOST_HEAD}{chr(10).join(projected)}
 
 Re-read counts what the session held, its generated tokens included, that its next request did
-not find cached: the last token (always evaluated again) and any generated text the template
-renders otherwise when it is replayed.
+not find cached: the last token (sampled, never evaluated: one a completion) and, after a call,
+the whitespace the server's tool-call grammar let the model write after it, which its parser
+leaves out of the message (docs/decisions/replayed-call-as-written.md).
 """
 
 
