@@ -90,7 +90,7 @@ def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
 def test_bwrap_unshares_everything_and_binds_only_what_was_granted():
     argv = bwrap_argv(SPEC, BwrapLayout(), toolkit_dir=Path("/src/toolkit"),
                       secrets_dir=Path("/dev/shm/c/secrets"), egress_dir=Path("/dev/shm/c/eg"),
-                      seccomp_fd=9, pins=PINS, lifeline=7)
+                      seccomp_fd=9, pins=PINS, lifeline=7, status_fd=8)
     for flag in ("--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                  "--new-session", "--clearenv"):
         assert flag in argv
@@ -116,14 +116,15 @@ def test_bwrap_unshares_everything_and_binds_only_what_was_granted():
 def test_bwrap_without_secrets_or_hosts_binds_neither():
     argv = bwrap_argv(SandboxSpec(program="echo", arguments="{}"), BwrapLayout(),
                       toolkit_dir=Path("/src/toolkit"), secrets_dir=None, egress_dir=None,
-                      seccomp_fd=9, pins=(), lifeline=7)
+                      seccomp_fd=9, pins=(), lifeline=7, status_fd=8)
     targets = [target for _, target in _pairs(argv, "--ro-bind") + _pairs(argv, "--bind")]
     assert targets == ["/usr", "/proc/sys", "/opt/toolkit/toolkit"]
 
 
 def test_a_root_brokerds_bwrap_makes_no_user_namespace_and_changes_uid_before_the_toolkit():
     argv = bwrap_argv(SPEC, BwrapLayout(), toolkit_dir=Path("/src/toolkit"), secrets_dir=None,
-                      egress_dir=None, seccomp_fd=9, pins=PINS, lifeline=7, run_as=1234)
+                      egress_dir=None, seccomp_fd=9, pins=PINS, lifeline=7, status_fd=8,
+                      run_as=1234)
     assert "--unshare-all" not in argv and "--unshare-user" not in argv
     assert "--disable-userns" not in argv  # bwrap refuses it without a user namespace
     kept = argv[argv.index("--cap-drop"):argv.index("--", argv.index("--cap-drop"))]
@@ -243,7 +244,7 @@ def test_an_older_bubblewrap_runs_without_disable_userns(version, disable_userns
     layout = _for_version(BwrapLayout(), version)
     assert layout.disable_userns is disable_userns
     argv = bwrap_argv(SPEC, layout, toolkit_dir=Path("/t"), secrets_dir=None, egress_dir=None,
-                      seccomp_fd=9, pins=PINS, lifeline=7)
+                      seccomp_fd=9, pins=PINS, lifeline=7, status_fd=8)
     assert ("--disable-userns" in argv) is disable_userns
     assert "--seccomp" in argv  # the filter refuses user namespaces either way
 

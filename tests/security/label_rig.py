@@ -75,9 +75,12 @@ class Answer:
 
 
 class LabelRig:
-    def __init__(self, top: Path, *, unprivileged: bool, backend: str = ""):
-        """``backend``: more ``[broker]`` lines (podman's); bubblewrap when empty."""
+    def __init__(self, top: Path, *, unprivileged: bool, backend: str = "",
+                 env: dict[str, str] | None = None):
+        """``backend``: more ``[broker]`` lines (podman's); bubblewrap when empty. ``env``:
+        more of brokerd's environment (a local podman's storage)."""
         self.top = top
+        self._env = env or {}
         self.uid = UNPRIVILEGED_UID if unprivileged else os.geteuid()
         self.tool_uid = UNPRIVILEGED_UID if unprivileged else DEFAULT_SANDBOX_UID
         os.chmod(top, 0o755)
@@ -127,12 +130,12 @@ class LabelRig:
 
     def _python(self) -> tuple[list[str], dict[str, str]]:
         if self.uid == os.geteuid():
-            return [sys.executable], dict(os.environ)
+            return [sys.executable], {**os.environ, **self._env}
         version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
         path = [REPO / "packages" / p / "src" for p in ("brokerd", "bxcore", "toolkit")]
         path += [REPO / "tests", REPO / ".venv" / "lib" / version / "site-packages"]
         env = {"PATH": "/usr/bin:/bin", "HOME": str(self.home),
-               "PYTHONPATH": os.pathsep.join(map(str, path))}
+               "PYTHONPATH": os.pathsep.join(map(str, path)), **self._env}
         return ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                 "--", "/usr/bin/python3"], env
 

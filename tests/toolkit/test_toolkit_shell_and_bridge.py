@@ -111,10 +111,10 @@ def test_a_connection_the_bridge_cannot_serve_is_closed_not_left_hanging(
 
 
 @pytest.mark.parametrize("high", [False, True], ids=["low descriptor", "past 1023"])
-@pytest.mark.parametrize("ended", [False, True], ids=["call running", "call ended"])
+@pytest.mark.parametrize("ended", [False, True], ids=["brokerd's go", "call ended"])
 def test_the_lifeline_decides_whether_anything_runs(bx_tool, tmp_path, high, ended):
-    """``--lifeline=FD``: with brokerd's end open the tool runs; closed, nothing runs, whatever
-    the descriptor's number (select() took none past 1023: attack 31k, K6b)."""
+    """``--lifeline=FD``: with brokerd's go on it the tool runs; closed before any go, nothing
+    runs, whatever the descriptor's number (select() took none past 1023: attack 31k, K6b)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if high and hard < 1600:
         pytest.skip(f"RLIMIT_NOFILE's hard limit {hard} is under 1600")
@@ -127,6 +127,8 @@ def test_the_lifeline_decides_whether_anything_runs(bx_tool, tmp_path, high, end
             os.close(read_end)
         if ended:
             os.close(write_end)
+        else:
+            os.write(write_end, b"\x01")
         call = bx_tool("shell.run", {"argv": ["touch", "ran"], "cwd": str(tmp_path)},
                        "--root", str(tmp_path), f"--lifeline={number}")
     finally:

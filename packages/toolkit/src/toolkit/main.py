@@ -144,28 +144,25 @@ def _run(argv: list[str]) -> int:
 
 
 def _check_lifeline(text: str) -> None:
-    """``--lifeline=FD``: the read end of a pipe whose write end brokerd alone holds and closes
-    when the call ends (``sandbox.bubblewrap``). Readable means closed: the call was over (its
-    time ran out, or brokerd stopped) before this sandbox was set up, and bwrap, which ties a
-    sandbox to its own life only then, could not end it. Nothing runs. Closed here, so no tool
-    inherits it."""
-    import select  # a builtin module: nothing on the path is read
-
+    """``--lifeline=FD``: the read end of a pipe whose write end brokerd alone holds
+    (``sandbox.bubblewrap``). brokerd writes its go once it holds this sandbox's PID 1, so that
+    the call ends only when every process started here is gone; it closes the pipe when the
+    call ends. End of file before the go: the call was over (its time ran out, or brokerd
+    stopped) before this sandbox was set up, and bwrap, which ties a sandbox to its own life
+    only then, could not end it. Nothing runs. Closed here, so no tool inherits it."""
     if not text.isdigit():
         raise UsageError(f"bx-tool: option --lifeline: not a descriptor: {text!r}")
     fd = int(text)
-    poll = select.poll()  # not select(): a descriptor may be past 1023 (attack 31k, K6b)
-    poll.register(fd, select.POLLIN)
     try:
-        ended = poll.poll(0)
+        word = os.read(fd, 1)
     except OSError as exc:
         raise UsageError(f"bx-tool: option --lifeline: descriptor {fd}: {exc}") from None
-    if any(events & select.POLLNVAL for _, events in ended):
-        raise UsageError(f"bx-tool: option --lifeline: descriptor {fd} is not open")
     os.close(fd)
-    if ended:
+    if word == b"":
         raise ToolError("Nothing ran: the call had ended (its time ran out, or brokerd "
                         "stopped) before its sandbox was ready")
+    if word != b"\x01":
+        raise UsageError(f"bx-tool: option --lifeline: {word!r} is not brokerd's go")
 
 
 def _check_pins(pinned: list[str]) -> None:

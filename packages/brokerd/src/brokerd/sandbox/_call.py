@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ..egress import egress_proxy
+from ._pidns import LEFTOVER_WAIT_S, NamespaceInit
 from ._process import SandboxOutcome
 from .errors import BadSandboxSpec, MountMoved, SandboxUnavailable
 from .spec import SandboxSpec
@@ -266,7 +267,9 @@ class Backend(ABC):
     def remove_scratch_leftovers(self) -> list[Path]:
         """The call workspaces a killed brokerd on this state left, with the secrets injected
         into them (attack 31j, E5): removed at start, after its sandboxes are gone and before
-        any call. Each one is logged."""
+        any call (and before the write period it left open is closed). Each one is logged.
+        SandboxUnavailable when a sandbox recorded in one still has processes after
+        LEFTOVER_WAIT_S (killed with its brokerd, but in an uninterruptible system call)."""
         if not self._instance:
             return []
         found = sorted(path for path in self._scratch_root.glob(f"{self._prefix}*")
@@ -274,6 +277,12 @@ class Backend(ABC):
         for path in found:
             log.warning("call workspace %s of an earlier brokerd on this state is still there "
                         "(brokerd was killed during a call): removing it", path)
+            init = NamespaceInit.recorded(path)
+            if init is not None and not init.gone_within(LEFTOVER_WAIT_S):
+                raise SandboxUnavailable(
+                    f"the sandbox of {path} (PID 1 is host pid {init.pid}) still has processes "
+                    f"{LEFTOVER_WAIT_S:.0f} s after its brokerd was killed; brokerd starts once "
+                    "they are gone")
             shutil.rmtree(path, ignore_errors=True)
         return found
 

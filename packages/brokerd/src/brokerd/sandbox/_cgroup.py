@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import time
 from pathlib import Path
 
+from ._pidns import LEFTOVER_WAIT_S, WARN_EVERY_S
+
+log = logging.getLogger("brokerd.sandbox")
 PIDS_V1 = Path("/sys/fs/cgroup/pids")
 REMOVE_POLL_S = 0.001
-REMOVE_TRIES = 500
-LEFTOVER_WAIT_S = 10.0  # a SIGKILLed process leaves its group within it; else start-up fails
 
 
 def pids_cgroup_available(base: Path = PIDS_V1) -> bool:
@@ -40,17 +42,23 @@ class PidsCgroup:
         return ["/bin/sh", "-c", join, str(self.path / "cgroup.procs"), *argv]
 
     async def remove(self) -> None:
-        """Remove the group once it is empty: a moment after its last process is reaped. Polled
-        every millisecond, not slept on in 10 ms steps: the call's answer waits for it (at most
-        half a second, as before), and brokerd's other calls keep running meanwhile."""
-        for _ in range(REMOVE_TRIES):
-            with contextlib.suppress(FileNotFoundError):
-                try:
-                    self.path.rmdir()
-                except OSError:
-                    await asyncio.sleep(REMOVE_POLL_S)
-                    continue
-            return
+        """Remove the group once it is empty: a moment after its last process is reaped (the
+        sandbox's PID namespace is empty by then: ``_pidns``). Polled every millisecond, never
+        given up: a group that stays busy is logged every WARN_EVERY_S, and the call's answer
+        waits; brokerd's other calls keep running meanwhile."""
+        polls = 0
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                polls += 1
+                if polls % round(WARN_EVERY_S / REMOVE_POLL_S) == 0:
+                    log.warning("%s still holds processes %.0f s after its call ended",
+                                self.path, polls * REMOVE_POLL_S)
+                await asyncio.sleep(REMOVE_POLL_S)
 
 
 def kill_leftovers(owner: str, base: Path = PIDS_V1) -> list[str]:

@@ -42,6 +42,8 @@ RLIMIT_NPROC counts the sandbox's processes only in its user namespace (brokerd 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -50,7 +52,7 @@ import re
 import secrets
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,11 +74,13 @@ from ._call import (
     toolkit_args,
 )
 from ._cgroup import PidsCgroup, kill_leftovers, pids_cgroup_available
-from ._process import SandboxOutcome, interpret, run_process
+from ._pidns import NamespaceInit, child_pid, readable
+from ._process import SandboxOutcome, finish_uncancelled, interpret, run_process
 from ._seccomp import compile_filter, filter_fd
 from .errors import SandboxUnavailable
 from .spec import SandboxSpec
 
+GO = b"\x01"  # on the lifeline: brokerd holds the sandbox's PID 1, the tool may run
 DEBIAN_SYSTEM: tuple[tuple[str, ...], ...] = (
     ("--ro-bind", "/usr", "/usr"),
     ("--symlink", "usr/lib", "/lib"),
@@ -142,6 +146,7 @@ def bwrap_argv(
     seccomp_fd: int,
     pins: tuple[Pin, ...],
     lifeline: int,
+    status_fd: int,
     run_as: int | None = None,
 ) -> list[str]:
     if run_as is None:
@@ -151,7 +156,8 @@ def bwrap_argv(
     else:
         argv = [layout.bwrap, *NAMESPACES_BUT_USER]
         capabilities = ["--cap-drop", "ALL", *KEPT_FOR_SETPRIV]
-    argv += ["--die-with-parent", "--new-session", "--seccomp", str(seccomp_fd)]
+    argv += ["--die-with-parent", "--new-session", "--seccomp", str(seccomp_fd),
+             "--json-status-fd", str(status_fd)]
     for item in layout.system:
         argv += item
     argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
@@ -264,37 +270,26 @@ class BubblewrapSandbox(Backend):
                 "uid": f"host uid {self.sandbox_uid}"}
 
     async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> SandboxOutcome:
+        assert workspace.path is not None
         seccomp = filter_fd(self._seccomp)
-        # The call's lifeline: the sandbox gets the read end, brokerd alone holds the write
-        # end and closes it when the call ends, however it ends (or the kernel does, when
-        # brokerd dies). bwrap ties its sandbox to its own life only once set up; a sandbox
-        # whose bwrap was killed before that (a deadline, brokerd stopped) finds the lifeline
-        # at its end and runs nothing (toolkit.main, attack 31j E2/E15).
-        lifeline, held = os.pipe()
-        open_ = [held]
-
-        def end_lifeline() -> None:
-            """Closed before bwrap is killed (a sandbox that found it open is then tied to a
-            bwrap still alive, and dies with it; attack 31k, K7: closed after the kill, a busy
-            brokerd let one through), or once bwrap exited by itself; once."""
-            while open_:
-                os.close(open_.pop())
-
+        lifeline = Lifeline()
+        init = InitWatch(workspace.path)
         try:
             argv = bwrap_argv(spec, self.layout, toolkit_dir=self._toolkit_dir,
                               secrets_dir=workspace.secrets_dir, egress_dir=workspace.egress_dir,
-                              seccomp_fd=seccomp, pins=workspace.pins, lifeline=lifeline,
-                              run_as=self._run_as)
-            return await self._run(spec, argv, (seccomp, lifeline), end_lifeline)
+                              seccomp_fd=seccomp, pins=workspace.pins, lifeline=lifeline.read_end,
+                              status_fd=init.status_fd, run_as=self._run_as)
+            return await self._run(spec, argv, (seccomp, lifeline.read_end, init.status_fd),
+                                   lifeline, init)
         finally:
-            end_lifeline()
-            os.close(lifeline)
+            lifeline.close()
+            init.close()
             os.close(seccomp)
 
     async def _run(self, spec: SandboxSpec, argv: list[str], passed: tuple[int, ...],
-                   end_lifeline: Callable[[], None]) -> SandboxOutcome:
-        """Run bwrap with ``passed`` descriptors; ``end_lifeline`` before it is killed, however
-        it is, and when it has ended."""
+                   lifeline: Lifeline, init: InitWatch) -> SandboxOutcome:
+        """Run bwrap with ``passed`` descriptors. The tool runs once brokerd holds the sandbox's
+        PID 1 (``lifeline.go``); the call ends once every process of the sandbox is gone."""
         cgroup = None
         try:
             if self._use_cgroup:
@@ -302,17 +297,103 @@ class BubblewrapSandbox(Backend):
                 cgroup = PidsCgroup(f"{self.owner}/{name}" if self.owner else name,
                                     spec.limits.pids + _BWRAP_TASKS)
                 argv = cgroup.wrap(argv)
+            init.watch(lifeline)
             finished = await run_process(
                 argv, stdin=spec.arguments.encode("utf-8"), timeout_s=spec.limits.timeout_s,
                 stdout_cap=stdout_cap(spec), env={"PATH": "/usr/bin:/bin"}, pass_fds=passed,
-                before_kill=end_lifeline,
+                before_kill=lifeline.end,
             )
         finally:
-            end_lifeline()  # the call is over for brokerd: so it is for what is left of it
+            lifeline.end()  # the call is over for brokerd: so it is for what is left of it
+            await finish_uncancelled(init.gone(f"call of {spec.program}"))
             if cgroup is not None:
-                await cgroup.remove()
+                await finish_uncancelled(cgroup.remove())
         return interpret(finished, data_class=spec.data_class, egress=bool(spec.hosts),
                          timeout_s=spec.limits.timeout_s, stdout_cap=stdout_cap(spec))
+
+
+class Lifeline:
+    """The call's lifeline: the sandbox gets the read end, brokerd alone holds the write end.
+    The tool runs only once it reads brokerd's go, sent once brokerd holds the sandbox's PID 1
+    (``InitWatch``); end of file means the call is over (its time ran out, brokerd stopped or
+    died), and nothing runs: a sandbox whose bwrap was killed before it tied the sandbox to its
+    own life (attack 31j E2/E15) finds it so. Ended before bwrap is killed, however it is, so a
+    sandbox that found it open is tied to a bwrap still alive (attack 31k, K7)."""
+
+    def __init__(self) -> None:
+        self.read_end, self._write_end = os.pipe()
+
+    def go(self) -> None:
+        if self._write_end >= 0:
+            os.write(self._write_end, GO)
+
+    def end(self) -> None:
+        if self._write_end >= 0:
+            os.close(self._write_end)
+            self._write_end = -1
+
+    def close(self) -> None:
+        self.end()
+        os.close(self.read_end)
+
+
+class InitWatch:
+    """bwrap's ``--json-status-fd``: its first line names the sandbox's PID 1. brokerd opens a
+    pidfd on it, records it in the call's workspace (for a brokerd restarted after being
+    killed) and only then lets the tool run; the call ends once that pidfd is readable."""
+
+    def __init__(self, workspace: Path):
+        self._workspace = workspace
+        self._read_end, self.status_fd = os.pipe()
+        self._watching: asyncio.Future[NamespaceInit | None] | None = None
+
+    def watch(self, lifeline: Lifeline) -> None:
+        self._watching = asyncio.ensure_future(self._hold(lifeline))
+
+    async def _hold(self, lifeline: Lifeline) -> NamespaceInit | None:
+        pid = child_pid(await _first_line(self._read_end))
+        init = None if pid is None else NamespaceInit.find(pid)
+        if init is not None:
+            try:
+                init.record(self._workspace)
+            except OSError:
+                init.close()  # not recorded: the tool does not run
+                raise
+            lifeline.go()
+        return init
+
+    async def gone(self, what: str) -> None:
+        """Once bwrap has ended: wait for its sandbox's processes to be gone. A sandbox whose
+        PID 1 brokerd never held ran no tool (the lifeline had no go)."""
+        if self._watching is None:
+            return
+        if not self._watching.done():
+            self._watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._watching
+        init = None if self._watching.cancelled() else self._watching.result()
+        if init is not None:
+            await init.gone(what)
+
+    def close(self) -> None:
+        for fd in (self._read_end, self.status_fd):
+            os.close(fd)
+
+
+async def _first_line(fd: int, limit: int = 4096) -> bytes:
+    """The first line on the pipe ``fd`` (empty at its end), read without blocking the loop."""
+    os.set_blocking(fd, False)
+    line = bytearray()
+    while b"\n" not in line and len(line) < limit:
+        await readable(fd)
+        try:
+            chunk = os.read(fd, limit)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        line += chunk
+    return bytes(line.split(b"\n", 1)[0])
 
 
 def bwrap_version(bwrap: str) -> tuple[int, ...]:

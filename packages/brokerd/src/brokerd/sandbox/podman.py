@@ -15,7 +15,10 @@ scratch files are given to it; a writable mount must then be writable by that ui
 Rootless-capable: nothing here needs root. With rootless podman on cgroup v1, ``--memory`` and
 ``--pids-limit`` are ignored (measured), and the ``--ulimit`` data/nproc/cpu limits are what
 holds; as root, or with cgroup v2, both hold. Time: brokerd's deadline removes the container
-(``podman rm --force``), with conmon's ``--timeout`` behind it.
+(``podman rm --force``), with conmon's ``--timeout`` behind it. The call ends once the
+container's PID 1 is gone (``_pidns``), which a local podman tells brokerd (``--pidfile``); the
+pids of a podman service are another PID namespace's, and there brokerd waits for ``podman rm``
+alone (docs/threat-model.md).
 
 Its command lines (pure): run by digest, never pull, and remove.
 
@@ -70,7 +73,8 @@ from ._call import (
     tmpfs_bytes,
     toolkit_args,
 )
-from ._process import SandboxOutcome, interpret, run_process
+from ._pidns import RECORD, NamespaceInit
+from ._process import SandboxOutcome, finish_uncancelled, interpret, run_process
 from ._seccomp import oci_profile
 from .errors import SandboxUnavailable
 from .spec import SandboxSpec
@@ -116,9 +120,11 @@ def podman_run_argv(
     pins: tuple[Pin, ...],
     user: str = "0:0",
     owner: str | None = None,
+    pidfile: Path | None = None,
 ) -> list[str]:
     """``owner``: the brokerd the container belongs to (OWNER_LABEL), so that the next start of
-    that brokerd finds it if it outlives brokerd."""
+    that brokerd finds it if it outlives brokerd. ``pidfile``: where podman writes the host pid
+    of the container's PID 1 (``_pidns``)."""
     limits = spec.limits
     tmpfs = tmpfs_bytes(spec)
     argv = [
@@ -141,6 +147,7 @@ def podman_run_argv(
         "--log-driver=none",
         *setup.namespaces(),
         *([] if owner is None else [f"--label={OWNER_LABEL}={owner}"]),
+        *([] if pidfile is None else [f"--pidfile={pidfile}"]),
     ]
     for mount in spec.mounts:
         mode = "rw" if mount.writable else "ro"
@@ -200,6 +207,8 @@ class PodmanSandbox(Backend):
                          owner=None if self.rootless else sandbox_uid,
                          sees_sources=setup.remote is None, instance=owner)
         self.seccomp_profile = _write_profile(self._scratch_root)
+        # A podman service's pids are another namespace's (the appliance): not waited for
+        self._sees_pids = setup.remote is None
 
     def _ask_rootless(self) -> bool:
         argv = [*self.setup.base(), "info", "--format", "{{.Host.Security.Rootless}}"]
@@ -214,19 +223,29 @@ class PodmanSandbox(Backend):
         return answer.stdout.strip() == "true"
 
     async def _execute(self, spec: SandboxSpec, workspace: CallWorkspace) -> SandboxOutcome:
+        assert workspace.path is not None
         name = f"bx-call-{secrets.token_hex(8)}"
         argv = podman_run_argv(spec, self.setup, name=name, secrets_dir=workspace.secrets_dir,
                                egress_dir=workspace.egress_dir, pins=workspace.pins,
                                user=self.user,
-                               seccomp_profile=self.seccomp_profile, owner=self.owner)
+                               seccomp_profile=self.seccomp_profile, owner=self.owner,
+                               pidfile=workspace.path / RECORD if self._sees_pids else None)
 
         async def remove() -> None:
             await self._remove(name)
 
-        finished = await run_process(
-            argv, stdin=spec.arguments.encode("utf-8"), timeout_s=spec.limits.timeout_s,
-            stdout_cap=stdout_cap(spec), env=self._env, on_kill=remove,
-        )
+        try:
+            finished = await run_process(
+                argv, stdin=spec.arguments.encode("utf-8"), timeout_s=spec.limits.timeout_s,
+                stdout_cap=stdout_cap(spec), env=self._env, on_kill=remove,
+            )
+        finally:
+            # Removed is not gone: a process in an uninterruptible system call outlives
+            # ``podman rm`` by seconds (attack 31m, F4). A local podman's container shares
+            # brokerd's PID namespace, so brokerd waits for the container's PID 1.
+            init = NamespaceInit.recorded(workspace.path) if self._sees_pids else None
+            if init is not None:
+                await finish_uncancelled(init.gone(f"call of {spec.program} ({name})"))
         return interpret(finished, data_class=spec.data_class, egress=bool(spec.hosts),
                          timeout_s=spec.limits.timeout_s, stdout_cap=stdout_cap(spec))
 
