@@ -55,7 +55,7 @@ def test_grants_check_fails_on_a_broken_grant(tmp_path):
     write(tmp_path, "bad.toml", 'tools = ["echo"]\nmode = "auto"\n')
     result = invoke("grants", "check", "--dir", str(tmp_path))
     assert result.exit_code == 1
-    assert "REFUSED (grants nothing)" in result.output and "bad.toml" in result.output
+    assert "REFUSED:" in result.output and "bad.toml" in result.output
 
 
 def rig_after_one_echo_call(tmp_path: Path):

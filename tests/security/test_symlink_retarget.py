@@ -80,14 +80,15 @@ def test_a_planted_symlink_does_not_re_target_a_grant_at_reload(short_dir):
         (work / "sub" / "x.txt").write_text("in sub\n")
         (rig.outside / "secret.txt").write_text(CANARY)
         (stack.grants / "shell.toml").write_text(shell_grant(work))
-        (stack.grants / "sub.toml").write_text(sub_grant(work))
         before = tree_hash(rig.outside)
 
         plant = via_call_tool("shell.run", {"cwd": str(work), "argv": [
             "sh", "-c", f"mv sub sub.old && ln -s {rig.outside} sub"]})
         stack.turn("plant", directive(plant), resume=False)
         assert (work / "sub").is_symlink(), tool_results(home, "plant")
-        (stack.grants / "README").write_text("the owner edits the grants directory\n")
+        # The owner then adds a grant through the tree the tool writes: refused (and while it
+        # is there, every call is denied)
+        (stack.grants / "sub.toml").write_text(sub_grant(work))
 
         steal = via_call_tool("fs.read", {"path": str(work / "sub" / "secret.txt")})
         stack.turn("steal", directive(steal), resume=False)
@@ -101,7 +102,7 @@ def test_a_planted_symlink_does_not_re_target_a_grant_at_reload(short_dir):
 
 # How the owner retires the wide grant, and where its tool planted the symlink.
 RETIREMENTS = [("deleted", "pub"), ("made read-only", "a/b/pub"),
-               ("narrowed to another tree", "a/pub"), ("deleted, the reader written after", "pub")]
+               ("narrowed to another tree", "a/pub")]
 
 
 @pytest.fixture(params=["root", "unprivileged"])
@@ -124,8 +125,8 @@ def test_a_symlink_planted_under_a_retired_writable_grant_re_targets_nothing(
         owner, retired, planted):
     """A public session, through a grant writing ``data/``, puts a symlink to the owner's
     secret tree where a public reader grant over ``data/<planted>`` will resolve. However the
-    owner then retires the wide grant, the reader is refused at load, naming the written root,
-    and a fresh public session gets no canary."""
+    owner then retires the wide grant and writes the reader, it is refused at load, naming the
+    written root, and a fresh public session gets no canary."""
     rig, secret = owner
     data = rig.directory("data")
     target = data / planted
@@ -138,8 +139,6 @@ def test_a_symlink_planted_under_a_retired_writable_grant_re_targets_nothing(
         rig.grant("reader", tools=["fs.read"], result_class="public",
                   mounts=[(target, False)], argument=("path", f"{target}/**"))
 
-    if "written after" not in retired:
-        reader()  # refused while the wide grant is in force
     with rig:
         planting = rig.shell("plant", f"ln -s {secret} {planted}", data)
         assert planting.status == "ok" and target.is_symlink(), planting
@@ -151,8 +150,7 @@ def test_a_symlink_planted_under_a_retired_writable_grant_re_targets_nothing(
         else:
             rig.grant("wide", tools=["shell.run"], result_class="public",
                       mounts=[(elsewhere, True)], argument=("cwd", str(elsewhere)))
-        if "written after" in retired:
-            reader()
+        reader()  # written before, it would be refused and every call denied: no planting
         got = rig.call("fresh", "fs.read", {"path": f"{target}/s.txt"})
         assert got.status == "denied" and CANARY not in got.content, got
         checked = rig.brokerd("grants", "check")

@@ -114,8 +114,11 @@ def grants_check(config_path: Path, directory: Path | None, as_json: bool) -> No
         for grant in found.grants:
             click.echo(f"{grant.name}: {explain_grant(grant)}")
         for error in found.errors:
-            click.echo(f"REFUSED (grants nothing): {error}", err=True)
-        if not found.grants:
+            click.echo(f"REFUSED: {error}", err=True)
+        if found.errors:
+            click.echo("while a file is refused brokerd denies every call (it may have been a "
+                       "deny): fix or remove it", err=True)
+        elif not found.grants:
             click.echo(f"no valid grant in {directory}: every call would be denied", err=True)
     if found.errors:
         raise SystemExit(1)

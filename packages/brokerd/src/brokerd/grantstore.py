@@ -1,10 +1,12 @@
 """The shell around grant parsing: reads the owner's grants directory, and re-reads it when it
 changes, so every call is decided against the grants as they are at that moment.
 
-brokerd only ever reads this directory. A file that fails to parse is logged loudly and grants
-nothing; the other files still count. Only ``*.toml`` files are grants: an editor's backup or a
-README beside them is ignored. A grant that reaches one of the harness's own directories
-(``protected``, see ``policy._protected``) is refused like a broken file, naming it.
+brokerd only ever reads this directory. Only ``*.toml`` files are grants: an editor's backup or
+a README beside them is ignored. A file that fails to parse, reaches one of the harness's own
+directories (``protected``, see ``policy._protected``), could have been written by a tool
+(``ownerfiles.tool_hand``) or re-targeted by one (``retarget_risk``) is refused, loudly, naming
+it; and while any file is refused, every call is denied: the file may have been a deny, which
+no other grant may outlive (docs/decisions/a-refused-grant-file-denies-every-call.md).
 """
 
 from __future__ import annotations
@@ -73,10 +75,10 @@ def read_grant(path: Path, protected: tuple[Protected, ...] = ()
 
 def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
                 reach: ToolReach | None = None) -> GrantSet:
-    """Every ``*.toml`` grant in ``directory``; broken files are in ``errors`` and grant nothing,
-    and so does a grant reaching the harness's own files, a file a tool could have written
-    (``ownerfiles.tool_hand``), or an auto or ask grant a tool could re-target
-    (``retarget_risk``). ``reach``: what tools can write and could have (none: nothing yet)."""
+    """Every ``*.toml`` grant in ``directory``; broken files are in ``errors``, and so is a grant
+    reaching the harness's own files, a file a tool could have written (``ownerfiles.tool_hand``)
+    or a grant a tool could re-target (``retarget_risk``), deny grants too. ``reach``: what
+    tools can write and could have (none: nothing yet)."""
     reach = reach or ToolReach()
     parsed: list[tuple[OwnerFile, Grant, list[str]]] = []
     errors: list[GrantError] = []
@@ -92,11 +94,10 @@ def load_grants(directory: Path, protected: tuple[Protected, ...] = (),
     retired = [Path(root) for root, running in reach.written.items() if not running]
     grants: list[Grant] = []
     for file, grant, resolved in parsed:
-        # A deny grant only takes authority away, whoever wrote it: refusing it would leave in
-        # force what the owner meant to withdraw (attack 31l, F2).
-        why = None if grant.mode == "deny" else tool_hand(
-            file, reach, [source for _, source in writable])
-        if why is None and grant.mode != "deny":
+        # A deny grant too: what a tool wrote there may be its own deny, or a withdrawal of the
+        # owner's (attack 31m, F3); GrantStore denies every call while any file is refused.
+        why = tool_hand(file, reach, [source for _, source in writable])
+        if why is None:
             why = retarget_risk(resolved, writable, retired)
         if why is None:
             grants.append(grant)
@@ -158,8 +159,12 @@ class GrantStore:
         except (GrantError, LabelError) as exc:
             log.error("%s: every call is denied until this is fixed", exc)
             return GrantSet((), (GrantError(str(exc)),))
-        for error in grants.errors:
-            log.error("grant refused, it grants nothing: %s", error)
+        if grants.errors:
+            # A refused or broken file may have been a deny, which no grant may outlive
+            for error in grants.errors:
+                log.error("grant refused: %s; every call is denied until it is fixed or "
+                          "removed", error)
+            return GrantSet((), grants.errors)
         if not grants.grants:
             log.error("no valid grant in %s: every tool call except memory is denied",
                       self.directory)

@@ -172,7 +172,7 @@ def run_checks(config_path: Path) -> list[Check]:
                            "shorten system.md or the identity files", config_path),
         lambda: check_sockets(config),
         lambda: role_check("grant files", "brokerd", ["grants", "check"],
-                           "fix or remove the refused grant file (it grants nothing now)",
+                           "fix or remove the refused grant file (every call is denied now)",
                            config_path),
         lambda: role_check("audit chain", "brokerd", ["audit", "verify"],
                            "the audit log was altered: keep a copy, investigate the named "
