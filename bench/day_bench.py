@@ -37,6 +37,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,9 +78,12 @@ class Step:
     tool_choice: tuple[str, ...]
 
 
-def day(threads: int, turns: int, job_turns: int, notes: list[Path], seed: int) -> list[Step]:
+def day(threads: int, turns: int, job_turns: int, notes: list[Path], seed: int,
+        read: Callable[[Path, str], str] | None = None) -> list[Step]:
     """The day's turns in arrival order: threads interleaved at random, each in its own order;
-    the job's turns spread evenly."""
+    the job's turns spread evenly. ``read`` words a request to read a note (Boxmaker's names its
+    tool; day_peers.py asks a peer in its own terms)."""
+    read = read or _read
     order = [t for t in range(threads) for _ in range(turns)]
     random.Random(seed).shuffle(order)
     done = [0] * threads
@@ -87,19 +91,20 @@ def day(threads: int, turns: int, job_turns: int, notes: list[Path], seed: int) 
     job_done = 0
     for index, thread in enumerate(order, 1):
         turn = done[thread] = done[thread] + 1
-        steps.append(Step(f"day-thread-{thread:02d}", "main", *_text(thread, turn, notes)))
+        steps.append(Step(f"day-thread-{thread:02d}", "main", *_text(thread, turn, notes, read)))
         if index % threads == 0 and job_done < job_turns:
             job_done += 1
             note = notes[(job_done * 7) % len(notes)]
-            steps.append(Step(JOB, "background", _read(note, "Job: check this note."),
+            steps.append(Step(JOB, "background", read(note, "Job: check this note."),
                               ("required", "none")))
     return steps
 
 
-def _text(thread: int, turn: int, notes: list[Path]) -> tuple[str, tuple[str, ...]]:
+def _text(thread: int, turn: int, notes: list[Path], read: Callable[[Path, str], str]
+          ) -> tuple[str, tuple[str, ...]]:
     if turn % 3 == 0:
         note = notes[(thread + turn) % len(notes)]
-        return _read(note, "Look at this note for me."), ("required", "none")
+        return read(note, "Look at this note for me."), ("required", "none")
     if turn == 1 and thread % 3 == 0:
         pasted = notes[thread % len(notes)].read_text()
         return f"Here is something I wrote down; keep it in mind.\n\n{pasted}", ("none",)
@@ -309,7 +314,19 @@ def main() -> None:
     parser.add_argument("--restart-at", type=int, default=0, help="0: halfway through the day")
     parser.add_argument("--baselines", default="local,host", help="local, host or both")
     parser.add_argument("--no-write", action="store_true", help="print, do not write the doc")
+    parser.add_argument("--peers", action="store_true",
+                        help="the day through Hermes Agent and OpenClaw beside Boxmaker, "
+                             "local baseline (day_peers.py; section bench:day-peers)")
+    parser.add_argument("--harnesses", default="boxmaker,hermes,openclaw", help="with --peers")
+    parser.add_argument("--trimmed-peers", action="store_true",
+                        help="with --peers: the peers' file tools only (cheaper for them)")
+    parser.add_argument("--minutes", type=float, default=600.0,
+                        help="with --peers: start no turn after this many minutes")
     args = parser.parse_args()
+    if args.peers:
+        from day_peers import main as peers_main
+        peers_main(args)
+        return
     results = {size: run(args, size) for size in args.baselines.split(",")}
     text = render(results, args)
     print(text if args.no_write else write_section("day", text))

@@ -25,6 +25,7 @@ computed from this run's figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -33,6 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -155,6 +157,20 @@ def prepare_peer(peer: Hermes | OpenClaw, key: str, directory: Path, port: int,
     return True
 
 
+@contextlib.contextmanager
+def recording(stack: Stack, directory: Path) -> Iterator[tuple[Recorder, int]]:
+    """The recording proxy in front of the stack's llama-server; yields it and its loopback port.
+    The proxy takes the llama socket's place: inferproxy opens a connection per connection of
+    loopd's, so from loopd's next one on every request passes through it; the peers reach it on
+    the port."""
+    with Recorder(directory / "llama-upstream.sock") as recorder:
+        stack.layout.socket("llama").rename(recorder.upstream)
+        recorder.serve_unix(stack.layout.socket("llama"))
+        port = recorder.serve_tcp()
+        time.sleep(3.0)  # loopd's pool lets idle connections go after 2 s (KEEPALIVE_EXPIRY)
+        yield recorder, port
+
+
 def run(chosen: list[str], minutes: float, trimmed: bool) -> PeersRun:
     """The conversation turn by turn, each turn through every harness in ``chosen`` (as
     cache_bench does): the figures of all of them grow together, and a time limit stops them all
@@ -188,14 +204,7 @@ def run(chosen: list[str], minutes: float, trimmed: bool) -> PeersRun:
             directory, llama_server=binary, models=models,
             serving=serving_dir(directory, presets(SLOT_CONTEXT, SLOTS)),
             grants=grants(directory / "grants", notes[0].parent), settings=settings,
-        ) as stack, Recorder(directory / "llama-upstream.sock") as recorder:
-            # The proxy takes the llama socket's place: inferproxy opens a connection per
-            # connection of loopd's, so from loopd's next one on every request passes through it;
-            # the peers reach it on a loopback port.
-            stack.layout.socket("llama").rename(recorder.upstream)
-            recorder.serve_unix(stack.layout.socket("llama"))
-            port = recorder.serve_tcp()
-            time.sleep(3.0)  # loopd's pool lets idle connections go after 2 s (KEEPALIVE_EXPIRY)
+        ) as stack, recording(stack, directory) as (recorder, port):
             drivers: dict[str, BoxmakerDriver | PeerDriver] = {}
             if "boxmaker" in chosen:
                 drivers["boxmaker"] = BoxmakerDriver(stack, recorder)
