@@ -46,7 +46,10 @@ def credential(root: Path) -> dict[str, str]:
 
 
 def secrets_config(root: Path) -> str:
-    secret_file = root / "canary_file.secret"
+    # In a directory of its own: a file secret's directory is the harness's, and the rig's
+    # read grant mounts a directory beside it (a grant reaching it denies every call)
+    (root / "secret").mkdir(mode=0o700)
+    secret_file = root / "secret" / "canary_file.secret"
     secret_file.write_text(CANARIES["canary_file"])
     secret_file.chmod(0o600)
     return f"""
@@ -67,7 +70,7 @@ def echo_grant() -> str:
 
 
 def written_by_the_stack(root: Path) -> list[Path]:
-    skip = {root / "canary_file.secret", root / "credentials", root / "hostkey"}
+    skip = {root / "secret", root / "credentials", root / "hostkey"}
     return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
             and not any(p == s or s in p.parents for s in skip)]
 
@@ -83,7 +86,8 @@ def test_canary_secrets_never_reach_a_file_and_modes_are_tight(short_dir):
         assert done.kind == "turn_done", done
         (echoed,) = tool_results(stack.home, "sec")
         assert echoed["content"] == "hi", echoed  # it ran, with the three secrets injected
-        denied = via_call_tool("fs.read", {"path": str(short_dir / "canary_file.secret")})
+        secret_file = short_dir / "secret" / "canary_file.secret"
+        denied = via_call_tool("fs.read", {"path": str(secret_file)})
         stack.turn("sec2", directive(denied), resume=False)
         modes = {p: stat.S_IMODE(p.lstat().st_mode) for p in (stack.home / "x").parent.rglob("*")}
         sockets = {p: stat.S_IMODE(p.lstat().st_mode) for p in (short_dir / "run").iterdir()
