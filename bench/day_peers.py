@@ -199,7 +199,8 @@ def run(args: argparse.Namespace, chosen: list[str]) -> DayRun:
             peers = {key: peer for key, peer in (
                 ("hermes", Hermes(CACHE, trimmed=args.trimmed_peers)),
                 ("openclaw", OpenClaw(CACHE, trimmed=args.trimmed_peers)))
-                if key in chosen and prepare_peer(peer, key, directory, port, harnesses[key])}
+                if key in chosen and prepare_peer(peer, key, directory, port, harnesses[key],
+                                                  model=MODEL, max_tokens=MAX_TOKENS)}
             numbers: dict[str, int] = {}  # a peer's session number per day session
             seen: set[str] = set()
             for number, (box, peer) in enumerate(zip(box_steps, peer_steps, strict=True), 1):

@@ -144,12 +144,12 @@ class PeerDriver:
 
 
 def prepare_peer(peer: Hermes | OpenClaw, key: str, directory: Path, port: int,
-                 harness: Harness) -> bool:
+                 harness: Harness, *, model: str = MODEL, max_tokens: int = MAX_TOKENS) -> bool:
     try:
         peer.install()
         harness.setup = peer.configure(directory / key / "home",
                                        base_url=f"http://127.0.0.1:{port}/v1",
-                                       model=MODEL, max_tokens=MAX_TOKENS)
+                                       model=model, max_tokens=max_tokens)
     except (PeerError, OSError) as exc:
         harness.failure = str(exc)
         print(f"{key}: {exc}", file=sys.stderr)
