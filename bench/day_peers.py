@@ -57,7 +57,7 @@ from rig import RigError, StackSettings, running_stack, serving_dir  # noqa: E40
 from support.llama import llama_paths  # noqa: E402
 
 MODEL = "coder"  # `bxctl up`'s default (docs/decisions/small-local-models.md)
-MAX_TOKENS = 96  # every harness: a fenced call with a path, or a short answer
+MAX_TOKENS = 256  # every harness: words, then a fenced call (at 96 no harness completed one)
 HARNESSES = ("boxmaker", "hermes", "openclaw")
 RESTART = "(restart)"  # the session label of what loopd sends while it restarts
 NOTE_TEXT = "needs attention"  # every line of a note has it: a tool result holding it read one
@@ -273,23 +273,31 @@ def verdicts(outcome: DayRun, by: dict[str, Figures]) -> list[str]:
     box = by.get("boxmaker")
     if box is None or not box.processed:
         return ["Boxmaker has no recorded completion in this run: no ratio."]
-    said = [f"Boxmaker processed {box.processed:,} tokens: {reason(box)}."]
+    said = [f"- Boxmaker processed {box.processed:,} tokens: {reason(box)}."]
     for h in outcome.harnesses:
         if h.key == "boxmaker":
             continue
         f = by.get(h.key)
         if f is None or not f.processed:
-            said.append(f"{h.name}: no recorded completion"
+            said.append(f"- {h.name}: no recorded completion"
                         f"{' (' + h.failure[:200] + ')' if h.failure else ''}: no ratio.")
             continue
         ratio = f.processed / box.processed
         said.append(
-            f"{h.name} processed {f.processed:,} tokens, {ratio:.1f}x Boxmaker's: the goal "
+            f"- {h.name} processed {f.processed:,} tokens, {ratio:.1f}x Boxmaker's: the goal "
             f"(>= {GOAL_RATIO:.0f}x) is {'met' if ratio >= GOAL_RATIO else 'NOT met'}. Its "
             f"tokens went to {reason(f)}; its first request per session processed "
             f"{', '.join(f'{n:,}' for n in f.first_each)}. It completed {f.tool_results} tool "
             f"calls ({f.notes_read} returning a note's text), Boxmaker {box.tool_results} "
             f"({box.notes_read}).")
+    done = {h.key: by[h.key].tool_results for h in outcome.harnesses if h.key in by}
+    if not any(done.values()):
+        said.append("- No harness completed a tool call in this run: the figures compare "
+                    "conversations, not yet the same work with tools.")
+    elif len(set(done.values())) > 1:
+        said.append("- The harnesses completed different numbers of tool calls ("
+                    + ", ".join(f"{k} {v}" for k, v in done.items())
+                    + "): the work differs by that much.")
     return said
 
 
@@ -301,7 +309,11 @@ def render(outcome: DayRun) -> str:
     full = a["threads"] == 20 and a["turns"] == 6 and outcome.done == outcome.steps
     scope = ("the full day" if full else
              f"a SMALLER day than the 20-thread, 6-turn one (turns {outcome.done} of "
-             f"{outcome.steps} run)")
+             f"{outcome.steps} run): the full day is `scripts/bench day --peers` with its "
+             "defaults, longer than this loaded 2-core machine allowed")
+    tools = ("The peers ran with their file tools only (`--trimmed-peers`): a smaller prompt than "
+             "their defaults, so each ratio below is lower than with their default tools."
+             if a["trimmed_peers"] else "The peers ran with their default tools.")
     return f"""## The owner's day through Hermes Agent and OpenClaw (`scripts/bench day --peers`)
 
 This run: `--threads {a["threads"]} --turns {a["turns"]} --job-turns {a["job_turns"]} --seed
@@ -318,7 +330,7 @@ is asked for in each harness's terms. *processed*: the server's `prompt_n`; *new
 adds to its session (its prompt beyond what the session's previous completion left); a *return*
 is a turn's first request in a session with earlier turns; *re-read*: of the session's previous
 prompt, what the request did not find cached; *tool results*: distinct tool messages the harness
-sent back.
+sent back. {tools}
 
 {HEAD}{table}
 
