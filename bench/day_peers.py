@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,12 @@ GOAL_RATIO = 10.0
 LAST_RUN = CACHE / "day-peers-last-run.pickle"
 
 
-def peer_read(note: Path, intro: str) -> str:
-    """A request to read a note, in a peer's terms (it has its own file tools)."""
-    return f"{intro} Read the file {note}, then tell me in one sentence what the note is about."
+def plain_read(note: Path, intro: str) -> str:
+    """A request to read a note in plain words, the same for every harness. The 1.5B called no
+    tool, in any harness, when asked to use one by name (day_bench's wording for Boxmaker, or
+    "Read the file ..."), and called one in each when asked this (a probe of the recorded
+    requests); the intro is left out."""
+    return f"What is in my note {note}?"
 
 
 @dataclass(frozen=True)
@@ -177,9 +180,11 @@ class DayRun:
 def run(args: argparse.Namespace, chosen: list[str]) -> DayRun:
     directory = Path(tempfile.mkdtemp(prefix="bx-day-peers-"))
     notes = write_notes(directory / "notes")
-    box_steps = day(args.threads, args.turns, args.job_turns, notes, args.seed)
-    peer_steps = day(args.threads, args.turns, args.job_turns, notes, args.seed, read=peer_read)
-    restart_at = args.restart_at or len(box_steps) // 2
+    # The same words for every harness, and no tool_choice for Boxmaker either: each model
+    # decides to use its tools itself (as in the first-chat test).
+    steps = [replace(s, tool_choice=()) for s in day(args.threads, args.turns, args.job_turns,
+                                                     notes, args.seed, read=plain_read)]
+    restart_at = args.restart_at or len(steps) // 2
     harnesses = {"boxmaker": Harness("boxmaker", "Boxmaker",
                                      "the local stack (`bxctl up`'s code), loop.sock"),
                  "hermes": Harness("hermes", f"{Hermes.name} {Hermes.version}"),
@@ -203,7 +208,7 @@ def run(args: argparse.Namespace, chosen: list[str]) -> DayRun:
                                                   model=MODEL, max_tokens=MAX_TOKENS)}
             numbers: dict[str, int] = {}  # a peer's session number per day session
             seen: set[str] = set()
-            for number, (box, peer) in enumerate(zip(box_steps, peer_steps, strict=True), 1):
+            for number, step in enumerate(steps, 1):
                 if time.perf_counter() - started > args.minutes * 60:
                     print(f"time limit: turns {number}.. not run", file=sys.stderr)
                     break
@@ -212,23 +217,23 @@ def run(args: argparse.Namespace, chosen: list[str]) -> DayRun:
                         if number == restart_at:
                             recorder.label = label(key, RESTART, number)
                             stack.restart("loopd")
-                        recorder.label = label(key, box.session, number)
-                        turn = box_turn(stack, box, resume=box.session in seen)
+                        recorder.label = label(key, step.session, number)
+                        turn = box_turn(stack, step, resume=step.session in seen)
                     elif key in peers:
-                        recorder.label = label(key, peer.session, number)
-                        session = numbers.setdefault(peer.session, len(numbers) + 1)
-                        turn = peers[key].turn(session, peer.text, notes[0].parent, TURN_TIMEOUT)
+                        recorder.label = label(key, step.session, number)
+                        session = numbers.setdefault(step.session, len(numbers) + 1)
+                        turn = peers[key].turn(session, step.text, notes[0].parent, TURN_TIMEOUT)
                     else:
                         continue
                     harnesses[key].turns.append(turn)
-                    print(f"{number}/{len(box_steps)} {key} {box.session}: {turn.seconds:.1f} s"
+                    print(f"{number}/{len(steps)} {key} {step.session}: {turn.seconds:.1f} s"
                           f"{'' if turn.ok else ' FAILED ' + turn.detail[:300]}", file=sys.stderr)
-                seen.add(box.session)
+                seen.add(step.session)
                 done = number
             exchanges = list(recorder.exchanges)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    return DayRun(args=vars(args), steps=len(box_steps), done=done, restart_at=restart_at,
+    return DayRun(args=vars(args), steps=len(steps), done=done, restart_at=restart_at,
                   harnesses=[harnesses[k] for k in HARNESSES if k in chosen],
                   exchanges=exchanges, seconds=time.perf_counter() - started)
 
@@ -326,7 +331,8 @@ slots of {SLOT_CONTEXT:,} tokens, serving/presets.ini's flags, {MAX_TOKENS} toke
 serves every harness through one recording proxy. The day's turns come in day_bench's seeded
 arrival order, each turn through every harness before the next; each thread, and the job, is one
 session of each harness (a peer's command line resuming its session on a return). A note to read
-is asked for in each harness's terms. *processed*: the server's `prompt_n`; *new*: what a request
+is asked for in the same plain words in every harness (no `tool_choice`). *processed*: the
+server's `prompt_n`; *new*: what a request
 adds to its session (its prompt beyond what the session's previous completion left); a *return*
 is a turn's first request in a session with earlier turns; *re-read*: of the session's previous
 prompt, what the request did not find cached; *tool results*: distinct tool messages the harness

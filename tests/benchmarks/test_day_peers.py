@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from cache_bench import write_notes
 from day_bench import _read, day
-from day_peers import RESTART, Sent, figures, peer_read
+from day_peers import RESTART, Sent, figures, plain_read
 from request_diff import Request, session_rereads
 
 INTROS = ("Look at this note for me.", "Job: check this note.")
@@ -34,14 +34,14 @@ def notes(tmp_path_factory):
 def test_every_harness_gets_the_same_turns_in_the_same_order(notes, threads, turns, job_turns,
                                                                seed):
     box = day(threads, turns, job_turns, notes, seed)
-    peer = day(threads, turns, job_turns, notes, seed, read=peer_read)
+    peer = day(threads, turns, job_turns, notes, seed, read=plain_read)
     assert [(s.session, s.kind, s.tool_choice) for s in box] == \
         [(s.session, s.kind, s.tool_choice) for s in peer]
     for b, p in zip(box, peer, strict=True):
         # a read names the same note, each in its harness's terms; every other text is the same
         reads = [(n, i) for n in notes for i in INTROS if b.text == _read(n, i)]
         assert bool(reads) == ("required" in b.tool_choice)
-        assert p.text == (peer_read(*reads[0]) if reads else b.text)
+        assert p.text == (plain_read(*reads[0]) if reads else b.text)
     assert sum(1 for s in box if s.kind == "main") == threads * turns
 
 
