@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -186,9 +187,15 @@ OWNER_FILES = {
     "deny": 'tools = ["*"]\nmode = "deny"\n[arguments.path]\npaths = ["/vault/**"]\n',
     "broken": 'tools = ["echo"]\nmode = "auto"\nclasses = [\n',
 }
+# ``*.toml`` entries that are not files: a deny could vanish by becoming one (attack 31n, F2)
+NOT_FILES = {
+    "dangling symlink": lambda path: path.symlink_to(path.with_name("gone")),
+    "directory": lambda path: path.mkdir(),
+    "fifo": lambda path: os.mkfifo(path),
+}
 
 
-@given(owners=st.lists(st.sampled_from(sorted(OWNER_FILES)), max_size=4),
+@given(owners=st.lists(st.sampled_from(sorted(OWNER_FILES) + sorted(NOT_FILES)), max_size=4),
        tools=st.lists(st.sampled_from(["auto", "deny"]), max_size=3))
 def test_while_any_grant_file_is_refused_every_call_is_denied(tmp_path_factory, owners, tools):
     """A refused file (broken, or changed while a call that writes ran, a deny too: a tool's
@@ -197,8 +204,11 @@ def test_while_any_grant_file_is_refused_every_call_is_denied(tmp_path_factory, 
     On the code before, a deny changed during a call was in force beside the owner's grants."""
     directory = tmp_path_factory.mktemp("grants")
     for n, kind in enumerate(owners):
-        write(directory, f"owner{n}.toml", OWNER_FILES[kind])
-    saved = max((p.stat().st_ctime_ns for p in directory.iterdir()), default=0)
+        if kind in NOT_FILES:
+            NOT_FILES[kind](directory / f"owner{n}.toml")
+        else:
+            write(directory, f"owner{n}.toml", OWNER_FILES[kind])
+    saved = max((p.lstat().st_ctime_ns for p in directory.iterdir()), default=0)
     for n, kind in enumerate(tools):
         path = directory / f"tool{n}.toml"
         while not path.exists() or path.stat().st_ctime_ns <= saved:  # after the owner's saves
@@ -207,7 +217,7 @@ def test_while_any_grant_file_is_refused_every_call_is_denied(tmp_path_factory, 
                           for n in range(len(tools))), None),) if tools else ()
     store = GrantStore(directory, reach=lambda: ToolReach(periods=periods))
     in_force = {g.name for g in store.current()}
-    if tools or "broken" in owners:
+    if tools or {"broken", *NOT_FILES} & set(owners):
         assert in_force == set(), (owners, tools)
     else:
         assert in_force == {f"owner{n}" for n in range(len(owners))}, owners

@@ -195,3 +195,59 @@ def test_a_restarted_brokerd_ends_the_killed_ones_period_after_its_sandbox(rig: 
                                      f"at {changed}, after the period {last.describe()}")
 
     one()
+
+
+# An unprivileged tool's sandbox: PID 1 (bwrap's init) runs as the tool's uid, so the tool may
+# ptrace it. It makes PID 1 run prctl(PR_SET_PDEATHSIG, 0): bwrap's --die-with-parent no longer
+# holds, and the tool outlives its deadline (attack 31n, F4). x86_64 registers.
+CUT_LOOSE = r"""
+import ctypes, os, sys, time
+W = sys.argv[1]
+open(W + '/ns', 'w').write(str(os.stat('/proc/self/ns/pid').st_ino))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+NAMES = ('r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags '
+         'rsp ss fs_base gs_base ds es fs gs').split()
+class Regs(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_ulonglong) for n in NAMES]
+def pt(request, data=None):
+    if libc.ptrace(request, 1, None, data) == -1 and ctypes.get_errno():
+        raise OSError(ctypes.get_errno(), 'ptrace %d' % request)
+pt(16); os.waitpid(1, 0x40000000)                       # PTRACE_ATTACH
+saved = Regs(); pt(12, ctypes.byref(saved))             # PTRACE_GETREGS
+call = Regs.from_buffer_copy(saved)
+call.rip, call.rax, call.rdi, call.rsi, call.orig_rax = saved.rip - 2, 157, 1, 0, 2**64 - 1
+pt(13, ctypes.byref(call)); pt(9); os.waitpid(1, 0x40000000)  # SETREGS, SINGLESTEP: prctl
+restore = Regs.from_buffer_copy(saved)
+if ctypes.c_longlong(saved.rax).value in (-512, -513, -514, -516):
+    restore.rip, restore.rax = saved.rip - 2, saved.orig_rax
+pt(13, ctypes.byref(restore)); pt(17)                   # SETREGS, DETACH
+open(W + '/cut', 'w').close()
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64",
+                    reason="the tool's ptrace uses x86_64 registers")
+def test_a_tool_that_cuts_its_sandbox_loose_still_ends_with_its_call(rig: LabelRig):
+    """However the tool changes its sandbox's PID 1, the call ends at its deadline with every
+    process of the sandbox gone: brokerd kills PID 1 through its pidfd."""
+    if rig.uid == os.geteuid():
+        pytest.skip("as root the sandbox's PID 1 is not the tool's uid: ptrace is refused")
+    work = rig.directory("cut")
+    rig.grant("cutter", tools=["shell.run"], result_class="public", mounts=[(work, True)],
+              argument=("cwd", f"{work}/**"))
+    grant = rig.top / "grants" / "cutter.toml"
+    grant.write_text(grant.read_text() + "[sandbox.limits]\ntimeout_s = 5\n")
+    pending = rig.begin("s", "shell.run", {"argv": ["python3", "-c", CUT_LOOSE, str(work)],
+                                           "cwd": str(work)})
+    deadline = time.monotonic() + WAIT
+    while pending.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pending.running(), "the call was never answered: its sandbox lives on"
+    answer = rig.end(pending)
+    assert (work / "cut").exists(), f"the tool did not cut PID 1 loose: {answer}"
+    assert answer.status == "failed" and "time" in answer.content, answer
+    assert not processes_in(int((work / "ns").read_text()))

@@ -43,9 +43,11 @@ class OwnerFile:
 
 
 def toml_files(directory: Path, error: type[BrokerError], what: str) -> list[Path]:
-    """The ``*.toml`` files in ``directory``, sorted; none when it does not exist."""
+    """The ``*.toml`` entries in ``directory``, sorted; none when it does not exist. Every one,
+    a dangling symlink, a directory or a FIFO too: reading it refuses it, naming it, so a deny
+    cannot vanish by no longer being a file (attack 31n, F2)."""
     try:
-        return sorted(p for p in directory.iterdir() if p.suffix == ".toml" and p.is_file())
+        return sorted(p for p in directory.iterdir() if p.suffix == ".toml")
     except FileNotFoundError:
         return []
     except OSError as exc:

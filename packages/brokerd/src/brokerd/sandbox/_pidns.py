@@ -9,17 +9,20 @@ call sees (attack 31m). A sandbox's PID 1 is the one process that cannot end bef
 when it exits, the kernel kills every process in its namespace and waits until each has been
 reaped (``zap_pid_ns_processes``, before PID 1's own exit state is set), and a pidfd on it
 becomes readable only then. brokerd holds that pidfd before the tool runs, records the pid in
-the call's workspace for a brokerd that restarts after being killed, and waits on it, without
-giving up, when the call ends.
+the call's workspace for a brokerd that restarts after being killed, and when the call ends
+kills PID 1 through it and waits, without giving up, until it is readable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import select
+import signal
+import time
 from pathlib import Path
 
 log = logging.getLogger("brokerd.sandbox")
@@ -74,19 +77,34 @@ class NamespaceInit:
 
     @classmethod
     def recorded(cls, workspace: Path) -> NamespaceInit | None:
-        """The PID 1 recorded in a call workspace a killed brokerd left, if it still runs."""
+        """The PID 1 recorded in a call workspace a killed brokerd left, if it still runs: a
+        process under that pid that started after the record was written is another one."""
         try:
-            text = (workspace / RECORD).read_text(encoding="ascii").strip()
+            record = workspace / RECORD
+            text = record.read_text(encoding="ascii").strip()
+            written = record.stat().st_mtime
         except (OSError, UnicodeDecodeError):
             return None
-        return cls.find(int(text)) if text.isdigit() else None
+        init = cls.find(int(text)) if text.isdigit() else None
+        if init is not None and _started(init.pid) > written + 1:  # btime: whole seconds
+            init.close()
+            return None
+        return init
 
     def record(self, workspace: Path) -> None:
         (workspace / RECORD).write_text(f"{self.pid}\n", encoding="ascii")
 
+    def end(self) -> None:
+        """Kill PID 1, which takes its namespace with it. The call is over: nothing of its
+        sandbox runs on, even where the tool told PID 1 not to die with bwrap (an unprivileged
+        tool may ptrace it, or write its memory: attack 31n, F4)."""
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
     async def gone(self, what: str) -> None:
-        """Return once the namespace is empty, however long that takes: logged every
-        WARN_EVERY_S meanwhile, never given up (the call stays running until then)."""
+        """Kill PID 1 and return once the namespace is empty, however long that takes: logged
+        every WARN_EVERY_S meanwhile, never given up (the call stays running until then)."""
+        self.end()
         waited = 0.0
         try:
             while True:
@@ -102,7 +120,9 @@ class NamespaceInit:
             self.close()
 
     def gone_within(self, seconds: float) -> bool:
-        """Wait at most ``seconds`` for the namespace to empty (at start, before any call)."""
+        """Kill PID 1 and wait at most ``seconds`` for the namespace to empty (at start, before
+        any call)."""
+        self.end()
         try:
             return _readable(self._pidfd, seconds)
         finally:
@@ -112,6 +132,17 @@ class NamespaceInit:
         if self._pidfd >= 0:
             os.close(self._pidfd)
             self._pidfd = -1
+
+
+def _started(pid: int) -> float:
+    """When ``pid`` started, in seconds since the epoch (now if /proc cannot say)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, StopIteration):
+        return time.time()
+    return int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 async def readable(fd: int) -> None:

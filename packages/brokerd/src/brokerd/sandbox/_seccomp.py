@@ -9,8 +9,9 @@ here too (``PODMAN_REFUSES``; calls newer than the profile, which it refuses onl
 does not know them yet, such as ``futex_waitv`` or ``fchmodat2``, are left alone). On top of
 it (``ALSO_REFUSED``), what that profile leaves to the missing capabilities and this sandbox
 should never do at all: the mount API, joining namespaces, the kernel keyring, the kernel log,
-receiving a message with its ancillary data (``recvmsg``: the one way a descriptor passes
-between processes a PID namespace keeps apart), and making a user namespace (``unshare``/
+sending or receiving a message with its ancillary data (``sendmsg``, ``recvmsg``: the one way a
+descriptor passes between processes a PID namespace keeps apart, or outlives them in flight),
+and making a user namespace (``unshare``/
 ``clone`` with ``CLONE_NEWUSER``; ``clone3`` passes its
 flags in memory a filter cannot read, so it fails with ENOSYS and the C library falls back to
 ``clone``). bwrap's ``--disable-userns`` closes user namespaces too; the filter does not rely on
@@ -59,8 +60,11 @@ ALSO_REFUSED = (
     # No descriptor crosses from one sandbox to another: over a Unix socket in a mount two
     # calls share, a call could hand another a file it may write, or a tree it reads, past
     # its grant, its labels and its end (attack 31l, F1, F4, F5). A descriptor arrives only
-    # in a message's ancillary data, which only these two calls receive.
-    "recvmsg", "recvmmsg",
+    # in a message's ancillary data, which only these two calls receive; and it is sent only
+    # by the other two: one sent into a socket nothing reads stays open until the kernel's
+    # collector frees it, after every process of the sandbox is gone, holding a FIFO's data
+    # or a lock a later call reads (attack 31n, F1).
+    "recvmsg", "recvmmsg", "sendmsg", "sendmmsg",
 )  # fmt: skip
 CLONE_NEWUSER = 0x10000000
 SET_ID_BITS = (stat.S_ISUID, stat.S_ISGID)
