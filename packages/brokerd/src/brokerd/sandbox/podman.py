@@ -172,6 +172,7 @@ def podman_remove_argv(setup: PodmanSetup, name: str) -> list[str]:
 log = logging.getLogger("brokerd.sandbox")
 
 REMOVE_TIMEOUT_S = 30.0
+REMOVE_RETRY_S = 1.0
 INFO_TIMEOUT_S = 60.0
 
 
@@ -276,16 +277,29 @@ class PodmanSandbox(Backend):
         return done.stdout
 
     async def _remove(self, name: str) -> None:
-        process = await asyncio.create_subprocess_exec(
-            *podman_remove_argv(self.setup, name), env=self._env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            async with asyncio.timeout(REMOVE_TIMEOUT_S):
+        """Remove the container, trying again until podman says it is gone: ``rm`` gives up
+        while a process of it is in an uninterruptible system call ("did not die within
+        timeout"), and the call must not end before its sandbox does (attack 31n, F3: through
+        a podman service, whose pids brokerd cannot wait on). Each failure is logged; never
+        given up, so a podman that cannot remove it keeps the call running."""
+        while True:
+            process = await asyncio.create_subprocess_exec(
+                *podman_remove_argv(self.setup, name), env=self._env,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            )
+            try:
+                async with asyncio.timeout(REMOVE_TIMEOUT_S):
+                    _, said = await process.communicate()
+            except TimeoutError:
+                process.kill()
                 await process.wait()
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+                said = b"timed out"
+            if process.returncode == 0:
+                return
+            log.warning("podman rm %s failed (%s); the call counts as running until it is "
+                        "gone: trying again", name,
+                        said.decode(errors="replace").strip()[-200:])
+            await asyncio.sleep(REMOVE_RETRY_S)
 
 
 def _write_profile(directory: Path) -> Path:
