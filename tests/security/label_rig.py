@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -168,6 +169,15 @@ class LabelRig:
             self._daemon.terminate()
             self._daemon.wait(timeout=WAIT)
             self._daemon = None
+
+    def kill(self, pending: Pending) -> None:
+        """SIGKILL brokerd while ``pending`` runs; its caller is reaped (its answer is lost)."""
+        assert self._daemon is not None
+        os.kill(self._daemon.pid, signal.SIGKILL)
+        self._daemon.wait(timeout=WAIT)
+        self._daemon = None
+        os.waitpid(pending.pid, 0)
+        os.close(pending.fd)
 
     def __enter__(self) -> LabelRig:
         self.start()

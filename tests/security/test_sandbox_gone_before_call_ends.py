@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -178,12 +177,7 @@ def test_a_restarted_brokerd_ends_the_killed_ones_period_after_its_sandbox(rig: 
         while not (work / "waiting").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert (work / "waiting").exists(), "the tool never reached its stall"
-        assert rig._daemon is not None
-        os.kill(rig._daemon.pid, signal.SIGKILL)
-        rig._daemon.wait(timeout=WAIT)
-        rig._daemon = None
-        os.waitpid(pending.pid, 0)
-        os.close(pending.fd)
+        rig.kill(pending)
         rig.start()
         last = last_period(rig)
         assert last.end is not None, "the killed brokerd's period is closed at the next start"

@@ -5,9 +5,7 @@ removes every workspace of its own before serving, and leaves another brokerd's 
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -49,12 +47,7 @@ def test_a_killed_brokerds_call_workspaces_are_removed_at_the_next_start(rig):
     assert (work / "started").exists(), "the call never started"
     left = [path for path in workspaces(rig) if path != other]
     assert left, "the running call has no workspace: the example shows nothing"
-    assert rig._daemon is not None
-    os.kill(rig._daemon.pid, signal.SIGKILL)
-    rig._daemon.wait(timeout=WAIT)
-    rig._daemon = None
-    os.waitpid(pending.pid, 0)
-    os.close(pending.fd)
+    rig.kill(pending)
     assert all(path.exists() for path in left)  # what the kill leaves
     with rig:
         assert workspaces(rig) == [other]
