@@ -21,7 +21,13 @@ from brokerd.sandbox import (
 from brokerd.sandbox._call import CallWorkspace, Pin, check_spec, toolkit_args
 from brokerd.sandbox._process import Finished, interpret
 from brokerd.sandbox.bubblewrap import BECOME, BwrapLayout, _for_version, bwrap_argv
-from brokerd.sandbox.podman import podman_remove_argv, podman_run_argv
+from brokerd.sandbox.podman import (
+    no_process_left,
+    podman_kill_argv,
+    podman_remove_argv,
+    podman_run_argv,
+    podman_state_argv,
+)
 from bxcore.secrets import Secret
 from bxcore.tools import DataClass
 
@@ -161,8 +167,9 @@ def test_podman_runs_the_image_by_digest_with_no_network_and_every_limit():
     assert "--volume=/s:/run/secrets:ro" in argv
     image_at = argv.index(setup.image)
     assert argv[image_at + 1:] == toolkit_args(SPEC, PINS)
+    # never --force: podman refuses to remove a container that still runs
     assert podman_remove_argv(setup, "bx-call-1") == [
-        "podman", "--root", "/r", "rm", "--force", "--time=0", "--ignore", "bx-call-1"]
+        "podman", "--root", "/r", "rm", "--ignore", "bx-call-1"]
 
 
 def test_through_a_podman_service_every_command_names_the_service_and_no_local_store():
@@ -174,7 +181,8 @@ def test_through_a_podman_service_every_command_names_the_service_and_no_local_s
     assert argv[:4] == [*remote, "run"]
     # the service's unit has a UTS namespace of its own and may not make another
     assert "--uts=host" in argv
-    assert podman_remove_argv(setup, "bx-call-1")[:4] == [*remote, "rm"]
+    for command in (podman_remove_argv, podman_kill_argv, podman_state_argv):
+        assert command(setup, "bx-call-1")[:3] == remote
 
 
 def test_a_local_podman_needs_its_containers_conf():
@@ -252,3 +260,17 @@ def test_an_older_bubblewrap_runs_without_disable_userns(version, disable_userns
 def test_a_bubblewrap_that_cannot_size_a_tmpfs_is_refused():
     with pytest.raises(SandboxUnavailable, match=r"0\.4\.1 is too old"):
         _for_version(BwrapLayout(), (0, 4, 1))
+
+
+@pytest.mark.parametrize(("status", "said", "left"), [
+    (0, "exited\n", True), (0, "stopped\n", True), (0, "created\n", True),
+    (0, "running\n", False), (0, "stopping\n", False), (0, "paused\n", False),
+    (0, "removing\n", False),
+    (125, "Error: inspecting object: no such container bx-call-1\n", True),
+    (125, "Error: cannot connect to Podman socket\n", False),
+    (-1, "timed out", False),
+])
+def test_a_podman_call_is_over_only_when_podman_says_no_process_is_left(status, said, left):
+    """Stopped (conmon recorded PID 1's exit, which comes after its namespace emptied), never
+    run, or removed: anything else, an error of podman's included, is still running."""
+    assert no_process_left(status, said) is left

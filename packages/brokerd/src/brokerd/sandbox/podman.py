@@ -14,13 +14,16 @@ scratch files are given to it; a writable mount must then be writable by that ui
 
 Rootless-capable: nothing here needs root. With rootless podman on cgroup v1, ``--memory`` and
 ``--pids-limit`` are ignored (measured), and the ``--ulimit`` data/nproc/cpu limits are what
-holds; as root, or with cgroup v2, both hold. Time: brokerd's deadline removes the container
-(``podman rm --force``), with conmon's ``--timeout`` behind it. The call ends once the
-container's PID 1 is gone (``_pidns``), which a local podman tells brokerd (``--pidfile``); the
-pids of a podman service are another PID namespace's, and there brokerd waits for ``podman rm``
-alone (docs/threat-model.md).
+holds; as root, or with cgroup v2, both hold. Time: brokerd's deadline kills the container
+(``podman kill``), with conmon's ``--timeout`` behind it. The call ends once the
+container's PID 1 is gone, which takes every process of its namespace with it (``_pidns``): a
+local podman tells brokerd its pid (``--pidfile``), and brokerd waits on it; the pids of a podman
+service are another PID namespace's, and there brokerd waits until podman reports the container
+stopped or removed. Both say PID 1 was reaped: conmon, its parent, records the exit only then.
+Never ``rm --force`` while a call could run: after a stop that failed it removes the container
+with processes still in it (attack 31n, F3); ``rm`` without it refuses a running container.
 
-Its command lines (pure): run by digest, never pull, and remove.
+Its command lines (pure): run by digest, never pull; kill, ask its state, remove.
 
 The container starts in / (the toolkit moves to the grant's workdir once loaded), with the
 seccomp profile of ``_seccomp`` (podman's default baseline, and no user namespaces inside:
@@ -54,6 +57,7 @@ import secrets
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +77,7 @@ from ._call import (
     tmpfs_bytes,
     toolkit_args,
 )
-from ._pidns import RECORD, NamespaceInit
+from ._pidns import LEFTOVER_WAIT_S, RECORD, WARN_EVERY_S, NamespaceInit
 from ._process import SandboxOutcome, finish_uncancelled, interpret, run_process
 from ._seccomp import oci_profile
 from .errors import SandboxUnavailable
@@ -165,14 +169,37 @@ def podman_owned_argv(setup: PodmanSetup, owner: str) -> list[str]:
             "--format={{.Names}}"]
 
 
+def podman_kill_argv(setup: PodmanSetup, name: str) -> list[str]:
+    return [*setup.base(), "kill", "--signal=KILL", name]
+
+
+def podman_state_argv(setup: PodmanSetup, name: str) -> list[str]:
+    return [*setup.base(), "inspect", "--type=container", "--format={{.State.Status}}", name]
+
+
 def podman_remove_argv(setup: PodmanSetup, name: str) -> list[str]:
-    return [*setup.base(), "rm", "--force", "--time=0", "--ignore", name]
+    """Remove a stopped container (podman refuses a running one), or nothing if it is gone."""
+    return [*setup.base(), "rm", "--ignore", name]
+
+
+# What ``podman inspect`` says of a container with no process of its namespace left: conmon
+# records the exit once it has reaped PID 1, and a created container never ran the tool.
+STOPPED_STATES = frozenset({"created", "configured", "exited", "stopped"})
+
+
+def no_process_left(inspected: int, said: str) -> bool:
+    """Whether ``podman inspect`` (its exit status, what it printed on both streams) says no
+    process of the container is left: stopped, or no such container (removed once it stopped;
+    only ``rm --force``, which brokerd never uses while calls run, removes a running one)."""
+    if inspected == 0:
+        return said.strip() in STOPPED_STATES
+    return "no such container" in said.lower() or "no such object" in said.lower()
 
 
 log = logging.getLogger("brokerd.sandbox")
 
-REMOVE_TIMEOUT_S = 30.0
-REMOVE_RETRY_S = 1.0
+PODMAN_TIMEOUT_S = 30.0  # one podman command; one that hangs is killed and asked again
+STATE_POLL_S = 0.25  # podman wait's own interval
 INFO_TIMEOUT_S = 60.0
 
 
@@ -232,21 +259,25 @@ class PodmanSandbox(Backend):
                                seccomp_profile=self.seccomp_profile, owner=self.owner,
                                pidfile=workspace.path / RECORD if self._sees_pids else None)
 
-        async def remove() -> None:
-            await self._remove(name)
+        async def kill() -> None:
+            await self._until_stopped(name, kill=True)
 
         try:
             finished = await run_process(
                 argv, stdin=spec.arguments.encode("utf-8"), timeout_s=spec.limits.timeout_s,
-                stdout_cap=stdout_cap(spec), env=self._env, on_kill=remove,
+                stdout_cap=stdout_cap(spec), env=self._env, on_kill=kill,
             )
         finally:
-            # Removed is not gone: a process in an uninterruptible system call outlives
-            # ``podman rm`` by seconds (attack 31m, F4). A local podman's container shares
-            # brokerd's PID namespace, so brokerd waits for the container's PID 1.
-            init = NamespaceInit.recorded(workspace.path) if self._sees_pids else None
-            if init is not None:
-                await finish_uncancelled(init.gone(f"call of {spec.program} ({name})"))
+            # The podman client's exit is not the sandbox's: a process in an uninterruptible
+            # system call outlives it by seconds (attack 31m, F4). A local podman's container
+            # shares brokerd's PID namespace, so brokerd waits for its PID 1; a service's
+            # container is asked after (it is over at once when the tool ended by itself).
+            if self._sees_pids:
+                init = NamespaceInit.recorded(workspace.path)
+                if init is not None:
+                    await finish_uncancelled(init.gone(f"call of {spec.program} ({name})"))
+            else:
+                await finish_uncancelled(self._until_stopped(name, kill=False))
         return interpret(finished, data_class=spec.data_class, egress=bool(spec.hosts),
                          timeout_s=spec.limits.timeout_s, stdout_cap=stdout_cap(spec))
 
@@ -254,21 +285,27 @@ class PodmanSandbox(Backend):
         """Kill and remove every container of this brokerd's that still exists (a SIGKILLed
         brokerd's calls, which conmon would otherwise let run to their timeout, writing on):
         at start, before any call. Each one found is logged; their names. SandboxUnavailable
-        when podman cannot say or cannot remove one: brokerd does not start then."""
+        when podman cannot say, or one still runs LEFTOVER_WAIT_S after it was killed:
+        brokerd does not start then."""
         if self.owner is None:
             return []
-        listed = self._podman(podman_owned_argv(self.setup, self.owner))
-        names = listed.split()
+        names = self._podman(podman_owned_argv(self.setup, self.owner)).split()
         for name in names:
             log.warning("podman container %s of an earlier brokerd on this state is still "
                         "there (brokerd was killed while it ran): killing and removing it", name)
-            self._podman(podman_remove_argv(self.setup, name))
+            try:
+                asyncio.run(asyncio.wait_for(self._until_stopped(name, kill=True),
+                                             LEFTOVER_WAIT_S))
+            except TimeoutError:
+                raise SandboxUnavailable(
+                    f"podman container {name} still runs {LEFTOVER_WAIT_S:.0f} s after it was "
+                    "killed; brokerd starts once it is gone") from None
         return names
 
     def _podman(self, argv: list[str]) -> str:
         try:
             done = subprocess.run(argv, env=self._env, capture_output=True, text=True,
-                                  timeout=REMOVE_TIMEOUT_S * 4, check=False)
+                                  timeout=PODMAN_TIMEOUT_S * 4, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise SandboxUnavailable(f"podman backend: {' '.join(argv)}: {exc}") from None
         if done.returncode != 0:
@@ -276,30 +313,47 @@ class PodmanSandbox(Backend):
                                      f"{done.stderr.strip()[-300:]}")
         return done.stdout
 
-    async def _remove(self, name: str) -> None:
-        """Remove the container, trying again until podman says it is gone: ``rm`` gives up
-        while a process of it is in an uninterruptible system call ("did not die within
-        timeout"), and the call must not end before its sandbox does (attack 31n, F3: through
-        a podman service, whose pids brokerd cannot wait on). Each failure is logged; never
-        given up, so a podman that cannot remove it keeps the call running."""
+    async def _until_stopped(self, name: str, *, kill: bool) -> None:
+        """Return once no process of the container is left (``no_process_left``), then
+        remove it; with ``kill``, kill it first (again at each look until podman could).
+        Never given up: the call counts as running until then, logged every WARN_EVERY_S."""
+        started = time.monotonic()
+        warned = 0
         while True:
+            if kill:  # until podman has sent SIGKILL once
+                kill = (await self._podman_async(podman_kill_argv(self.setup, name)))[0] != 0
+            status, said = await self._podman_async(podman_state_argv(self.setup, name))
+            if no_process_left(status, said):
+                break
+            waited = time.monotonic() - started
+            if waited >= (warned + 1) * WARN_EVERY_S:
+                warned = int(waited // WARN_EVERY_S)
+                log.warning("podman container %s still runs %.0f s after its tool ended (%s); "
+                            "the call counts as running until it is gone", name, waited,
+                            said.strip()[-200:])
+            await asyncio.sleep(STATE_POLL_S)
+        status, said = await self._podman_async(podman_remove_argv(self.setup, name))
+        if status != 0:  # stopped, so nothing runs: left for the next start's leftovers
+            log.warning("podman rm %s failed: %s", name, said.strip()[-200:])
+
+    async def _podman_async(self, argv: list[str]) -> tuple[int, str]:
+        """Run one podman command: its exit status and what it printed (both streams); -1
+        and why when it could not run or hung past PODMAN_TIMEOUT_S."""
+        try:
             process = await asyncio.create_subprocess_exec(
-                *podman_remove_argv(self.setup, name), env=self._env,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-            )
-            try:
-                async with asyncio.timeout(REMOVE_TIMEOUT_S):
-                    _, said = await process.communicate()
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-                said = b"timed out"
-            if process.returncode == 0:
-                return
-            log.warning("podman rm %s failed (%s); the call counts as running until it is "
-                        "gone: trying again", name,
-                        said.decode(errors="replace").strip()[-200:])
-            await asyncio.sleep(REMOVE_RETRY_S)
+                *argv, env=self._env, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT)
+        except OSError as exc:
+            return -1, str(exc)
+        try:
+            async with asyncio.timeout(PODMAN_TIMEOUT_S):
+                said, _ = await process.communicate()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            return -1, "timed out"
+        assert process.returncode is not None
+        return process.returncode, said.decode(errors="replace")
 
 
 def _write_profile(directory: Path) -> Path:
