@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from cache_bench import grants, presets, system_text, write_notes  # noqa: E402
+from cache_bench import system_text, write_notes  # noqa: E402
 from day_bench import Step, day  # noqa: E402
 from peer_harnesses import Hermes, OpenClaw, PeerTurn  # noqa: E402
 from peers_bench import (  # noqa: E402
@@ -48,13 +48,12 @@ from peers_bench import (  # noqa: E402
     TURN_TIMEOUT,
     Harness,
     prepare_peer,
-    recording,
+    recorded_stack,
 )
 from recording_proxy import Exchange  # noqa: E402
 from report import load_note, machine_line, today, write_section  # noqa: E402
 from request_diff import extends  # noqa: E402
-from rig import RigError, StackSettings, running_stack, serving_dir  # noqa: E402
-from support.llama import llama_paths  # noqa: E402
+from rig import RigError, StackSettings  # noqa: E402
 
 MODEL = "coder"  # `bxctl up`'s default (docs/decisions/small-local-models.md)
 MAX_TOKENS = 256  # every harness: words, then a fenced call (at 96 no harness completed one)
@@ -192,15 +191,10 @@ def run(args: argparse.Namespace, chosen: list[str]) -> DayRun:
     settings = StackSettings(model=MODEL, max_tokens=MAX_TOKENS, per_slot_context=SLOT_CONTEXT,
                              slot_count=SLOTS, temperature=0.0,
                              system=system_text(secrets.token_hex(6)))
-    binary, models = llama_paths()
     started = time.perf_counter()
     done = 0
     try:
-        with running_stack(
-            directory, llama_server=binary, models=models,
-            serving=serving_dir(directory, presets(SLOT_CONTEXT, SLOTS)),
-            grants=grants(directory / "grants", notes[0].parent), settings=settings,
-        ) as stack, recording(stack, directory) as (recorder, port):
+        with recorded_stack(directory, notes[0].parent, settings) as (stack, recorder, port):
             peers = {key: peer for key, peer in (
                 ("hermes", Hermes(CACHE, trimmed=args.trimmed_peers)),
                 ("openclaw", OpenClaw(CACHE, trimmed=args.trimmed_peers)))

@@ -171,6 +171,20 @@ def recording(stack: Stack, directory: Path) -> Iterator[tuple[Recorder, int]]:
         yield recorder, port
 
 
+@contextlib.contextmanager
+def recorded_stack(directory: Path, notes: Path,
+                   settings: StackSettings) -> Iterator[tuple[Stack, Recorder, int]]:
+    """The whole local stack on the default router presets, granted ``notes``, behind the
+    recording proxy (``recording``): the stack, the recorder and the proxy's loopback port."""
+    binary, models = llama_paths()
+    with running_stack(
+        directory, llama_server=binary, models=models,
+        serving=serving_dir(directory, presets(SLOT_CONTEXT, SLOTS)),
+        grants=grants(directory / "grants", notes), settings=settings,
+    ) as stack, recording(stack, directory) as (recorder, port):
+        yield stack, recorder, port
+
+
 def run(chosen: list[str], minutes: float, trimmed: bool) -> PeersRun:
     """The conversation turn by turn, each turn through every harness in ``chosen`` (as
     cache_bench does): the figures of all of them grow together, and a time limit stops them all
@@ -183,7 +197,6 @@ def run(chosen: list[str], minutes: float, trimmed: bool) -> PeersRun:
         "hermes": Harness("hermes", f"{Hermes.name} {Hermes.version}"),
         "openclaw": Harness("openclaw", f"{OpenClaw.name} {OpenClaw.version}"),
     }
-    binary, models = llama_paths()
     settings = StackSettings(
         model=MODEL, max_tokens=MAX_TOKENS, per_slot_context=SLOT_CONTEXT, slot_count=SLOTS,
         system=system_text(secrets.token_hex(6)),
@@ -200,11 +213,7 @@ def run(chosen: list[str], minutes: float, trimmed: bool) -> PeersRun:
         )
 
     try:
-        with running_stack(
-            directory, llama_server=binary, models=models,
-            serving=serving_dir(directory, presets(SLOT_CONTEXT, SLOTS)),
-            grants=grants(directory / "grants", notes[0].parent), settings=settings,
-        ) as stack, recording(stack, directory) as (recorder, port):
+        with recorded_stack(directory, notes[0].parent, settings) as (stack, recorder, port):
             drivers: dict[str, BoxmakerDriver | PeerDriver] = {}
             if "boxmaker" in chosen:
                 drivers["boxmaker"] = BoxmakerDriver(stack, recorder)
