@@ -235,11 +235,15 @@ def sections(doc: str) -> dict[str, str]:
 
 def rebuilt(doc: str) -> str:
     """The whole document again: its title, the summary, then each benchmark's section in the
-    order ``scripts/bench`` runs them. Text outside the sections, and a section no benchmark in
-    bench/ writes, are dropped: every line of the document is some command's output."""
+    order ``scripts/bench`` runs them, each followed by the sections it writes on request
+    (``day`` writes ``day-peers`` with ``--peers``). Text outside the sections, and a section no
+    benchmark in bench/ writes, are dropped: every line of the document is some command's
+    output."""
     found = sections(doc)
     benches = sorted(path.name.removesuffix("_bench.py") for path in BENCH.glob("*_bench.py"))
-    order = ["summary", *(name for name in benches if name != "summary")]
+    order = ["summary"]
+    for name in (name for name in benches if name != "summary"):
+        order += [name, *sorted(other for other in found if other.startswith(f"{name}-"))]
     kept = [found[name] for name in order if name in found]
     return "# Performance\n\n" + "\n\n".join(kept) + "\n"
 
