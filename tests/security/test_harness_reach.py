@@ -62,7 +62,7 @@ except OSError as exc:
 def probe(path: Path, *, as_uid: int | None, wait: float, groups: tuple[int, ...] = ()) -> str:
     """Connect to ``path`` (as ``as_uid`` with ``groups`` as its supplementary groups, or as the
     test) and wait: CLOSED if the role hung up, OPEN if it waited for a request (what it does
-    for a peer it admits)."""
+    for a peer it admits), ANSWERED if it sent a byte first."""
     more = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
     prefix = [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}",
                                         more, "--"]
@@ -190,22 +190,36 @@ def test_no_socket_answers_the_uid_a_root_brokerds_tools_run_as(short_dir):
         assert sandbox in ("REFUSED", "CLOSED"), (role, seen)
 
 
-async def holding_open(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+# What the wide listener's handler sends first: only a connection the peer check admitted gets
+# it (the probe says ANSWERED), so an admitted peer is told apart from a refused one (CLOSED) by
+# what each receives, with no wait for a connection to stay open.
+GREETING = b"!"
+
+
+async def greeting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(GREETING)
+    await writer.drain()
     await reader.read()  # hold the connection open until the peer leaves
     writer.close()
 
 
 @contextlib.asynccontextmanager
 async def wide_listener(kind: str, path: Path, peers: PeerPolicy) -> AsyncIterator[None]:
-    """A listener of ``kind`` whose mode admits everyone, holding each admitted connection open:
-    ``listening`` (streams, every role but one) or ``accepting`` (bare sockets, inferproxy)."""
+    """A listener of ``kind`` whose mode admits everyone, greeting each admitted connection and
+    holding it open: ``listening`` (streams, every role but one) or ``accepting`` (bare
+    sockets, inferproxy)."""
     if kind == "listening":
-        async with listening(path, holding_open, mode=0o666, peers=peers):
+        async with listening(path, greeting, mode=0o666, peers=peers):
             yield
         return
     held: list[socket.socket] = []
+
+    def admitted(conn: socket.socket) -> None:
+        conn.send(GREETING)  # one byte into a new connection's empty buffer: never blocks
+        held.append(conn)
+
     try:
-        async with accepting(path, held.append, mode=0o666, peers=peers):
+        async with accepting(path, admitted, mode=0o666, peers=peers):
             yield
     finally:
         for conn in held:
@@ -223,28 +237,25 @@ def test_the_peer_check_alone_refuses_a_uid_the_socket_does_not_list(kind, short
     wider than any config allows, so only the SO_PEERCRED check stands between the socket and
     the peer. A uid the socket does not list is closed unanswered, one it lists is served, and
     so is one in the socket's group only by a supplementary group (read from /proc only when the
-    uid and primary group do not admit it)."""
+    uid and primary group do not admit it). Served: the listener's handler greets the peer
+    (ANSWERED); closed unanswered: the connection ends with no byte (CLOSED)."""
     short_dir.chmod(0o755)  # in /tmp, which every uid may pass (pytest's tmp_path is 0700)
     path = short_dir / "wide.sock"
 
-    async def serve(peers: PeerPolicy, sandbox_wait: float, groups: tuple[int, ...] = ()
-                    ) -> list[str]:
-        # A refused peer is closed at once (30 s is only a bound); an admitted one is kept
-        # waiting for its request, which ADMITTED_WAIT shows.
+    async def serve(peers: PeerPolicy, groups: tuple[int, ...] = ()) -> list[str]:
+        # Either way the probe hears at once: 30 s is only a bound.
         async with wide_listener(kind, path, peers):
-            return [await asyncio.to_thread(probe, path, as_uid=uid, wait=wait, groups=groups)
-                    for uid, wait in ((DEFAULT_SANDBOX_UID, sandbox_wait),
-                                      (None, ADMITTED_WAIT))]
+            return [await asyncio.to_thread(probe, path, as_uid=uid, wait=30, groups=groups)
+                    for uid in (DEFAULT_SANDBOX_UID, None)]
 
-    refused = asyncio.run(serve(PeerPolicy(), 30))
-    listed = asyncio.run(serve(PeerPolicy(uids=frozenset({DEFAULT_SANDBOX_UID})),
-                               ADMITTED_WAIT))
-    grouped = asyncio.run(serve(PeerPolicy(group=PEER_GROUP), ADMITTED_WAIT, (PEER_GROUP,)))
-    outside = asyncio.run(serve(PeerPolicy(group=PEER_GROUP), 30, (PEER_GROUP + 1,)))
-    assert refused == ["CLOSED", "OPEN"]
-    assert listed == ["OPEN", "OPEN"]
-    assert grouped == ["OPEN", "OPEN"]
-    assert outside == ["CLOSED", "OPEN"]
+    refused = asyncio.run(serve(PeerPolicy()))
+    listed = asyncio.run(serve(PeerPolicy(uids=frozenset({DEFAULT_SANDBOX_UID}))))
+    grouped = asyncio.run(serve(PeerPolicy(group=PEER_GROUP), (PEER_GROUP,)))
+    outside = asyncio.run(serve(PeerPolicy(group=PEER_GROUP), (PEER_GROUP + 1,)))
+    assert refused == ["CLOSED", "ANSWERED"]
+    assert listed == ["ANSWERED", "ANSWERED"]
+    assert grouped == ["ANSWERED", "ANSWERED"]
+    assert outside == ["CLOSED", "ANSWERED"]
     assert f"refused a connection from uid {DEFAULT_SANDBOX_UID}" in caplog.text
 
 
