@@ -1,10 +1,11 @@
 """The audit log on disk: ``<home>/audit/NNNNNNNN.jsonl``, append-only, group-committed.
 
 A record joins the chain (its seq and ``prev``) the moment it is appended, in the order the
-appends are made, and its append returns once the record is on disk and fsynced. Records
-appended while an fsync runs (a worker thread does the I/O, so the event loop keeps taking them)
-are written together after it and share the next fsync: under many concurrent sessions the
-fsyncs are fewer than the records, and no caller goes on before its own record is durable.
+appends are made, and its append returns once the record is on disk and fsynced. The first
+record of a batch schedules the write for the event loop's next turn, so the records every task
+that is ready appends first join it; the write and its fsync then run on the event loop itself
+(docs/decisions/audit-group-commit-on-the-loop.md). Under many concurrent sessions the fsyncs
+are fewer than the records, and no caller goes on before its own record is durable.
 
 A file is rotated when the next record would take it past ``rotate_bytes``; the new file's first
 record points at the old file's last, so the chain runs on. On open the log finds its head (the
@@ -133,14 +134,13 @@ class AuditLog:
         self.fsyncs = 0
         directory.mkdir(parents=True, exist_ok=True, mode=0o750)
         tail = find_tail(log_files(directory), directory)
-        self._end = tail.end  # what is on disk and fsynced; written by the writer thread only
+        self._end = tail.end  # what is on disk and fsynced
         self._path = tail.end.path
         self._seq, self._head = tail.end.seq, tail.end.head
         self._torn: list[tuple[Path, int]] = []  # files to cut back to a length before writing
         self._pending: list[_Pending] = []
-        self._writer: asyncio.Task[None] | None = None
         self._room = HeldRoom(directory, reserve_bytes, reserve_inodes)
-        self._durable_open: dict[Key, OpenCall] = {}  # as on disk; the writer thread's
+        self._durable_open: dict[Key, OpenCall] = {}  # as on disk
         if tail.torn:
             self._repair(tail)
         newest = log_files(directory)[-1:]
@@ -161,8 +161,7 @@ class AuditLog:
 
     async def flush(self) -> None:
         """Return once every record appended so far is on disk (or has failed)."""
-        while self._writer is not None:
-            await asyncio.wait({self._writer})
+        self._write_pending()
 
     def open_calls(self) -> list[OpenCall]:
         """The calls with an allowing decision and no result yet (audit.opencalls)."""
@@ -229,63 +228,36 @@ class AuditLog:
         self._seq, self._head = entry.seq, digest
         change = change_of(entry)
         apply(self._open, change)
-        durable = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        durable = loop.create_future()
+        if not self._pending:  # the first of a batch: what the ready tasks append joins it
+            loop.call_soon(self._write_pending)
         self._pending.append(_Pending(line, durable, entry.seq, digest, change))
-        if self._writer is None:
-            self._start_writer()
         # Shielded: a caller that goes away does not take its record out of the batch.
         await asyncio.shield(durable)
         return entry
 
-    def _start_writer(self) -> None:
-        self._writer = asyncio.get_running_loop().create_task(self._write_pending())
-        self._writer.add_done_callback(self._writer_ended)
-
-    def _writer_ended(self, _writer: asyncio.Task[None]) -> None:
-        self._writer = None
-        if self._pending:  # a writer cancelled (brokerd stopping) left them: a new one goes on
-            self._start_writer()
-
-    async def _write_pending(self) -> None:
-        """Write and fsync whatever is pending, batch after batch, until nothing is."""
-        while self._pending:
-            batch, self._pending = self._pending, []
-            job = asyncio.get_running_loop().run_in_executor(
-                None, self._write, [p.line for p in batch], (batch[-1].seq, batch[-1].digest),
-                [p.change for p in batch])
-            try:
-                await asyncio.wait({job})  # neither raises the job's error nor cancels it
-            except asyncio.CancelledError:
-                # brokerd is stopping: the batch in the thread ends first, so that no
-                # later batch (a "caller went away" record) is written beside it
-                await asyncio.wait({job})
-                self._settle(batch, job)
-                raise
-            if not self._settle(batch, job):
-                return
-
-    def _settle(self, batch: list[_Pending], job: asyncio.Future[None]) -> bool:
-        """Each record of a written batch is durable; a batch that failed, whatever the
-        exception (no caller may wait for ever), fails with every record after it."""
-        exc = job.exception()
-        if exc is None:
+    def _write_pending(self) -> None:
+        """Write and fsync what is pending as one batch: each record durable, or, whatever the
+        exception (no caller may wait for ever), all of them failed, and the chain goes on from
+        the last durable record, where the files were cut back to (or will be, before the next
+        write: see ``_cut_back``)."""
+        batch, self._pending = self._pending, []
+        if not batch:  # flushed already
+            return
+        try:
+            self._write([p.line for p in batch], (batch[-1].seq, batch[-1].digest),
+                        [p.change for p in batch])
+        except Exception as exc:  # each waiting caller is told
+            failure = exc if isinstance(exc, AuditError) else AuditError(
+                f"the audit log cannot be written ({exc!r}): no call runs until it can be")
             for pending in batch:
-                pending.durable.set_result(None)
-            return True
-        failure = exc if isinstance(exc, AuditError) else AuditError(
-            f"the audit log cannot be written ({exc!r}): no call runs until it can be")
-        self._fail(batch + self._pending, failure)
-        return False
-
-    def _fail(self, waiting: list[_Pending], exc: AuditError) -> None:
-        """A batch that could not be written fails with every record chained after it; the
-        chain goes on from the last durable record, which is where the file was cut back to
-        (or will be, before the next write: see ``_cut_back``)."""
-        self._pending = []
-        for pending in waiting:
-            pending.durable.set_exception(exc)
-        self._path, self._seq, self._head = self._end.path, self._end.seq, self._end.head
-        self._open = dict(self._durable_open)
+                pending.durable.set_exception(failure)
+            self._path, self._seq, self._head = self._end.path, self._end.seq, self._end.head
+            self._open = dict(self._durable_open)
+            return
+        for pending in batch:
+            pending.durable.set_result(None)
 
     def _write(self, lines: list[bytes], last: tuple[int, str],
                changes: list[Change | None]) -> None:
