@@ -20,8 +20,8 @@ from pathlib import Path
 import click
 import pytest
 from bxcore import cli_errors
-from bxcore.display import visible
 from bxcore.errors import BoxmakerError, LocalProtocolError
+from bxcore.visible import visible
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st

@@ -5,7 +5,7 @@ Every click group and command of Boxmaker is built on ``Group`` or ``Command`` (
 each role's commands to keep it so). Running one, a ``BoxmakerError`` (bxcore.errors and each
 role's errors.py: a config naming its file and key, a socket that cannot be reached, a refused
 grant file, ...) becomes click's ``Error: <message>`` with exit status ``USER_ERROR``, every
-character a terminal would act on written visibly (bxcore.display.visible). Anything else (a
+character a terminal would act on written visibly (bxcore.visible). Anything else (a
 KeyError, a ``LocalProtocolError``) is ours: it passes through untouched and Python prints its
 traceback, so a bug never passes for the owner's mistake.
 
@@ -21,8 +21,8 @@ from typing import Any
 
 import click
 
-from .display import visible
 from .errors import BoxmakerError
+from .visible import visible
 
 USER_ERROR = click.ClickException.exit_code  # 1: what scripts and tests check
 

@@ -20,10 +20,9 @@ are not a JSON object are shown whole, made visible the same way.
 from __future__ import annotations
 
 import json
-import unicodedata
 
 from .canonical import canonical_text
-from .sanitizer import is_invisible
+from .visible import visible
 
 KEY_FIELDS = ("argv", "command", "path", "url", "cwd", "question")
 WIDTH = 72
@@ -61,27 +60,6 @@ def describe_call(tool: str, arguments: str, *, width: int = WIDTH) -> str:
         head.insert(0, f"WARNING: {hidden} invisible, direction-changing or look-alike "
                        "character(s), shown as ⟨U+....⟩")
     return "\n".join(head + lines)
-
-
-def visible(text: str, *, url: bool = False) -> tuple[str, int]:
-    """``text`` with every character that does not show itself written as ``⟨U+XXXX⟩``, and
-    how many there were. Newlines and tabs are kept (wrapping marks them); lone surrogates,
-    which no channel can carry, are escaped too."""
-    out: list[str] = []
-    count = 0
-    for char in text:
-        if char in "\n\t " or not _hides(char, url):
-            out.append(char)
-        else:
-            out.append(f"⟨U+{ord(char):04X}⟩")
-            count += 1
-    return "".join(out), count
-
-
-def _hides(char: str, url: bool) -> bool:
-    if url and ord(char) > 0x7E:
-        return True
-    return is_invisible(char) or unicodedata.category(char) == "Zs"
 
 
 def _as_text(value: object) -> str:

@@ -29,16 +29,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ._skeleton import find_token
+from .visible import is_invisible
 
 Rule = Literal["control", "invisible", "markup", "instruction"]
 
 _ALLOWED_CONTROLS = frozenset("\n\t")
-_INVISIBLE_CATEGORIES = frozenset({"Cf", "Co", "Cn", "Zl", "Zp", "Cs"})
-_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800\u180e")
-
-
-def _is_variation_selector(code: int) -> bool:
-    return 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF
 
 
 # Chat-template markup, matched on the folded text (lower case, one space for any whitespace run).
@@ -140,16 +135,6 @@ def check(text: str) -> Verdict:
     return Accepted()
 
 
-def is_invisible(char: str) -> bool:
-    """A character that renders as nothing or changes how the text around it reads: controls
-    (newline and tab included: callers that keep them check first), format characters (zero
-    width, bidi), private use, unassigned, surrogates, separators, blank letters, variation
-    selectors."""
-    category = unicodedata.category(char)
-    return (category == "Cc" or category in _INVISIBLE_CATEGORIES or char in _BLANK_LETTERS
-            or _is_variation_selector(ord(char)))
-
-
 def _check_char(char: str, position: int) -> Refused | None:
     if char in _ALLOWED_CONTROLS:
         return None
@@ -159,9 +144,7 @@ def _check_char(char: str, position: int) -> Refused | None:
         return Refused(
             rule="control", reason=f"control character U+{code:04X}", position=position
         )
-    if category in _INVISIBLE_CATEGORIES or char in _BLANK_LETTERS or _is_variation_selector(
-        code
-    ):
+    if is_invisible(char):
         name = unicodedata.name(char, "unnamed")
         return Refused(
             rule="invisible",
@@ -206,4 +189,4 @@ def _excerpt(text: str, origin: list[int], start: int, end: int) -> str:
     return text[origin[start] : origin[end]].strip()[:60]
 
 
-__all__ = ["Accepted", "Refused", "Rule", "Verdict", "check", "is_invisible"]
+__all__ = ["Accepted", "Refused", "Rule", "Verdict", "check"]

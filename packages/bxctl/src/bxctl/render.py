@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from bxcore.display import visible
 from bxcore.protocol.loop import (
     CacheLossEvent,
     Content,
@@ -33,6 +32,7 @@ from bxcore.protocol.loop import (
     Waiting,
 )
 from bxcore.util import format_elapsed
+from bxcore.visible import visible
 
 DIM, RESET, CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
 BAR_WIDTH = 30
@@ -40,7 +40,7 @@ BAR_WIDTH = 30
 
 def terminal_text(text: str) -> str:
     """``text`` with nothing a terminal acts on: every control character but newline and tab,
-    and every invisible one, written as ``⟨U+XXXX⟩`` (bxcore.display.visible)."""
+    and every invisible one, written as ``⟨U+XXXX⟩`` (bxcore.visible)."""
     return visible(text)[0]
 
 

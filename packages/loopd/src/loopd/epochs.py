@@ -44,7 +44,7 @@ from bxcore.chat import ToolSchema
 from bxcore.config import Config
 from bxcore.protocol.loop import Content, Reasoning, TurnEventBody
 from bxcore.records import Assistant, EpochEnd, SessionStart, ToolResult, Usage, User
-from bxcore.sanitizer import is_invisible
+from bxcore.visible import is_invisible
 
 from .baseline import Baseline, Identity
 from .budget import BaselineBudget, Fitted
