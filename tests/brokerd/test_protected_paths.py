@@ -1,5 +1,5 @@
 """Grants never reach the harness's own directories, nor mount its code writable
-(``policy._protected.reaching``, pure; ``harness_code.code_paths``, what the code is)."""
+(``policy._protected.reaching``, pure; ``policy._protected.code_paths``, what the code is)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from brokerd.harness_code import code_paths
 from brokerd.policy import parse_grant
-from brokerd.policy._protected import Protected, reaching
+from brokerd.policy._protected import Protected, code_paths, reaching
 
 HOME = Path("/home/o")
 HARNESS = (Protected(path="/home/o/.local/state/boxmaker", what="the state directory"),

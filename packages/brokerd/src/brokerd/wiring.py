@@ -28,11 +28,10 @@ from .audit import AuditLog, entries, taint_marks
 from .calls import Broker
 from .egresslog import CONSULT, ConsultEgress
 from .grantstore import GrantStore, real_path
-from .harness_code import code_paths
 from .labelstore import LabelStore
 from .memory import MemoryClient
 from .ownerfiles import ToolReach
-from .policy._protected import Protected
+from .policy._protected import Protected, code_paths
 from .runner import Runner
 from .sandbox import BubblewrapSandbox, PodmanSandbox, PodmanSetup, Sandbox, SandboxUnavailable
 from .sandbox._call import default_scratch_root

@@ -30,7 +30,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from bxcore.util import fsync_dir, now_rfc3339, sha256, write_all, write_durably
 from pydantic import ValidationError
@@ -55,6 +55,7 @@ from .verify import BadLink, Head, Line, check, diagnose
 log = logging.getLogger("brokerd.audit")
 
 _FILE = re.compile(r"\d{8}\.jsonl")
+E = TypeVar("E", DecisionEntry, ResultEntry, RefusedEntry, LabelEntry)
 
 
 def log_files(directory: Path) -> list[Path]:
@@ -187,24 +188,16 @@ class AuditLog:
                         needed=needed, what=what)
 
     async def decision(self, **fields: Any) -> DecisionEntry:
-        entry = await self._append(DecisionEntry, fields)
-        assert isinstance(entry, DecisionEntry)
-        return entry
+        return await self._append(DecisionEntry, fields)
 
     async def result(self, **fields: Any) -> ResultEntry:
-        entry = await self._append(ResultEntry, fields)
-        assert isinstance(entry, ResultEntry)
-        return entry
+        return await self._append(ResultEntry, fields)
 
     async def refused(self, **fields: Any) -> RefusedEntry:
-        entry = await self._append(RefusedEntry, fields)
-        assert isinstance(entry, RefusedEntry)
-        return entry
+        return await self._append(RefusedEntry, fields)
 
     async def label(self, **fields: Any) -> LabelEntry:
-        entry = await self._append(LabelEntry, fields)
-        assert isinstance(entry, LabelEntry)
-        return entry
+        return await self._append(LabelEntry, fields)
 
     def _chain(self, kind: type[Entry], fields: dict[str, Any]) -> tuple[Entry, bytes, str]:
         """The next record, its strings bounded (audit.bounds), its line and hash. Raises
@@ -223,8 +216,9 @@ class AuditLog:
                              f"{RECORD_BYTES}-byte bound of a record; not written")
         return entry, line, digest
 
-    async def _append(self, kind: type[Entry], fields: dict[str, Any]) -> Any:
+    async def _append(self, kind: type[E], fields: dict[str, Any]) -> E:
         entry, line, digest = self._chain(kind, fields)
+        assert isinstance(entry, kind)
         self._seq, self._head = entry.seq, digest
         change = change_of(entry)
         apply(self._open, change)
