@@ -32,7 +32,7 @@ from bxcore._base import Count, Model, Text
 from bxcore.config import ConsultSection
 from bxcore.ids import SessionId
 from bxcore.tools import ToolRequest
-from bxcore.util import fsync_dir, now_rfc3339, write_all, write_durably
+from bxcore.util import fsync_dir, now_rfc3339, whole_lines, write_all, write_durably
 from pydantic import StrictFloat, StrictInt, ValidationError
 
 from .errors import EgressLogError
@@ -146,10 +146,9 @@ class ConsultEgress:
         """The log's length once whatever follows its last newline (a write a crash or a
         failed cut back left torn; never sent) is kept beside it, in ``consult.jsonl.torn-<at>``,
         and cut off, logged. EgressLogError when that cannot be done: nothing is sent."""
-        size = os.fstat(fd).st_size
-        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        size, at = os.fstat(fd).st_size, whole_lines(fd)
+        if at == size:
             return size
-        at = _last_newline(fd, size)
         torn = os.pread(fd, size - at, at)
         kept = self.path.with_name(f"{self.path.name}.torn-{at}")
         try:
@@ -162,18 +161,6 @@ class ConsultEgress:
         log.warning("%s: %d torn bytes at its end (a write cut short, never sent) moved to %s",
                     self.path, len(torn), kept.name)
         return at
-
-
-def _last_newline(fd: int, size: int) -> int:
-    """The offset just after the last newline before ``size`` (0 when there is none)."""
-    end = size
-    while end > 0:
-        start = max(0, end - 65536)
-        found = os.pread(fd, end - start, start).rfind(b"\n")
-        if found >= 0:
-            return start + found + 1
-        end = start
-    return 0
 
 
 def read_egress_log(path: Path) -> list[EgressRecord]:

@@ -83,7 +83,7 @@ def append_lines(path: Path, data: bytes, whole: int | None = None) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
     try:
         if whole is None:
-            whole = _whole_lines(fd)
+            whole = whole_lines(fd)
         os.ftruncate(fd, whole)
         os.lseek(fd, whole, os.SEEK_SET)
         write_all(fd, data)
@@ -95,11 +95,17 @@ def append_lines(path: Path, data: bytes, whole: int | None = None) -> int:
     return whole + len(data)
 
 
-def _whole_lines(fd: int) -> int:
-    size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return size
-    return os.pread(fd, size, 0).rfind(b"\n") + 1
+def whole_lines(fd: int) -> int:
+    """The length of the file's whole lines: the offset just after its last newline (0 when it
+    has none), found by reading backwards from its end."""
+    end = os.fstat(fd).st_size
+    while end > 0:
+        start = max(0, end - 65536)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
 
 
 def write_all(fd: int, data: bytes) -> None:
