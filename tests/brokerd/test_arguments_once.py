@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from brokerd.audit import entries
-from brokerd.egresslog import ConsultEgress, read_egress_log
+from brokerd.egresslog import ConsultEgress
 from brokerd.labelstore import LabelStore
 from brokerd.memory import MemoryClient
 from brokerd.policy import CallArguments, decide, parse_grant
@@ -22,6 +22,7 @@ from brokerd_support import NOW, make_rig, request, serve, write
 from bxcore.config import ConsultSection
 from bxcore.protocol.delegate import DelegateDone, DelegateRun
 from loopd.tools.broker import BrokerPort
+from support.egresslog import read_egress_log
 
 CONSULT = ConsultSection.model_validate({
     "endpoint": "https://cloud.example/v1", "model": "cloud-model", "temperature": 0.6,

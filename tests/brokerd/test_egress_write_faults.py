@@ -21,7 +21,7 @@ import errno
 import json
 import os
 
-from brokerd.egresslog import ConsultEgress, read_egress_log
+from brokerd.egresslog import ConsultEgress
 from brokerd.errors import EgressLogError
 from brokerd.policy import CallArguments
 from bxcore.config import ConsultSection
@@ -30,6 +30,7 @@ from faults.profile import by_profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.disks import REAL_FTRUNCATE, REAL_WRITE, FailingDisk
+from support.egresslog import read_egress_log
 
 SECTION = ConsultSection.model_validate({"endpoint": "http://127.0.0.1:9/v1", "model": "m"})
 

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 from brokerd.audit import entries
-from brokerd.egresslog import read_egress_log
+from support.egresslog import read_egress_log
 
 from .support import (
     CLOUD,

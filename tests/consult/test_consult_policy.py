@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from brokerd.egresslog import CONSULT, consult_settings, read_egress_log
+from brokerd.egresslog import CONSULT, consult_settings
 from brokerd.policy import CallArguments, decide, parse_grant
 from brokerd.taint import CLEAN, Taint
 from bxcore.protocol.approval import ApprovalAnswer
@@ -20,6 +20,7 @@ from bxcore.secrets import Secret
 from bxcore.tools import DataClass, ToolRequest
 from loopd.tools.broker import BrokerPort
 from support.brokerd import start
+from support.egresslog import read_egress_log
 
 from .support import (
     CLOUD,

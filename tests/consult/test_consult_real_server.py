@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from brokerd.egresslog import CONSULT, read_egress_log
+from brokerd.egresslog import CONSULT
 from bxcore.tools import ToolRequest
+from support.egresslog import read_egress_log
 from support.llama import SMOL, start_single
 
 from .support import consult_section, grant_text, make_rig, no_approval_wait, tcp_front

@@ -33,7 +33,7 @@ from bxcore.config import ConsultSection
 from bxcore.ids import SessionId
 from bxcore.tools import ToolRequest
 from bxcore.util import fsync_dir, now_rfc3339, whole_lines, write_all, write_durably
-from pydantic import StrictFloat, StrictInt, ValidationError
+from pydantic import StrictFloat, StrictInt
 
 from .errors import EgressLogError
 from .policy import NOT_AN_OBJECT, CallArguments
@@ -161,26 +161,3 @@ class ConsultEgress:
         log.warning("%s: %d torn bytes at its end (a write cut short, never sent) moved to %s",
                     self.path, len(torn), kept.name)
         return at
-
-
-def read_egress_log(path: Path) -> list[EgressRecord]:
-    """Every record in order; EgressLogError names the first line that is not one. A last line
-    with no newline is a torn end (a write a crash cut short: never sent, and cut aside at the
-    next append) and is left out, logged."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise EgressLogError(f"{path}: cannot read: {exc.strerror}") from None
-    lines = data.split(b"\n")
-    if lines[-1]:
-        log.warning("%s: %d torn bytes at its end (never sent) left out", path, len(lines[-1]))
-    records = []
-    for number, line in enumerate(lines[:-1], start=1):
-        try:
-            records.append(EgressRecord.model_validate_json(line))
-        except ValidationError as exc:
-            raise EgressLogError(f"{path}:{number}: not an egress record: "
-                                 f"{exc.errors()[0]['msg']}") from None
-    return records
