@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,37 @@ def test_while_any_grant_file_is_refused_every_call_is_denied(tmp_path_factory, 
         assert in_force == set(), (owners, tools)
     else:
         assert in_force == {f"owner{n}" for n in range(len(owners))}, owners
+
+
+# A deny saved under a name a person reads as ``deny.toml`` and brokerd does not list: the
+# suffix in another case, white space or an invisible character around the name, or one
+# directory down (attack 31o, F3). And names nobody reads so: editors' backups and swap files.
+TOML_IN_ANY_CASE = st.tuples(*(st.sampled_from([c, c.upper()]) for c in "toml")).map("".join)
+ODD = st.lists(st.sampled_from([" ", "\n", "\t", "\u200b", "\u00a0", "\ufeff", "\u2028"]),
+               max_size=2).map("".join)
+NOT_GRANTS = ["notes.txt", "deny.toml~", ".deny.toml.swp", "#deny.toml#", "README"]
+
+
+@given(before=ODD, suffix=TOML_IN_ANY_CASE, after=ODD, down=st.booleans(),
+       beside=st.lists(st.sampled_from(NOT_GRANTS), max_size=2, unique=True))
+def test_a_deny_under_a_name_brokerd_would_not_read_denies_every_call(
+        tmp_path_factory, before, suffix, after, down, beside):
+    """A name that reads as ``<name>.toml`` but is not one is refused, naming it, so every call
+    is denied until it is renamed; names nobody reads so change nothing."""
+    directory = tmp_path_factory.mktemp("grants")
+    write(directory, "auto.toml", OWNER_FILES["auto"])
+    for name in beside:
+        write(directory, name, OWNER_FILES["deny"])
+    name = f"{before}deny.{suffix}{after}"
+    down = down or name.endswith(".toml")  # brokerd reads that one where it is
+    if down:
+        (directory / "sub").mkdir()
+    write(directory / "sub" if down else directory, name, OWNER_FILES["deny"])
+    wrong = directory / "sub" if down else directory / name
+    with pytest.raises(GrantError, match=re.escape("not '<name>.toml' exactly")) as refused:
+        load_grants(directory)
+    assert repr(str(wrong)) in str(refused.value)
+    assert GrantStore(directory).current() == ()
+    if not down:
+        wrong.rename(directory / "renamed.txt")
+        assert {g.name for g in GrantStore(directory).current()} == {"auto"}

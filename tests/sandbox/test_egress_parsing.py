@@ -4,6 +4,7 @@ socket on the host, without a sandbox."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from brokerd._egress_http import (
@@ -13,7 +14,7 @@ from brokerd._egress_http import (
     parse_allowlist,
     parse_head,
 )
-from brokerd.egress import egress_proxy
+from brokerd.egress import EVENTS_KEPT, egress_proxy
 from faults.profile import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
@@ -89,6 +90,32 @@ def test_any_bytes_give_a_request_need_more_or_our_error(data):
     assert result is None or isinstance(result, ProxyRequest)
 
 
+# Request heads whose target is made of what URLs and hostile tools write: brackets, escapes,
+# separators, long runs. attack 31o: "GET http://[/" raised out of the parser; 16 KiB hosts
+# with ESC and BEL went whole into the log.
+TARGET_TEXT = st.lists(st.sampled_from(
+    [*"abcxyz019.-:_[]@%/?#*\\ \t\x1b\x07\x7f", "example.test", "::1", "a" * 300]),
+    max_size=40).map("".join)
+HOSTILE_HEADS = st.builds(
+    lambda method, prefix, text, port: f"{method} {prefix}{text}{port} HTTP/1.1\r\n\r\n",
+    st.sampled_from(["GET", "CONNECT", "POST"]), st.sampled_from(["http://", "", "[", "http://["]),
+    TARGET_TEXT, st.sampled_from(["", ":80", ":443", ":0", ":x"]))
+
+
+@fuzz
+@given(head=HOSTILE_HEADS)
+def test_a_request_names_a_host_a_grant_could_hold_or_is_refused_as_bad(head):
+    """Whatever the target, the parser answers with our error or a host that is a short,
+    printable name or IP address: nothing longer or stranger reaches the log or the record."""
+    try:
+        request = parse_head(head.encode("ascii"))
+    except BadProxyRequest:
+        return
+    assert request is not None
+    assert 0 < len(request.host) <= 253
+    assert set(request.host) <= set("abcdefghijklmnopqrstuvwxyz0123456789.-:"), request.host
+
+
 @pytest.mark.parametrize(
     ("entries", "host", "port", "allowed"),
     [
@@ -159,3 +186,26 @@ def test_a_granted_name_missing_from_the_resolver_table_is_a_502(tmp_path):
     assert reply.startswith(b"HTTP/1.1 502 Bad Gateway")
     assert b"error=destination_not_found" in reply
     assert events[0].allowed is False
+
+
+@pytest.mark.parametrize("sent", [EVENTS_KEPT - 1, EVENTS_KEPT, EVENTS_KEPT + 37])
+def test_a_call_that_sends_requests_in_a_loop_grows_neither_the_record_nor_the_log(
+        tmp_path, caplog, sent):
+    """The first EVENTS_KEPT requests of a call are recorded and logged, each; the rest are
+    counted, and logged once when the call ends (attack 31o: 109 MB of log in 20 s)."""
+    async def scenario():
+        async with egress_proxy(tmp_path / "p.sock", ("docs.example.test:80",), {}) as proxy:
+            for number in range(sent):
+                await _exchange(tmp_path / "p.sock",
+                                f"GET http://h{number}.test/ HTTP/1.1\r\n\r\n".encode())
+        return proxy
+
+    with caplog.at_level(logging.INFO, logger="brokerd.egress"):
+        proxy = asyncio.run(scenario())
+    assert [event.host for event in proxy.events] == [f"h{n}.test" for n in
+                                                      range(min(sent, EVENTS_KEPT))]
+    assert proxy.unrecorded == max(0, sent - EVENTS_KEPT)
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == min(sent, EVENTS_KEPT) + (sent > EVENTS_KEPT)
+    if sent > EVENTS_KEPT:
+        assert f"{sent - EVENTS_KEPT} more requests" in lines[-1]

@@ -50,6 +50,7 @@ log = logging.getLogger("brokerd.egress")
 HEAD_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 _CHUNK = 64 * 1024
+EVENTS_KEPT = 256  # requests recorded and logged per call; past them only counted
 
 # getaddrinfo's answer: (family, type, proto, canonname, sockaddr)
 AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]
@@ -79,7 +80,8 @@ class EgressProxy:
         self._internal = networks(internal)
         self._lookup = lookup
         self._tasks: set[asyncio.Task[None]] = set()
-        self.events: list[EgressEvent] = []
+        self.events: list[EgressEvent] = []  # the first EVENTS_KEPT, each logged
+        self.unrecorded = 0  # requests past those: counted, logged once when the call ends
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -195,6 +197,11 @@ class EgressProxy:
         await writer.drain()
 
     def _note(self, request: ProxyRequest, allowed: bool, detail: str) -> None:
+        """Record and log one request, up to EVENTS_KEPT a call: a tool that sends requests
+        in a loop grows neither brokerd's memory nor its log (attack 31o, F2)."""
+        if len(self.events) >= EVENTS_KEPT:
+            self.unrecorded += 1
+            return
         self.events.append(EgressEvent(request.host, request.port, allowed, detail))
         log.info("egress %s:%d %s (%s)", request.host, request.port,
                  "carried" if allowed else "refused", detail)
@@ -280,5 +287,8 @@ async def egress_proxy(
         server.close()
         await proxy.close_connections()
         await server.wait_closed()
+        if proxy.unrecorded:
+            log.warning("egress: %d more requests of this call were handled but not logged "
+                        "(the first %d were)", proxy.unrecorded, EVENTS_KEPT)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(socket_path)

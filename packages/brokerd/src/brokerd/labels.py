@@ -56,9 +56,10 @@ result is raised to all of them.
 
 What is not a zone, and so not covered: what every sandbox shares with every other, the system
 directories, the toolkit, the filesystems' free space, the CPU, memory and the page cache. Calls
-running at once can signal through those at low bandwidth (a lock on a file in /usr, an inotify
-watch on one, filling a filesystem another call can see the free space of, timing). The
-threat model states this as not defended.
+running at once can signal through those (a lock on a file in /usr, an inotify watch on one,
+timing), and a call leaves a trace a later one reads in the free space of a filesystem it can
+see and in which pages of the shared files are cached (attack 31o: thousands of bits a second).
+The threat model states these covert channels as not defended.
 
 What is coarse: a label covers a whole tree, so one secret file makes every later read of that
 mount secret, and a clean session that writes into a labelled mount cannot lower it.

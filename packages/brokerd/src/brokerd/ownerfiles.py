@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -45,13 +46,39 @@ class OwnerFile:
 def toml_files(directory: Path, error: type[BrokerError], what: str) -> list[Path]:
     """The ``*.toml`` entries in ``directory``, sorted; none when it does not exist. Every one,
     a dangling symlink, a directory or a FIFO too: reading it refuses it, naming it, so a deny
-    cannot vanish by no longer being a file (attack 31n, F2)."""
+    cannot vanish by no longer being a file (attack 31n, F2). ``error`` names every entry that
+    only reads as one (``misnamed``): a deny saved so was skipped without a word (attack 31o,
+    F3)."""
     try:
-        return sorted(p for p in directory.iterdir() if p.suffix == ".toml")
+        entries = sorted(directory.iterdir())
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise error(f"{directory}: cannot list the {what} directory: {exc.strerror}") from None
+    if wrong := [entry for entry in entries if misnamed(entry)]:
+        raise error(f"{', '.join(repr(str(entry)) for entry in wrong)}: named like {what} "
+                    "files but not '<name>.toml' exactly (another case, white space or an "
+                    "invisible character in the name, or inside a directory); rename or remove")
+    return [entry for entry in entries if entry.suffix == ".toml"]
+
+
+def misnamed(entry: Path) -> bool:
+    """An entry a person reads as ``<name>.toml`` that is not one: its name so once case, white
+    space and invisible characters are set aside, or a directory that holds such a name."""
+    if entry.suffix == ".toml":
+        return False
+    if _reads_as_toml(entry.name):
+        return True
+    try:
+        return entry.is_dir() and not entry.is_symlink() and any(
+            _reads_as_toml(child.name) for child in entry.iterdir())
+    except OSError:
+        return False
+
+
+def _reads_as_toml(name: str) -> bool:
+    shown = "".join(c for c in name if unicodedata.category(c)[0] not in "CZ")
+    return shown.casefold().endswith(".toml")
 
 
 def read_owner_file(path: Path, limit: int, error: type[BrokerError], what: str) -> OwnerFile:
