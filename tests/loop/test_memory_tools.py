@@ -9,6 +9,7 @@ import pytest
 from bxcore.chat import FunctionCall, ToolCall, ToolSchema
 from bxcore.config import parse_config
 from bxcore.memory_tool import MEMORY_TOOL_SCHEMAS
+from bxcore.protocol.memory import MEMORY_TOOLS
 from loopd.readback import read_back
 from loopd.tools import Registry, ToolRunner, with_memory_tools
 from loopd.wiring import build
@@ -27,6 +28,10 @@ def test_memory_tools_are_found_not_core_and_keep_the_tools_array():
     assert found == [{"name": "recall", "description": MEMORY_TOOL_SCHEMAS[0].description,
                       "parameters": MEMORY_TOOL_SCHEMAS[0].parameters}]
     assert all(registry.is_discoverable(n) for n in ("recall", "ask_memory", "memory"))
+
+
+def test_the_tools_loopd_offers_are_the_tools_brokerd_sends_to_memoryd():
+    assert {schema.name for schema in MEMORY_TOOL_SCHEMAS} == MEMORY_TOOLS
 
 
 def test_a_registry_file_entry_is_replaced_by_bxcores_schema_but_keeps_its_core_flag():

@@ -39,8 +39,8 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from bxcore.errors import BoxmakerError
-from bxcore.memory_tool import MEMORY_TOOLS
 from bxcore.protocol.delegate import DELEGATE
+from bxcore.protocol.memory import MEMORY_TOOLS
 from bxcore.tools import (
     CLOCK,
     DataClass,

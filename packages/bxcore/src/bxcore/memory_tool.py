@@ -1,8 +1,9 @@
-"""The memory tools as the model sees them: their names, their schemas (loopd's registry offers
-them, brokerd decides and routes them by name), and the identity file's entries, which the
-``memory`` tool addresses (``consolidate`` numbers them, loopd counts them against the baseline
-budget, memoryd edits them). The arguments' models are memoryd's alone (memoryd/arguments.py):
-it is the one process that reads them (docs/decisions/tool-arguments-parsed-once.md).
+"""The memory tools as the model sees them: their schemas (loopd's registry offers them; brokerd
+knows them by name alone, bxcore.protocol.memory.MEMORY_TOOLS), and the identity file's entries,
+which the ``memory`` tool addresses (``consolidate`` numbers them, loopd counts them against the
+baseline budget, memoryd edits them). The arguments' models are memoryd's alone
+(memoryd/arguments.py): it is the one process that reads them
+(docs/decisions/tool-arguments-parsed-once.md).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Literal
 
 from .chat import ToolSchema
 
-MEMORY_TOOLS = frozenset({"recall", "ask_memory", "memory"})
 EditableFile = Literal["memory.md", "user.md"]  # the identity files the ``memory`` tool writes
 
 ENTRY_SEPARATOR = "§"  # a line holding only this separates the entries of an identity file

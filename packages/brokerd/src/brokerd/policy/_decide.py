@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bxcore.memory_tool import MEMORY_TOOLS
+from bxcore.protocol.memory import MEMORY_TOOLS
 from bxcore.secrets import Secret
 from bxcore.tools import CLOCK, DataClass, DecisionRecord, ToolRequest, Verdict
 from bxcore.util import text_sha256

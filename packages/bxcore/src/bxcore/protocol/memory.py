@@ -17,8 +17,10 @@ cannot accept its own staged identity edits.
 Any request may instead be answered by ``error`` (a WireError). The identity snapshot is the one
 memoryd froze for that session's epoch: a write made during the epoch shows up in the next one.
 
-Only what crosses these sockets is here: the tools' schemas and identity entries are
-bxcore/memory_tool.py, the tools' arguments (text inside a ToolRequest) memoryd/arguments.py.
+Only what crosses these sockets is here, with the names of the tools a ``memory_call`` carries
+(``MEMORY_TOOLS``: brokerd routes them here and allows them by built-in policy): the tools'
+schemas and identity entries are bxcore/memory_tool.py, the tools' arguments (text inside a
+ToolRequest) memoryd/arguments.py.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ TOOL_RESPONSE = "tool_response"
 MEMORY_COMMAND = "memory_command"
 COMMAND_DONE = "command_done"
 
+MEMORY_TOOLS = frozenset({"recall", "ask_memory", "memory"})  # the tools a memory_call carries
 
 IdentityName = Literal["soul.md", "memory.md", "user.md"]
 IDENTITY_ORDER: tuple[IdentityName, ...] = ("soul.md", "memory.md", "user.md")
@@ -137,7 +140,8 @@ FROM_MEMORYD_OWNER = kind_table({COMMAND_DONE: CommandDone, ERROR: WireError})
 
 __all__ = [
     "COMMAND_DONE", "ERROR", "FROM_MEMORYD", "FROM_MEMORYD_OWNER", "IDENTITY_ORDER",
-    "IDENTITY_REQUEST", "IDENTITY_SNAPSHOT", "MEMORY_CALL", "MEMORY_COMMAND", "TOOL_RESPONSE",
+    "IDENTITY_REQUEST", "IDENTITY_SNAPSHOT", "MEMORY_CALL", "MEMORY_COMMAND", "MEMORY_TOOLS",
+    "TOOL_RESPONSE",
     "TO_MEMORYD", "TO_MEMORYD_OWNER", "TURN_FINISHED", "TURN_RECORDED", "CommandDone",
     "IdentityFile", "IdentityName", "IdentityRequest", "IdentitySnapshot", "MemoryCall",
     "MemoryCommand", "ReindexCommand", "ResolveCommand", "TurnFinished", "TurnRecorded",
