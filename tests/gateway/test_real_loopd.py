@@ -28,7 +28,6 @@ from loopd.inference.request import request_body
 from loopd.replay import messages
 from loopd.store import SessionStore
 from support.fake_tools import loop_section
-from support.llama import QWEN, proxied, start_single
 
 from .harness import run, running, until
 from .scripted import ask_approval
@@ -48,7 +47,8 @@ class Loopd:
         self.config = directory / "loopd.toml"
         self.config.write_text(
             f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
-            f'[inferproxy]\nsocket = "{infer_socket}"\n[inference]\nmax_tokens = 64\n'
+            f'[inferproxy]\nsocket = "{infer_socket}"\n'
+            f'[inference]\nmodel = "qwen-tools"\nmax_tokens = 64\n'
             f'liveness_timeout = 600.0\n[inference.sampling]\ntemperature = 0.0\n'
             + loop_section(directory)  # no brokerd: tool_choice none, no call reaches it
         )
@@ -110,10 +110,10 @@ class Loopd:
 
 
 @pytest.fixture(scope="module")
-def inference() -> Iterator[Path]:
-    with start_single(QWEN, "qwen2.5-bare-json-tools.jinja") as server, \
-            proxied(server.socket) as proxy:
-        yield proxy
+def inference(llama_router_proxy: Path) -> Path:
+    """inferproxy before the session's router, whose qwen-tools is the tiny Qwen with the
+    bare-JSON tool template."""
+    return llama_router_proxy
 
 
 @contextlib.contextmanager

@@ -11,18 +11,19 @@ from pathlib import Path
 import pytest
 from bxctl.doctor import role_check
 from support.fake_tools import registry_file
-from support.llama import QWEN, start_single
+from support.llama import LlamaServer
 
 LOOPD = Path(sys.executable).with_name("loopd")
 
 
-def config(directory: Path, infer: Path, extra: str = "", memory: str = "off") -> Path:
+def config(directory: Path, infer: Path, extra: str = "", memory: str = "off",
+           model: str = "default") -> Path:
     """A config with the fake tools' registry (no brokerd here: no check calls a tool);
     ``extra`` goes on after [loop]."""
     path = directory / "config.toml"
     path.write_text(f'[paths]\nhome = "{directory}/home"\nrun = "{directory}/run"\n'
                     f'[inferproxy]\nsocket = "{infer}"\n'
-                    f'[inference]\nretries = 0\nliveness_timeout = 600.0\n'
+                    f'[inference]\nmodel = "{model}"\nretries = 0\nliveness_timeout = 600.0\n'
                     f'[loop]\nregistry = "{registry_file(directory)}"\n'
                     f'memory = "{memory}"\n{extra}')
     return path
@@ -58,14 +59,15 @@ def test_budget_without_memoryd_fails_when_memoryd_gives_the_identity(tmp_path):
 
 
 @pytest.mark.real_server
-def test_selftest_and_budget_pass_on_the_real_server():
-    with tempfile.TemporaryDirectory(prefix="bx-chk-") as tmp, \
-            start_single(QWEN, "qwen2.5-bare-json-tools.jinja") as llama:
+def test_selftest_and_budget_pass_on_the_real_server(llama_router: LlamaServer):
+    """On the session's router: its qwen-tools is the tiny Qwen with the bare-JSON template."""
+    with tempfile.TemporaryDirectory(prefix="bx-chk-") as tmp:
         directory = Path(tmp)
         core = directory / "home" / "memory" / "core.md"
         core.parent.mkdir(parents=True)
         core.write_text("The owner is Ada.")
-        path = config(directory, llama.socket, "[inference.sampling]\ntemperature = 0.0\n")
+        path = config(directory, llama_router.socket, "[inference.sampling]\ntemperature = 0.0\n",
+                      model="qwen-tools")
         tested = loopd("selftest", path)
         budget = loopd("budget", path)
     assert tested[0] == 0, "\n".join(tested[1])

@@ -1,4 +1,5 @@
-"""The model asks ``clock`` and gets the time, on the real llama-server, through the real brokerd.
+"""The model asks ``clock`` and gets the time, on the real llama-server (the session's router, its
+qwen-tools: the tiny Qwen with the bare-JSON tool template), through the real brokerd.
 
 The whole product path of the one real tool every session has (docs/design.md, "Core tools"): the
 session's tools array is exactly clock, find_tool and call_tool, whatever the registry lists;
@@ -27,14 +28,14 @@ from loopd.tools import Registry, ToolRunner, with_clock
 from loopd.tools.broker import BrokerPort
 from loopd.turn import Loop, run_turn
 from support.brokerd import start
-from support.llama import QWEN, nonce, start_single
+from support.llama import LlamaServer, nonce
 
 from .support import Events
 
 pytestmark = [pytest.mark.real_server, pytest.mark.anyio]
 
 
-async def test_the_model_calls_clock_and_brokerd_answers_with_the_time():
+async def test_the_model_calls_clock_and_brokerd_answers_with_the_time(llama_router: LlamaServer):
     with tempfile.TemporaryDirectory(prefix="bx-h18-clock-") as tmp:
         root = Path(tmp)
         (root / "grants").mkdir()
@@ -52,16 +53,15 @@ async def test_the_model_calls_clock_and_brokerd_answers_with_the_time():
         session = store.create("clock", await baselines("clock", 0, None), slot=0,
                                time="2026-12-01T00:00:00.000000Z")
         try:
-            with start_single(QWEN, "qwen2.5-bare-json-tools.jinja") as llama:
-                section = InferenceSection(max_tokens=48, liveness_timeout=600.0, retries=1,
-                                           sampling=SamplingSection(temperature=0.0))
-                async with InferenceClient(section, socket=llama.socket) as client:
-                    loop = Loop(inference=client,
-                                tools=ToolRunner(registry, BrokerPort(root / "broker.sock")))
-                    before = datetime.now(UTC)
-                    done = await run_turn(loop, session, "What time is it now? Call the clock.",
-                                          Events(), tool_choice=("required", "none"))
-                    after = datetime.now(UTC)
+            section = InferenceSection(model="qwen-tools", max_tokens=48, liveness_timeout=600.0,
+                                       retries=1, sampling=SamplingSection(temperature=0.0))
+            async with InferenceClient(section, socket=llama_router.socket) as client:
+                loop = Loop(inference=client,
+                            tools=ToolRunner(registry, BrokerPort(root / "broker.sock")))
+                before = datetime.now(UTC)
+                done = await run_turn(loop, session, "What time is it now? Call the clock.",
+                                      Events(), tool_choice=("required", "none"))
+                after = datetime.now(UTC)
         finally:
             for server in servers:
                 server.close()

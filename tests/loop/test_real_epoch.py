@@ -1,5 +1,6 @@
-"""Compaction on the real llama-server (the tiny Qwen, bare-JSON tool template) with the real
-memoryd: loopd's Sessions and inference client, nothing scripted but when to compact.
+"""Compaction on the real llama-server (the session's router: its qwen-tools is the tiny Qwen with
+the bare-JSON tool template) with the real memoryd: loopd's Sessions and inference client,
+nothing scripted but when to compact.
 
 Two turns in epoch 0, with a memory write made between them (as brokerd sends it); then the slot
 limit is set so that the next turn compacts first. The turn after compaction builds a new cache
@@ -29,7 +30,7 @@ from loopd.store import SessionStore
 from loopd.tools import Registry, ToolRunner
 from loopd.turn import Loop
 from support.fake_tools import FakeTools
-from support.llama import QWEN, nonce, start_single
+from support.llama import LlamaServer, nonce
 
 from .memoryd_process import running_memoryd
 from .support import Events, final_frame
@@ -67,17 +68,17 @@ def usages(directory: Path, epoch: int) -> list[Usage]:
             if isinstance(r, Usage)]
 
 
-async def test_an_epoch_change_on_the_real_server():
+async def test_an_epoch_change_on_the_real_server(llama_router: LlamaServer):
     with tempfile.TemporaryDirectory(prefix="bx-epoch-") as tmp:
         root = Path(tmp)
         (root / "home" / "memory").mkdir(parents=True)
         (root / "home" / "memory" / "soul.md").write_text(f"{nonce()} I am brief and calm.")
         system = root / "system.md"
         system.write_text("You are a test assistant. Answer in one short sentence.")
-        with start_single(QWEN, "qwen2.5-bare-json-tools.jinja") as llama, \
-                running_memoryd(root) as memoryd:
-            section = InferenceSection(max_tokens=24, liveness_timeout=600.0, retries=1)
-            client = InferenceClient(section, socket=llama.socket)
+        with running_memoryd(root) as memoryd:
+            section = InferenceSection(model="qwen-tools", max_tokens=24, liveness_timeout=600.0,
+                                       retries=1)
+            client = InferenceClient(section, socket=llama_router.socket)
             recording = Recording(client)
             memory = MemoryLink(memoryd.socket)
             registry = Registry(FakeTools.schemas)
