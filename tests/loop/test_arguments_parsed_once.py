@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -22,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from loopd.tools import Registry, ToolRunner
 from loopd.turn import Loop, TurnSettings, run_turn
+from support.scratch import scratch_dir
 
 from .support import FIXED_TIME, Events, ScriptedInference, call, new_session, say
 
@@ -56,8 +55,8 @@ def parses_of(texts: list[str], name: str, arguments: str) -> tuple[list[int], T
         parsed.append(text)
         return _real_loads(text, *args, **kwargs)
 
-    with tempfile.TemporaryDirectory() as home:
-        session = new_session(Path(home))
+    with scratch_dir() as home:  # in memory: the session's fsyncs were most of an example
+        session = new_session(home)
         with mock.patch.object(json, "loads", counting):
             asyncio.run(run_turn(loop, session, "go", Events()))
     (request,) = port.requests

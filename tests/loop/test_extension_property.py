@@ -30,6 +30,7 @@ from loopd.store import SessionStore
 from loopd.tools import Registry, ToolRunner
 from loopd.turn import Loop, TurnSettings
 from support.fake_tools import FakeTools
+from support.scratch import scratch_dir
 
 from .caching_server import CachingServer, Planned
 from .support import FIXED_TIME, Events, final_frame, fixed_baselines
@@ -106,8 +107,12 @@ def epochs_of(bodies: list[dict]) -> list[list[dict]]:
 
 
 @given(st.lists(turn_plan, min_size=1, max_size=4))
-def test_every_request_extends_the_one_before(tmp_path_factory, plans):
-    home = tmp_path_factory.mktemp("home")
+def test_every_request_extends_the_one_before(plans):
+    with scratch_dir() as home:  # in memory: the logs' fsyncs were most of an example
+        check_extensions(home, plans)
+
+
+def check_extensions(home, plans) -> None:
     server = asyncio.run(converse(home, plans))
     assert server.bodies
     groups = epochs_of(server.bodies)
