@@ -92,7 +92,7 @@ SEND_FRAME = """
 import json, site, sys
 site.addsitedir({site!r})
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 path, kind, body = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 try:
     with SyncFrameSocket.connect(path) as sock:

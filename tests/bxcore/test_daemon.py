@@ -16,10 +16,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from bxcore import accepting as bare
 from bxcore import daemon
+from bxcore.accepting import accepting
 from bxcore.daemon import (
     Notifier,
-    accepting,
     bind_unix_socket,
     listening,
     run_until_signalled,
@@ -254,7 +255,7 @@ def test_accepting_pauses_when_out_of_descriptors_and_then_takes_the_connection(
     def bind(path: Path, **options) -> socket.socket:
         return OutOfDescriptorsOnce(fileno=bind_for_real(path, **options).detach())
 
-    monkeypatch.setattr(daemon, "ACCEPT_RETRY", 0.05)
+    monkeypatch.setattr(bare, "ACCEPT_RETRY", 0.05)
     monkeypatch.setattr(daemon, "bind_unix_socket", bind)
 
     async def scenario() -> None:

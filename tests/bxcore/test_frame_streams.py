@@ -30,7 +30,8 @@ from bxcore.errors import (
     WireError,
 )
 from bxcore.frames import Frame, encode_frame
-from bxcore.framestream import FrameStream, PeerUnavailable, SyncFrameSocket
+from bxcore.framestream import FrameStream, PeerUnavailable
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import loop
 
 T = TypeVar("T")

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn
 

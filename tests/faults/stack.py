@@ -26,7 +26,7 @@ from typing import Any
 
 from bxcore.canonical import canonical_text
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.memory_tool import MEMORY_TOOL_SCHEMAS
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn

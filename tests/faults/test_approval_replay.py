@@ -12,7 +12,7 @@ import time
 
 import pytest
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import approval as wire
 from support.sandbox_uid import writable_by_sandbox
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from brokerd.audit.log import entries
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import loop as wire
 from inference.fake_server import completion
 from memoryd.notes import read_notes

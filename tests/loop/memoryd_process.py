@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import memory as wire
 from bxcore.tools import ToolRequest
 

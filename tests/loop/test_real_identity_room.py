@@ -27,7 +27,7 @@ import pytest
 from bxcore.config import InferenceSection
 from bxcore.config.inference import SamplingSection, SlotSection
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import memory as wire
 from bxcore.protocol.loop import Turn
 from bxcore.tools import ToolRequest, ToolResponse, plain_response

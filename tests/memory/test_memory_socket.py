@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from bxcore.errors import ErrorCode, WireError
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import memory as proto
 from bxcore.tools import ToolResponse
 

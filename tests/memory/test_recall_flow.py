@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import memory as proto
 from bxcore.tools import DataClass, ToolResponse
 from hypothesis import HealthCheck, given, settings

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import broker as broker_wire
 from bxcore.tools import ToolRequest
 

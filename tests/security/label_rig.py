@@ -25,7 +25,7 @@ from typing import NoReturn
 
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import broker as broker_wire
 from bxcore.tools import ToolRequest
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import broker as broker_wire
 from bxcore.protocol import delegate as delegate_wire
 from bxcore.tools import ToolRequest

@@ -30,11 +30,12 @@ from pathlib import Path
 import pytest
 from brokerd.audit import entries
 from brokerd.wiring import harness_paths
+from bxcore.accepting import accepting
 from bxcore.config import load_config
 from bxcore.config.broker import DEFAULT_SANDBOX_UID
-from bxcore.daemon import accepting, listening
+from bxcore.daemon import listening
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.peers import PeerPolicy
 from bxcore.protocol import broker as broker_wire
 from bxcore.tools import ToolRequest
@@ -233,12 +234,13 @@ PEER_GROUP = 4242
 @pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another uid needs root")
 @pytest.mark.parametrize("kind", ["listening", "accepting"])
 def test_the_peer_check_alone_refuses_a_uid_the_socket_does_not_list(kind, short_dir, caplog):
-    """Every role's listener (bxcore.daemon's ``listening`` and ``accepting``), with its mode
-    wider than any config allows, so only the SO_PEERCRED check stands between the socket and
-    the peer. A uid the socket does not list is closed unanswered, one it lists is served, and
-    so is one in the socket's group only by a supplementary group (read from /proc only when the
-    uid and primary group do not admit it). Served: the listener's handler greets the peer
-    (ANSWERED); closed unanswered: the connection ends with no byte (CLOSED)."""
+    """Every role's listener (bxcore.daemon's ``listening`` and bxcore.accepting's
+    ``accepting``), with its mode wider than any config allows, so only the SO_PEERCRED check
+    stands between the socket and the peer. A uid the socket does not list is closed unanswered,
+    one it lists is served, and so is one in the socket's group only by a supplementary group
+    (read from /proc only when the uid and primary group do not admit it). Served: the
+    listener's handler greets the peer (ANSWERED); closed unanswered: the connection ends with no
+    byte (CLOSED)."""
     short_dir.chmod(0o755)  # in /tmp, which every uid may pass (pytest's tmp_path is 0700)
     path = short_dir / "wide.sock"
 

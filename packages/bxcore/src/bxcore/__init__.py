@@ -1,7 +1,8 @@
 """bxcore: the data every Boxmaker role shares and the code they share.
 
-Wire and log types (records, chat, tools, protocol), the frame codec (frames, framestream),
-canonical JSON, config, the SecretStore, and small helpers (util).
+Wire and log types (records, chat, tools, protocol), the frame codec and its shells (frames,
+frameconn, framestream, framesync), canonical JSON, config, the SecretStore, and small helpers
+(util).
 """
 
 from .canonical import canonical_json, canonical_text

@@ -24,10 +24,10 @@ which:
 
 The umask is process-wide: bind before starting threads that create files.
 
-Every connection ``listening`` (or ``accepting``) takes is checked against its peer first
-(``bxcore.peers``): the socket's own uid, its group and any ``peers.uids`` (or, in a container,
-the overflow uid the socket's directory gates). A refused peer is logged and closed before the
-role's handler sees it.
+Every connection ``listening`` (or bxcore.accepting's ``accepting``) takes is checked against
+its peer first (``bxcore.peers``): the socket's own uid, its group and any ``peers.uids`` (or, in
+a container, the overflow uid the socket's directory gates). A refused peer is logged and closed
+before the role's handler sees it.
 
 Answering (``answering``): the one connection runner every role's frame socket serves with. It
 reads the request frame, makes one call on the role's answerer, and maps the outcome once: an
@@ -68,14 +68,13 @@ from .errors import (
 )
 from .frames import ERROR, Frame, Kinds, error_frame
 from .framestream import FrameStream
-from .peers import Listener, Peer, PeerPolicy, check_peer, listener, peer_of
+from .peers import Peer, PeerPolicy, check_peer, listener, peer_of
 from .systemd import Notifier, watchdog_interval
 
 log = logging.getLogger("bxcore.daemon")
 
 DEFAULT_MODE = 0o600  # the owner only: a single-user local stack
 BACKLOG = 128
-ACCEPT_RETRY = 1.0  # seconds to pause accepting after EMFILE and the like, as asyncio does
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 REQUEST_TIMEOUT = 30.0  # seconds for a peer to send its request frame once connected
 
@@ -203,7 +202,7 @@ def check_inherited(path: Path, mode: int, group: str | int | None) -> None:
 
 
 @contextlib.contextmanager
-def _bound(
+def bound_socket(
     path: Path, mode: int, group: str | int | None, peers: PeerPolicy | None
 ) -> Iterator[tuple[socket.socket, PeerPolicy]]:
     """The listening socket and the policy its connections are checked against: the one
@@ -240,7 +239,7 @@ async def listening(
     """Serve ``handler`` on a socket bound by ``bind_unix_socket``, to the peers ``peers`` admits
     (default: the socket's uid and group); on exit stop accepting and remove the socket file.
     Connections already open are left to their handlers."""
-    with _bound(path, mode, group, peers) as (sock, policy):
+    with bound_socket(path, mode, group, peers) as (sock, policy):
         server = await asyncio.start_unix_server(gate_peers(path, handler, policy), sock=sock,
                                                  limit=limit)
         try:
@@ -250,65 +249,6 @@ async def listening(
             await server.wait_closed()
 
 
-@contextlib.asynccontextmanager
-async def accepting(
-    path: Path,
-    on_connection: Callable[[socket.socket], None],
-    *,
-    mode: int = DEFAULT_MODE,
-    group: str | int | None = None,
-    peers: PeerPolicy | None = None,
-) -> AsyncIterator[None]:
-    """``listening`` for a role that wants each admitted connection as a bare non-blocking
-    socket, handed to ``on_connection`` from the accepting callback: no transport, stream or
-    task is made for it. inferproxy takes one connection per completion and splices it, and
-    asyncio's server machinery was most of its cost a connection (docs/decisions/inferproxy.md)."""
-    loop = asyncio.get_running_loop()
-    me = listener()
-    retry: asyncio.TimerHandle | None = None  # at most one: accepting stops until it runs
-    with _bound(path, mode, group, peers) as (sock, policy):
-        sock.setblocking(False)
-
-        def ready() -> None:
-            nonlocal retry
-            for _ in range(BACKLOG):  # then let the loop run other callbacks
-                try:
-                    conn, _ = sock.accept()
-                except (BlockingIOError, InterruptedError):
-                    return
-                except OSError as exc:  # out of descriptors or memory: pause, as asyncio does
-                    log.error("%s: cannot accept: %s; retrying in %g s", path, exc, ACCEPT_RETRY)
-                    loop.remove_reader(sock.fileno())
-                    retry = loop.call_later(ACCEPT_RETRY, loop.add_reader, sock.fileno(), ready)
-                    return
-                if _admitted(path, conn, me, policy):
-                    on_connection(conn)
-
-        loop.add_reader(sock.fileno(), ready)
-        try:
-            yield
-        finally:
-            if retry is not None:
-                retry.cancel()
-            loop.remove_reader(sock.fileno())
-
-
-def _admitted(path: Path, conn: socket.socket, me: Listener, policy: PeerPolicy) -> bool:
-    """Whether ``accepting`` hands ``conn`` on, made non-blocking; if not, it is closed."""
-    try:
-        conn.setblocking(False)
-        peer, refused = check_peer(conn, me, policy)
-    except OSError as exc:  # the peer is gone already
-        log.warning("%s: cannot check a connection's peer: %s", path, exc)
-        conn.close()
-        return False
-    if refused is not None:
-        _log_refusal(path, peer, refused)
-        conn.close()
-        return False
-    return True
-
-
 def gate_peers(path: Path, handler: Handler, policy: PeerPolicy) -> Handler:
     """``handler`` for the connections whose peer ``policy`` admits; the rest are closed."""
     me = listener()
@@ -316,7 +256,7 @@ def gate_peers(path: Path, handler: Handler, policy: PeerPolicy) -> Handler:
     async def gated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer, refused = check_peer(writer.get_extra_info("socket"), me, policy)
         if refused is not None:
-            _log_refusal(path, peer, refused)
+            log_refusal(path, peer, refused)
             writer.close()
             return
         await handler(reader, writer)
@@ -324,7 +264,7 @@ def gate_peers(path: Path, handler: Handler, policy: PeerPolicy) -> Handler:
     return gated
 
 
-def _log_refusal(path: Path, peer: Peer, reason: str) -> None:
+def log_refusal(path: Path, peer: Peer, reason: str) -> None:
     log.warning("%s: refused a connection from uid %d (pid %d): %s", path, peer.uid, peer.pid,
                 reason)
 
@@ -488,7 +428,7 @@ async def wait_forever() -> NoReturn:
 
 __all__ = [
     "BACKLOG", "DEFAULT_MODE", "REQUEST_TIMEOUT", "Answerer", "Connection", "Notifier",
-    "accepting", "answering", "bind_unix_socket", "check_inherited", "check_socket_directory",
-    "gate_peers", "listening", "remove_stale_socket", "resolve_group", "run_until_signalled",
-    "wait_forever", "watchdog_interval"
+    "answering", "bind_unix_socket", "bound_socket", "check_inherited", "check_socket_directory",
+    "gate_peers", "listening", "log_refusal", "remove_stale_socket", "resolve_group",
+    "run_until_signalled", "wait_forever", "watchdog_interval"
 ]

@@ -1,8 +1,8 @@
 """One side of a frame socket as a pure state machine, as h11's ``Connection`` is one side of an
 HTTP connection: what this side may send, and the one read loop's logic (what to do with a
 chunk, with the end of the stream, with a frame cut off by it, with the frame's deadline). No
-I/O and no clock: the shells in bxcore.framestream only receive and send bytes, and pass the
-time in.
+I/O and no clock: the shells in bxcore.framestream and bxcore.framesync only receive and send
+bytes, and pass the time in.
 
     conn = FrameConnection(receives=loop.TO_LOOPD, sends=loop.FROM_LOOPD)
     data = conn.send(frame)                    # the bytes to write, or LocalProtocolError

@@ -1,7 +1,8 @@
-"""Thin I/O shells around bxcore.frameconn's pure connection: an asyncio stream and a blocking
-socket. They only receive and send bytes and read the clock; what a chunk, the end of the
-stream, a frame cut off by it and the frame's deadline mean is decided once, in
-``FrameConnection`` (h11's Connection, driven by a read loop as httpcore drives it).
+"""The thin I/O shell around bxcore.frameconn's pure connection over an asyncio stream (its
+blocking twin, for command lines and tests, is bxcore.framesync's). Both only receive and send
+bytes and read the clock; what a chunk, the end of the stream, a frame cut off by it and the
+frame's deadline mean is decided once, in ``FrameConnection`` (h11's Connection, driven by a
+read loop as httpcore drives it).
 
 Each read and write takes its own timeout, a deadline for the whole frame: a peer that sends
 (or takes) one byte at a time does not extend it. There is no deadline across frames. Reads are
@@ -34,7 +35,8 @@ from .frames import MAX_FRAME, Frame, Kinds
 
 
 @contextlib.contextmanager
-def _map_os_errors(what: str) -> Iterator[None]:
+def map_os_errors(what: str) -> Iterator[None]:
+    """Connecting: a socket that cannot be reached is ``PeerUnavailable``."""
     try:
         yield
     except (FileNotFoundError, ConnectionRefusedError) as exc:
@@ -46,7 +48,7 @@ def _map_os_errors(what: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _stream_errors(what: str, timeout: float | None) -> Iterator[None]:
+def stream_errors(what: str, timeout: float | None) -> Iterator[None]:
     """A frame's read or write: a missed deadline and a broken socket become ours."""
     try:
         yield
@@ -102,7 +104,7 @@ class FrameStream:
         cls, path: str | Path, kinds: Collection[str] | None = None, timeout: float = 10, *,
         sends: Kinds | None = None,
     ) -> FrameStream:
-        with _map_os_errors(f"socket {path}"):
+        with map_os_errors(f"socket {path}"):
             sock = await asyncio.wait_for(_connected_unix_socket(str(path)), timeout)
             reader, writer = await asyncio.open_unix_connection(sock=sock, limit=CHUNK)
         return cls(reader, writer, kinds, sends=sends)
@@ -115,7 +117,7 @@ class FrameStream:
         breaks, IncompleteFrame mid-frame, FrameError on a malformed frame, StreamTimeout when
         no whole frame arrived within ``timeout`` seconds of the call."""
         deadline = Deadline.after(timeout, time.monotonic())
-        with _stream_errors("reading a frame", timeout):
+        with stream_errors("reading a frame", timeout):
             while isinstance(step := self._conn.next_frame(deadline, time.monotonic()), Receive):
                 received = self._reader.read(step.max_bytes)
                 self._conn.receive_data(await asyncio.wait_for(received, step.timeout))
@@ -128,7 +130,7 @@ class FrameStream:
         written, when this side may not send the frame."""
         self._writer.write(self._conn.send(frame))
         try:
-            with _stream_errors("writing a frame", timeout):
+            with stream_errors("writing a frame", timeout):
                 await asyncio.wait_for(self._writer.drain(), timeout)
         except StreamTimeout:
             self._writer.transport.abort()
@@ -140,58 +142,4 @@ class FrameStream:
             await self._writer.wait_closed()
 
 
-class SyncFrameSocket:
-    """Frames over a blocking Unix socket, for command-line clients and tests."""
-
-    def __init__(
-        self, sock: socket.socket, kinds: Collection[str] | None = None,
-        max_size: int = MAX_FRAME, *, sends: Kinds | None = None,
-    ):
-        self._sock = sock
-        self._conn = FrameConnection(kinds, sends, max_size)
-
-    @classmethod
-    def connect(
-        cls, path: str | Path, kinds: Collection[str] | None = None, timeout: float = 10, *,
-        sends: Kinds | None = None,
-    ) -> SyncFrameSocket:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        with _map_os_errors(f"socket {path}"):
-            try:
-                sock.connect(str(path))
-            except BaseException:
-                sock.close()
-                raise
-        return cls(sock, kinds, sends=sends)
-
-    def read(self, timeout: float | None = None) -> Frame:
-        """As ``FrameStream.read``: ``timeout`` is the deadline for the whole frame."""
-        deadline = Deadline.after(timeout, time.monotonic())
-        with _stream_errors("reading a frame", timeout):
-            while isinstance(step := self._conn.next_frame(deadline, time.monotonic()), Receive):
-                self._sock.settimeout(step.timeout)
-                self._conn.receive_data(self._sock.recv(step.max_bytes))
-            return step
-
-    def write(self, frame: Frame, timeout: float | None = 30) -> None:
-        """Send one frame whole within ``timeout`` (``sendall`` applies a socket timeout per
-        send, so each send gets what is left of the deadline)."""
-        data = memoryview(self._conn.send(frame))
-        deadline = Deadline.after(timeout, time.monotonic())
-        with _stream_errors("writing a frame", timeout):
-            while data:
-                self._sock.settimeout(deadline.left(time.monotonic(), "writing a frame"))
-                data = data[self._sock.send(data):]
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def __enter__(self) -> SyncFrameSocket:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-__all__ = ["FrameError", "FrameStream", "PeerUnavailable", "SyncFrameSocket"]
+__all__ = ["FrameError", "FrameStream", "PeerUnavailable", "map_os_errors", "stream_errors"]

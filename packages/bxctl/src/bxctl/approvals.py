@@ -17,7 +17,7 @@ from bxcore.config import load_config
 from bxcore.display import describe_call
 from bxcore.errors import BoxmakerError, PeerUnavailable, WireError
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import approval as wire
 
 from .roles import config_option, default_config

@@ -15,7 +15,7 @@ from bxcore.canonical import canonical_text
 from bxcore.config import load_config
 from bxcore.errors import BoxmakerError, ErrorCode, WireError
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.ids import check_session_id, new_session_id
 from bxcore.protocol import loop as wire
 from bxcore.protocol.loop import Turn, TurnDone, TurnEvent

@@ -19,7 +19,7 @@ from bxcore import cli_errors
 from bxcore.config import Config, load_config
 from bxcore.errors import BoxmakerError, WireError
 from bxcore.frames import Frame
-from bxcore.framestream import SyncFrameSocket
+from bxcore.framesync import SyncFrameSocket
 from bxcore.ids import new_session_id
 from bxcore.protocol import approval
 from bxcore.protocol import loop as wire

@@ -13,8 +13,9 @@ import functools
 import logging
 from pathlib import Path
 
+from bxcore.accepting import accepting
 from bxcore.config import Config
-from bxcore.daemon import Notifier, accepting, run_until_signalled, wait_forever
+from bxcore.daemon import Notifier, run_until_signalled, wait_forever
 
 from .proxy import Proxy
 

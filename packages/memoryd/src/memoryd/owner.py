@@ -16,7 +16,8 @@ from pathlib import Path
 from bxcore.config import Config
 from bxcore.errors import WireError
 from bxcore.frames import Frame, describe_validation
-from bxcore.framestream import PeerUnavailable, SyncFrameSocket
+from bxcore.framestream import PeerUnavailable
+from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import memory as proto
 from pydantic import TypeAdapter, ValidationError
 
