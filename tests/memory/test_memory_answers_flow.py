@@ -27,6 +27,7 @@ from memoryd.journal import Journal
 from memoryd.layout import Layout
 from memoryd.notes import read_notes
 from memoryd.wiring import build
+from support.scratch import scratch_dir
 
 from .support import T, call, call_frame, config
 from .test_recall_flow import LABELS, ask, at_or_below, serving
@@ -102,10 +103,11 @@ async def run_world(home: Path, world: dict[str, Any], which: str) -> list[Any]:
 @settings(max_examples=by_profile(short=30, long=1000), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds())
-def test_what_sessions_above_the_asker_do_never_changes_its_memory_answers(
-        tmp_path_factory, world):
-    first = asyncio.run(run_world(tmp_path_factory.mktemp("w") / "home", world, "first"))
-    second = asyncio.run(run_world(tmp_path_factory.mktemp("w") / "home", world, "second"))
+def test_what_sessions_above_the_asker_do_never_changes_its_memory_answers(world):
+    # in memory (tests/support/scratch.py): the stores' fsyncs were most of an example
+    with scratch_dir() as one, scratch_dir() as other:
+        first = asyncio.run(run_world(one / "home", world, "first"))
+        second = asyncio.run(run_world(other / "home", world, "second"))
     assert first == second
 
 
