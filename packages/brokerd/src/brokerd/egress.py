@@ -124,25 +124,11 @@ class EgressProxy:
             else:
                 stream = RequestStream(request.host, request.port, request.body_length)
                 up_writer.write(request.head + stream.feed(request.rest))
-                client = self._pump_requests(reader, up_writer, request, stream)
+                client = _pump(reader, up_writer, stream, refused=lambda why: self._note(
+                    request, False, f"refused on the connection: {why}"))
             await asyncio.gather(client, _pump(up_reader, writer))
         finally:
             up_writer.close()
-
-    async def _pump_requests(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
-                             request: ProxyRequest, stream: RequestStream) -> None:
-        """The client's side of a plain-HTTP connection, each further head checked; at a
-        refused one, the upstream gets end-of-file and answers what it already has."""
-        try:
-            while stream.refused is None and (data := await source.read(_CHUNK)):
-                sink.write(stream.feed(data))
-                await sink.drain()
-            if stream.refused is not None:
-                self._note(request, False, f"refused on the connection: {stream.refused}")
-            if sink.can_write_eof():
-                sink.write_eof()
-        except OSError:
-            sink.close()
 
     async def _connect(
         self, request: ProxyRequest, writer: asyncio.StreamWriter
@@ -258,11 +244,19 @@ async def _read_hello(reader: asyncio.StreamReader, request: ProxyRequest) -> by
     return buffer
 
 
-async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                stream: RequestStream | None = None, *,
+                refused: Callable[[str], None] = lambda why: None) -> None:
+    """``source``'s bytes to ``sink``, then its end-of-file. With ``stream`` (the client's side
+    of a plain-HTTP connection), only what it lets through, each further head checked: at a
+    refused one, ``refused`` hears why, and the upstream gets end-of-file and answers what it
+    already has."""
     try:
-        while data := await source.read(_CHUNK):
-            sink.write(data)
+        while (stream is None or stream.refused is None) and (data := await source.read(_CHUNK)):
+            sink.write(data if stream is None else stream.feed(data))
             await sink.drain()
+        if stream is not None and stream.refused is not None:
+            refused(stream.refused)
         if sink.can_write_eof():
             sink.write_eof()
     except OSError:
