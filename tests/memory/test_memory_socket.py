@@ -19,6 +19,7 @@ from bxcore.errors import ErrorCode, WireError
 from bxcore.frames import Frame
 from bxcore.framesync import SyncFrameSocket
 from bxcore.protocol import memory as proto
+from bxcore.protocol import memory_owner as owner_wire
 from bxcore.tools import ToolResponse
 
 from .support import answer, append_log, call_frame, user
@@ -165,9 +166,9 @@ def test_reading_the_journal_takes_no_writer_lock(daemon):
 
 def test_a_bad_owners_command_is_refused_naming_the_field(daemon):
     _, path, _, _ = daemon
-    frame = Frame(kind=proto.MEMORY_COMMAND, final=True, body={"command": "accept"})
+    frame = Frame(kind=owner_wire.MEMORY_COMMAND, final=True, body={"command": "accept"})
     with SyncFrameSocket.connect(path.with_name("memory-owner.sock"),
-                                 kinds=proto.FROM_MEMORYD_OWNER) as sock:
+                                 kinds=owner_wire.FROM_MEMORYD_OWNER) as sock:
         sock.write(frame)
         error = sock.read(timeout=30).parse(WireError)
     assert error.code == ErrorCode.BAD_REQUEST and "seq" in error.message

@@ -15,7 +15,7 @@ import click
 from bxcore import cli_errors
 from bxcore.config import Config, load_config
 from bxcore.logs import configure_logging
-from bxcore.protocol import memory as proto
+from bxcore.protocol import memory_owner as proto
 
 from . import sockets, wiring
 from .owner import ask_memoryd, describe, perform

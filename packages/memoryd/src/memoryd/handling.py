@@ -16,6 +16,7 @@ from bxcore.config import Config
 from bxcore.errors import BoxmakerError, FrameError, Refused
 from bxcore.frames import describe_validation
 from bxcore.protocol import memory as proto
+from bxcore.protocol import memory_owner as owner_wire
 from bxcore.tools import DataClass, ToolResponse, plain_response
 from pydantic import TypeAdapter, ValidationError
 
@@ -113,11 +114,11 @@ class MemoryService:
     def identity(self, request: proto.IdentityRequest) -> proto.IdentitySnapshot:
         return self.snapshots.get(request.session, request.epoch)
 
-    async def owner_command(self, command: proto.MemoryCommand) -> proto.CommandDone:
+    async def owner_command(self, command: owner_wire.MemoryCommand) -> owner_wire.CommandDone:
         """One command on memory-owner.sock: done as memoryd's user, answered with its line;
         one that cannot be done, whatever stopped it, is the owner's ``bad_request``."""
         try:
-            if isinstance(command, proto.ReindexCommand):  # reads every log: off the loop
+            if isinstance(command, owner_wire.ReindexCommand):  # reads every log: off the loop
                 text = await asyncio.to_thread(perform, command, self.config, lambda: self.writer)
                 self.index.reopen_if_replaced()
             else:
@@ -127,7 +128,7 @@ class MemoryService:
         except MemorydError as exc:
             raise Refused(str(exc)) from exc
         log.info("owner's command: %s", text)
-        return proto.CommandDone(text=text)
+        return owner_wire.CommandDone(text=text)
 
     def turn_finished(self, turn: proto.TurnFinished) -> proto.TurnRecorded:
         self.index.reopen_if_replaced()

@@ -18,7 +18,7 @@ from bxcore.errors import WireError
 from bxcore.frames import Frame, describe_validation
 from bxcore.framestream import PeerUnavailable
 from bxcore.framesync import SyncFrameSocket
-from bxcore.protocol import memory as proto
+from bxcore.protocol import memory_owner as proto
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import CommandRefused

@@ -25,13 +25,10 @@ from bxcore.daemon import (
 )
 from bxcore.frames import Frame
 from bxcore.protocol.memory import (
-    COMMAND_DONE,
     FROM_MEMORYD,
-    FROM_MEMORYD_OWNER,
     IDENTITY_REQUEST,
     IDENTITY_SNAPSHOT,
     TO_MEMORYD,
-    TO_MEMORYD_OWNER,
     TOOL_RESPONSE,
     TURN_FINISHED,
     TURN_RECORDED,
@@ -39,6 +36,7 @@ from bxcore.protocol.memory import (
     MemoryCall,
     TurnFinished,
 )
+from bxcore.protocol.memory_owner import COMMAND_DONE, FROM_MEMORYD_OWNER, TO_MEMORYD_OWNER
 
 from .handling import MemoryService
 from .owner import parse_command

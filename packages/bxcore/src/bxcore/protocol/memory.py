@@ -1,5 +1,6 @@
 """``memory.sock`` (served by memoryd): finished turns and identity for loopd, memory tool calls
-for brokerd. One connection per request; every answer is final.
+for brokerd. One connection per request; every answer is final. (The owner's commands go to
+memoryd's other socket: bxcore.protocol.memory_owner.)
 
 - ``turn_finished`` (loopd, TurnFinished: the records one turn appended to the session log),
   answered by ``turn_recorded``;
@@ -7,12 +8,6 @@ for brokerd. One connection per request; every answer is final.
   answered by ``identity_snapshot``;
 - ``memory_call`` (brokerd, MemoryCall: a decided ``recall``, ``ask_memory`` or ``memory``
   call), answered by ``tool_response`` (a ToolResponse).
-
-``memory-owner.sock`` (also memoryd's; its directory admits only the owner's users) carries the
-owner's maintenance commands that change memoryd's files, so they are done by memoryd's own
-user: ``memory_command`` (MemoryCommand: undo, accept, reject, reindex), answered by
-``command_done`` (CommandDone: the line ``memoryd`` prints). No role can reach it, so the agent
-cannot accept its own staged identity edits.
 
 Any request may instead be answered by ``error`` (a WireError). The identity snapshot is the one
 memoryd froze for that session's epoch: a write made during the epoch shows up in the next one.
@@ -43,8 +38,6 @@ IDENTITY_REQUEST = "identity_request"
 IDENTITY_SNAPSHOT = "identity_snapshot"
 MEMORY_CALL = "memory_call"
 TOOL_RESPONSE = "tool_response"
-MEMORY_COMMAND = "memory_command"
-COMMAND_DONE = "command_done"
 
 MEMORY_TOOLS = frozenset({"recall", "ask_memory", "memory"})  # the tools a memory_call carries
 
@@ -105,45 +98,16 @@ class MemoryCall(Model):
     untrusted: Flag
 
 
-# The owner's commands on memory-owner.sock.
-
-class UndoCommand(Model):
-    command: Literal["undo"]
-    file: Text  # memory.md or user.md; memoryd names any other file in its refusal
-
-
-class ResolveCommand(Model):
-    command: Literal["accept", "reject"]
-    seq: Count  # the staged edit
-
-
-class ReindexCommand(Model):
-    command: Literal["reindex"]
-
-
-MemoryCommand = Annotated[
-    UndoCommand | ResolveCommand | ReindexCommand, Field(discriminator="command")
-]
-
-
-class CommandDone(Model):
-    text: Text  # what was done, one line, as ``memoryd`` prints it
-
 # What each side sends, with each kind's body (bxcore.frames.Kinds).
 TO_MEMORYD = kind_table({TURN_FINISHED: TurnFinished, IDENTITY_REQUEST: IdentityRequest,
                          MEMORY_CALL: MemoryCall})
 FROM_MEMORYD = kind_table({TURN_RECORDED: TurnRecorded, IDENTITY_SNAPSHOT: IdentitySnapshot,
                            TOOL_RESPONSE: ToolResponse, ERROR: WireError})
-TO_MEMORYD_OWNER = kind_table({MEMORY_COMMAND: MemoryCommand})
-FROM_MEMORYD_OWNER = kind_table({COMMAND_DONE: CommandDone, ERROR: WireError})
 
 
 __all__ = [
-    "COMMAND_DONE", "ERROR", "FROM_MEMORYD", "FROM_MEMORYD_OWNER", "IDENTITY_ORDER",
-    "IDENTITY_REQUEST", "IDENTITY_SNAPSHOT", "MEMORY_CALL", "MEMORY_COMMAND", "MEMORY_TOOLS",
-    "TOOL_RESPONSE",
-    "TO_MEMORYD", "TO_MEMORYD_OWNER", "TURN_FINISHED", "TURN_RECORDED", "CommandDone",
-    "IdentityFile", "IdentityName", "IdentityRequest", "IdentitySnapshot", "MemoryCall",
-    "MemoryCommand", "ReindexCommand", "ResolveCommand", "TurnFinished", "TurnRecorded",
-    "UndoCommand",
+    "ERROR", "FROM_MEMORYD", "IDENTITY_ORDER", "IDENTITY_REQUEST", "IDENTITY_SNAPSHOT",
+    "MEMORY_CALL", "MEMORY_TOOLS", "TOOL_RESPONSE", "TO_MEMORYD", "TURN_FINISHED",
+    "TURN_RECORDED", "IdentityFile", "IdentityName", "IdentityRequest", "IdentitySnapshot",
+    "MemoryCall", "TurnFinished", "TurnRecorded",
 ]
