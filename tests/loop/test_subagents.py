@@ -28,14 +28,13 @@ from brokerd.sockets import handlers
 from brokerd.taint import TaintStore, rebuild
 from bxcore.chat import ToolSchema
 from bxcore.config.inference import SlotSection
-from bxcore.protocol.delegate import DELEGATE_SCHEMA
 from bxcore.protocol.loop import ToolWaitingEvent, Turn
 from bxcore.records import SessionStart, ToolResult
 from bxcore.secrets import SecretStore
 from bxcore.taint import read_taint
 from loopd.sessions import Sessions
 from loopd.store import SessionStore
-from loopd.subagents import Subagents
+from loopd.subagents import DELEGATE_SCHEMA, Subagents
 from loopd.tools import Registry, ToolRunner
 from loopd.tools.broker import BrokerPort
 from loopd.turn import Loop, TurnSettings

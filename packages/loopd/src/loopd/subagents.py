@@ -13,14 +13,34 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from bxcore.chat import ToolSchema
 from bxcore.errors import ErrorCode
-from bxcore.protocol.delegate import DelegateDone, DelegateRun
+from bxcore.protocol.delegate import DELEGATE, MAX_ROUNDS, DelegateDone, DelegateRun
 from bxcore.protocol.loop import Turn, TurnEventBody
 
 from .errors import LoopError
 from .sessions import Sessions
 
 log = logging.getLogger("loopd.subagents")
+
+# The delegate tool as the model sees it; loopd offers it, brokerd decides it by name.
+DELEGATE_SCHEMA = ToolSchema(
+    name=DELEGATE,
+    description=(
+        "Hand a self-contained task to a subagent: a fresh session with the same tools and no "
+        "view of this conversation. It works on the task alone and its final answer comes back "
+        "as this tool's result. Put everything it needs into the task text."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "task": {"type": "string", "description": "The whole task, in words."},
+            "rounds": {"type": "integer", "minimum": 1, "maximum": MAX_ROUNDS,
+                       "description": "At most this many rounds of tool calls."},
+        },
+        "required": ["task"],
+    },
+)
 
 
 async def _unheard(_event: TurnEventBody) -> None:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from bxcore.config import Config
 from bxcore.errors import ConfigError
-from bxcore.protocol.delegate import DELEGATE_SCHEMA
 from bxcore.util import now_rfc3339
 
 from . import sockets
@@ -40,7 +39,7 @@ from .inference.serving import ServingSettings, fetch_serving
 from .memory import IdentityFiles, Memory, MemoryLink
 from .sessions import Sessions
 from .store import SessionStore
-from .subagents import Subagents
+from .subagents import DELEGATE_SCHEMA, Subagents
 from .tools import (
     Registry,
     ToolRunner,

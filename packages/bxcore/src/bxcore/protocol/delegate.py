@@ -8,6 +8,8 @@ then answers the parent's call with that text, labelled with the child's taint a
 recorded it (every tool call of the child went through brokerd), and keeps sending ``running``
 notices meanwhile. A parent whose turn ends (loopd cancels it, or loopd stops) closes the
 connection and cancels the child with it.
+
+The tool as the model sees it (its schema) is loopd's, which offers it: loopd/subagents.py.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import Annotated, Final, Literal
 from pydantic import Field
 
 from .._base import Model, Text
-from ..chat import ToolSchema
 from ..frames import kind_table
 from ..ids import SessionId
 
@@ -54,30 +55,12 @@ class DelegateDone(Model):
     content: Text
 
 
-DELEGATE_SCHEMA = ToolSchema(
-    name=DELEGATE,
-    description=(
-        "Hand a self-contained task to a subagent: a fresh session with the same tools and no "
-        "view of this conversation. It works on the task alone and its final answer comes back "
-        "as this tool's result. Put everything it needs into the task text."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "task": {"type": "string", "description": "The whole task, in words."},
-            "rounds": {"type": "integer", "minimum": 1, "maximum": MAX_ROUNDS,
-                       "description": "At most this many rounds of tool calls."},
-        },
-        "required": ["task"],
-    },
-)
-
 # The kinds this adds to broker.sock (bxcore.protocol.broker includes them in its tables).
 TO_BROKERD = kind_table({DELEGATE_DONE: DelegateDone})
 FROM_BROKERD = kind_table({DELEGATE_RUN: DelegateRun})
 
 
 __all__ = [
-    "DELEGATE", "DELEGATE_DONE", "DELEGATE_RUN", "DELEGATE_SCHEMA", "FROM_BROKERD", "MAX_ROUNDS",
-    "SUBAGENT_PREFIX", "TO_BROKERD", "DelegateArgs", "DelegateDone", "DelegateRun",
+    "DELEGATE", "DELEGATE_DONE", "DELEGATE_RUN", "FROM_BROKERD", "MAX_ROUNDS", "SUBAGENT_PREFIX",
+    "TO_BROKERD", "DelegateArgs", "DelegateDone", "DelegateRun",
 ]
