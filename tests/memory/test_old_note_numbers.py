@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from pathlib import Path
+from typing import Any
 
 from bxcore.tools import DataClass
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +26,7 @@ from memoryd.index import RecallIndex
 from memoryd.layout import Layout
 from memoryd.notes import PREAMBLE, Note, read_notes
 from memoryd.wiring import build
+from support.scratch import scratch_dir
 
 from .support import T, call, config
 
@@ -35,8 +38,13 @@ CONFIG = '[memory]\nceiling = "secret"\n'
     HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(old=st.lists(st.tuples(st.integers(0, 3), labels), min_size=1, max_size=8),
        new=st.lists(labels, min_size=1, max_size=4))
-def test_every_note_of_any_old_state_is_indexed_and_recalled(tmp_path_factory, old, new):
-    home = tmp_path_factory.mktemp("old") / "home"
+def test_every_note_of_any_old_state_is_indexed_and_recalled(old, new):
+    # in memory (tests/support/scratch.py): the stores' fsyncs were most of an example
+    with scratch_dir() as scratch:
+        indexed_and_recalled(scratch / "home", old, new)
+
+
+def indexed_and_recalled(home: Path, old: list[Any], new: list[Any]) -> None:
     layout = Layout(home)
     layout.ensure()
     number, entries = 0, []

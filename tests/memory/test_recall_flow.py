@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memoryd.taint import SessionTaint
 from memoryd.wiring import build
+from support.scratch import scratch_dir
 
 from .support import (
     T,
@@ -177,11 +178,10 @@ async def answers(service: Any, world: dict[str, Any]) -> list[Any]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds())
-def test_what_is_above_the_asker_never_changes_its_recall(tmp_path_factory, world):
-    async def both() -> tuple[list[Any], list[Any]]:
+def test_what_is_above_the_asker_never_changes_its_recall(world):
+    async def both(one: Path, other: Path) -> tuple[list[Any], list[Any]]:
         results = []
-        for with_extra in (False, True):
-            home = tmp_path_factory.mktemp("world") / "home"
+        for home, with_extra in ((one / "home", False), (other / "home", True)):
             service = await build_world(home, world, with_extra)
             try:
                 results.append(await answers(service, world))
@@ -189,7 +189,9 @@ def test_what_is_above_the_asker_never_changes_its_recall(tmp_path_factory, worl
                 await service.aclose()
         return results[0], results[1]
 
-    alone, beside_higher = asyncio.run(both())
+    # in memory (tests/support/scratch.py): the stores' fsyncs were most of an example
+    with scratch_dir() as one, scratch_dir() as other:
+        alone, beside_higher = asyncio.run(both(one, other))
     assert beside_higher == alone
     for response, _ in alone:  # labelled with all it searched: the taint, or its reach
         assert (response.data_class, response.untrusted) == world["asker"], response

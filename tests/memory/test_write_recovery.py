@@ -11,7 +11,6 @@ faults/test_memory_write_sigkill.py does the same with a real SIGKILL of a child
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from memoryd.errors import CommandRefused, StoreError, WriteRefused
 from memoryd.layout import Layout, read_text
+from support.scratch import scratch_dir
 
 from .crashpoints import (
     ARGS,
@@ -154,8 +154,9 @@ def arguments(kind: str, n: int, home: Path, data: st.DataObject) -> dict[str, o
 
 @given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=6), data=st.data())
 def test_any_run_of_writes_with_crashes_and_crashes_during_recovery_stays_consistent(kinds, data):
-    with tempfile.TemporaryDirectory() as directory, pytest.MonkeyPatch.context() as patch:
-        home = Path(directory)
+    # in memory (tests/support/scratch.py): a crash here is raised in process, so the files hold
+    # what was written whether or not it reached a disk, and the fsyncs were most of an example
+    with scratch_dir() as home, pytest.MonkeyPatch.context() as patch:
         for n, kind in enumerate(kinds):
             at = data.draw(st.none() | st.integers(0, 4), label="crash at")
             again = data.draw(st.none() | st.integers(0, 4), label="crash again in recovery")
