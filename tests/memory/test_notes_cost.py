@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from memoryd import journal, notes
 from memoryd.notes import PREAMBLE, Note, NotesFile, read_notes
 from memoryd.wiring import build
+from support.scratch import scratch_dir
 
 from .support import T, call, config, turn, user
 
@@ -127,8 +128,13 @@ memory_call = st.one_of(
 @settings(max_examples=25, deadline=None, suppress_health_check=[
     HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(calls=st.lists(memory_call, min_size=1, max_size=25))
-def test_memory_calls_parse_each_note_and_entry_once(tmp_path_factory, calls):
-    home = tmp_path_factory.mktemp("cost") / "home"
+def test_memory_calls_parse_each_note_and_entry_once(calls):
+    # in memory (tests/support/scratch.py): the stores' fsyncs were most of an example
+    with scratch_dir() as scratch:
+        parsed_once(scratch / "home", calls)
+
+
+def parsed_once(home: Path, calls: list[Any]) -> None:
     service = build(config(home, '[memory]\nceiling = "secret"\n'))
     with pytest.MonkeyPatch.context() as patch:
         counting = Counting(patch)
