@@ -4,10 +4,10 @@ long; a body from before ``reason`` and ``elapsed`` existed still reads as an ap
 from __future__ import annotations
 
 import pytest
+from bxcore.display import format_elapsed
 from bxcore.frames import Frame, FrameDecoder, FrameError
 from bxcore.protocol import broker
 from bxcore.protocol.loop import ToolWaitingEvent, TurnEvent
-from bxcore.util import format_elapsed
 
 # The approval frame's bytes as brokerd sent them before the running notice existed.
 BEFORE = b'{"body":{"approval":"apr_7Qx2","expires":"2026-09-18T07:50:12Z"},"final":false,' \

@@ -15,6 +15,9 @@ The owner must see what will run, not what the text pretends to be. So:
 
 Nothing is left out: a field that is not a string is shown as canonical JSON, and arguments that
 are not a JSON object are shown whole, made visible the same way.
+
+How long a call has been running or waiting is shown one way too, in every channel
+(``format_elapsed``).
 """
 
 from __future__ import annotations
@@ -84,4 +87,14 @@ def _wrap(text: str, width: int) -> list[str]:
     return pieces
 
 
-__all__ = ["KEY_FIELDS", "describe_call", "visible"]
+def format_elapsed(seconds: int) -> str:
+    """How long something has taken, as the channels show it: ``45 s``, ``2 min 5 s``,
+    ``1 h 3 min``."""
+    minutes, secs = divmod(max(0, seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+__all__ = ["KEY_FIELDS", "describe_call", "format_elapsed", "visible"]

@@ -123,13 +123,3 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def format_elapsed(seconds: int) -> str:
-    """How long something has taken, as the channels show it: ``45 s``, ``2 min 5 s``,
-    ``1 h 3 min``."""
-    minutes, secs = divmod(max(0, seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours} h {minutes} min"
-    return f"{minutes} min {secs} s" if minutes else f"{secs} s"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from bxcore.display import format_elapsed
 from bxcore.protocol.loop import (
     CacheLossEvent,
     Content,
@@ -31,7 +32,6 @@ from bxcore.protocol.loop import (
     TurnEventBody,
     Waiting,
 )
-from bxcore.util import format_elapsed
 from bxcore.visible import visible
 
 DIM, RESET, CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"

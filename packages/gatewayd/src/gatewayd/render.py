@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from bxcore.display import describe_call
+from bxcore.display import describe_call, format_elapsed
 from bxcore.protocol.loop import (
     AnswerTaint,
     CacheLossEvent,
@@ -34,7 +34,6 @@ from bxcore.protocol.loop import (
     Waiting,
 )
 from bxcore.tools import DataClass
-from bxcore.util import format_elapsed
 
 from .inert import code_blocks, inert_posts, split_message
 from .models import MAX_POST_RUNES
