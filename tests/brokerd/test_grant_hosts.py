@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from brokerd.errors import GrantError
-from brokerd.explain import explain_grant
 from brokerd.policy import CallArguments, decide, parse_grant
+from brokerd.policy.grants import explain_grant
 from brokerd.taint import CLEAN
 from brokerd_support import NOW, request
 

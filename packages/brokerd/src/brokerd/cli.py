@@ -17,13 +17,13 @@ from bxcore.tools import DataClass
 from . import sockets, wiring
 from .audit import AuditLog, entries, taint_marks, verify
 from .errors import JobError
-from .explain import explain_grant
 from .grantstore import load_grants, real_path
 from .jobs import check_schedule, job_path, job_paths, read_job
 from .labels import Label
 from .labelstore import LabelStore, held
 from .ownerfiles import ToolReach
 from .policy._protected import code_paths
+from .policy.grants import explain_grant
 from .taint import TaintStore, rebuild
 
 CONFIG = click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
