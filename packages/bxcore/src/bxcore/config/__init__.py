@@ -4,22 +4,24 @@ Unknown keys are refused. An error names the file, the dotted key and what was e
 
     config.toml: loop.tool_iterations: Input should be greater than or equal to 1 (got 0)
 
-Relative paths are taken relative to the config file's directory.
+Relative paths are taken relative to the config file's directory. The sections every role
+shares ([paths], [secrets], [channel]) are here, beside ``Config``; each role's own is in its
+module.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from datetime import date, datetime, time
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
 from ..errors import ConfigError
 from ._common import BASE_DIR, ConfigPath, Seconds, Section, SocketMode
-from ._core import ChannelSection, PathsSection, SecretSpec
 from ._sockets import ServedSocket, served_sockets
 from .broker import BrokerSection
 from .consult import ConsultSection
@@ -27,6 +29,41 @@ from .gateway import GatewaySection
 from .inference import InferenceSection, InferproxySection
 from .loop import BaselineSection, LoopSection
 from .memory import MemorySection
+
+
+def _default_home() -> Path:
+    return Path(os.environ.get("BOXMAKER_HOME", "/var/lib/boxmaker"))
+
+
+def _default_run() -> Path:
+    return Path(os.environ.get("BOXMAKER_RUN", "/run/boxmaker"))
+
+
+class PathsSection(Section):
+    home: ConfigPath = Field(default_factory=_default_home)  # state: sessions/, memory/, ...
+    run: ConfigPath = Field(default_factory=_default_run)  # sockets
+    # More of the harness's own files, which no grant may reach: the local stack's directory
+    # (its config, logs, serving settings and process record).
+    protected: tuple[ConfigPath, ...] = ()
+
+
+class SecretSpec(Section):
+    """Where one secret comes from. ``credential`` (the default) reads
+    ``$CREDENTIALS_DIRECTORY/<name>``; ``env`` a variable; ``file`` an owner-only file."""
+
+    backend: Literal["credential", "env", "file"] = "credential"
+    name: str | None = None  # credential id; defaults to the secret's key
+    variable: str | None = None  # for env
+    path: ConfigPath | None = None  # for file
+
+
+class ChannelSection(Section):
+    """loop.sock, where channels drive turns."""
+
+    socket: ConfigPath | None = None  # default: <paths.run>/loop.sock
+    # gatewayd and the owner's bxctl connect: on a host with a user per role, 0660 and a group
+    mode: SocketMode = 0o600
+    group: str | None = None  # the group allowed to connect; default: the process's own
 
 
 class Config(Section):
