@@ -225,7 +225,7 @@ def test_while_any_grant_file_is_refused_every_call_is_denied(tmp_path_factory, 
 
 
 # A deny saved under a name a person reads as ``deny.toml`` and brokerd does not list: the
-# suffix in another case, white space or an invisible character around the name, or one
+# suffix in another case, white space or an invisible character in or around the name, or one
 # directory down (attack 31o, F3). And names nobody reads so: editors' backups and swap files.
 TOML_IN_ANY_CASE = st.tuples(*(st.sampled_from([c, c.upper()]) for c in "toml")).map("".join)
 ODD = st.lists(st.sampled_from([" ", "\n", "\t", "\u200b", "\u00a0", "\ufeff", "\u2028"]),
@@ -233,17 +233,17 @@ ODD = st.lists(st.sampled_from([" ", "\n", "\t", "\u200b", "\u00a0", "\ufeff", "
 NOT_GRANTS = ["notes.txt", "deny.toml~", ".deny.toml.swp", "#deny.toml#", "README"]
 
 
-@given(before=ODD, suffix=TOML_IN_ANY_CASE, after=ODD, down=st.booleans(),
-       beside=st.lists(st.sampled_from(NOT_GRANTS), max_size=2, unique=True))
+@given(before=ODD, suffix=TOML_IN_ANY_CASE, within=ODD, at=st.integers(0, 4), after=ODD,
+       down=st.booleans(), beside=st.lists(st.sampled_from(NOT_GRANTS), max_size=2, unique=True))
 def test_a_deny_under_a_name_brokerd_would_not_read_denies_every_call(
-        tmp_path_factory, before, suffix, after, down, beside):
+        tmp_path_factory, before, suffix, within, at, after, down, beside):
     """A name that reads as ``<name>.toml`` but is not one is refused, naming it, so every call
     is denied until it is renamed; names nobody reads so change nothing."""
     directory = tmp_path_factory.mktemp("grants")
     write(directory, "auto.toml", OWNER_FILES["auto"])
     for name in beside:
         write(directory, name, OWNER_FILES["deny"])
-    name = f"{before}deny.{suffix}{after}"
+    name = f"{before}deny.{suffix[:at]}{within}{suffix[at:]}{after}"
     down = down or name.endswith(".toml")  # brokerd reads that one where it is
     if down:
         (directory / "sub").mkdir()
