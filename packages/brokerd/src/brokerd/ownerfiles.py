@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 import stat
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+
+from bxcore.visible import is_invisible
 
 from .errors import BrokerError
 from .writeperiods import Period, changed_while_writing
@@ -77,7 +78,7 @@ def misnamed(entry: Path) -> bool:
 
 
 def _reads_as_toml(name: str) -> bool:
-    shown = "".join(c for c in name if unicodedata.category(c)[0] not in "CZ")
+    shown = "".join(c for c in name if not (is_invisible(c) or c.isspace()))
     return shown.casefold().endswith(".toml")
 
 
