@@ -50,10 +50,14 @@ c.recv(1)
 RECEIVER = """
 import array, os, socket, time
 W, R = {work!r}, {meeting!r}
-while not os.path.exists(R + '/s.sock'):
-    time.sleep(0.02)
-c = socket.socket(socket.AF_UNIX)
-c.connect(R + '/s.sock')
+while True:  # the socket's file exists from bind, and takes connections from listen
+    try:
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(R + '/s.sock')
+        break
+    except (FileNotFoundError, ConnectionRefusedError):
+        c.close()
+        time.sleep(0.02)
 try:
     _, ancillary, _, _ = c.recvmsg(1, socket.CMSG_SPACE(4))
 except OSError as exc:
