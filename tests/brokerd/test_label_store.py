@@ -268,3 +268,26 @@ def test_a_write_early_in_a_period_counts_on_a_filesystem_that_keeps_whole_secon
     written = begin + after
     for step in (10**9, 2 * 10**9):
         assert changed_while_writing(written - written % step, (Period(begin, None),))
+
+
+@settings(max_examples=40)
+@given(st.lists(st.booleans(), min_size=1, max_size=8))
+def test_an_owners_save_just_before_a_period_is_outside_it_and_a_write_just_after_inside(
+        tmp_path_factory, files_per_period):
+    """Judged by the kernel's own ctimes: a file the owner saves right before a call that writes
+    begins is not taken for a tool's, and one written right after the begin is (before: the
+    begin, read from the coarse clock, took in saves up to a tick before it)."""
+    home = tmp_path_factory.mktemp("edges")
+    periods = WritePeriods(home / "write-periods")
+    for n, new_file in enumerate(files_per_period):
+        before, after = home / f"owner{n}.toml", home / f"tool{n}.txt"
+        if not new_file:  # an existing file saved again, and one the tool changes
+            before.write_text("earlier")
+            after.write_text("earlier")
+        before.write_text("the owner's")
+        periods.opened()
+        after.write_text("a tool's")
+        periods.closed()
+        recorded = periods.read()
+        assert changed_while_writing(before.stat().st_ctime_ns, recorded) is None, n
+        assert changed_while_writing(after.stat().st_ctime_ns, recorded) is not None, n

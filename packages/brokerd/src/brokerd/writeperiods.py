@@ -25,6 +25,7 @@ from .errors import LabelError
 
 log = logging.getLogger("brokerd.periods")
 CLOCK_REALTIME_COARSE = 5  # linux/time.h; Python 3.11's time module does not name it
+TICK_POLL_S = 0.0005  # a begin waits for the coarse clock's next tick in steps of this
 COARSEST_NS = 2_000_000_000  # the coarsest file timestamps Linux keeps (FAT's)
 
 
@@ -136,14 +137,17 @@ class WritePeriods:
 
 
 def _stamp(edge: str) -> int:
-    """Now, as a bound no tool's change can cross. The kernel stamps ctime from its coarse
-    clock (a tick behind the fine one, or the fine one itself): a begin read from that coarse
-    clock is at or before the ctime of any write after it, and an end read from the fine clock,
-    once the sandbox is gone, is at or after that of any write before it. No margin is needed,
-    so an owner's change just before or after a call is not taken for a tool's."""
-    if edge == "begin":
-        return time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
-    return time.time_ns()
+    """Now, as a bound no tool's change can cross and no earlier change of the owner's falls
+    inside. The kernel stamps ctime from its fine clock or from its coarse one, a tick behind:
+    a begin is read from the fine clock, and returned once the coarse clock has reached it (at
+    most a tick), so a write before it is stamped below it and one after it (the sandbox starts
+    later) at or above; an end is read from the fine clock once the sandbox is gone, at or after
+    any write before it. A begin read from the coarse clock alone took in an owner's save made
+    up to a tick before the call (the egress-and-secrets test's grants, refused)."""
+    now = time.time_ns()
+    while edge == "begin" and time.clock_gettime_ns(CLOCK_REALTIME_COARSE) < now:
+        time.sleep(TICK_POLL_S)
+    return now
 
 
 def _clock(ns: int) -> str:
